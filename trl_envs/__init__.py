@@ -1,0 +1,58 @@
+"""trl_envs: train language models with reinforcement learning on Tinker-style environments, with TRL.
+
+The public API is what this module exports; see docs/DESIGN.md for how the pieces fit.
+"""
+
+from .batching import BatchingSampler
+from .grpo_config import EnvGRPOConfig
+from .grpo_trainer import EnvGRPOTrainer
+from .data_processing import (
+    NonExtendingObservationError,
+    TrainingRow,
+    assemble_training_data,
+    compute_advantages,
+    remove_constant_reward_groups,
+    trajectory_to_data,
+)
+from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
+from .problem_env import ProblemEnv, ProblemGroupBuilder
+from .renderer import Message, ParsedResponse, Renderer
+from .rollouts import (
+    EnvContractError,
+    FailFast,
+    RetryOnFailure,
+    RolloutBatchResult,
+    RolloutBudget,
+    do_group_rollout,
+    do_single_rollout,
+    run_rollout_batch,
+    run_rollout_batch_async,
+)
+from .sampler import HFSampler, SampleRequest, Sampler
+from .types import (
+    Action,
+    Env,
+    EnvGroupBuilder,
+    ListRLDataset,
+    Observation,
+    RLDataset,
+    RLDatasetBuilder,
+    StepResult,
+    StopCondition,
+    TokensWithLogprobs,
+    Trajectory,
+    TrajectoryGroup,
+    Transition,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Action", "BatchingSampler", "Env", "EnvContractError", "EnvGRPOConfig", "EnvGRPOTrainer", "EnvGroupBuilder", "FailFast", "HFSampler",
+    "ListRLDataset", "Message", "MessageEnv", "MessageStepResult", "MessageTokenEnv", "NonExtendingObservationError",
+    "Observation", "ParsedResponse", "ProblemEnv", "ProblemGroupBuilder", "RLDataset", "RLDatasetBuilder", "Renderer",
+    "RetryOnFailure", "RolloutBatchResult", "RolloutBudget", "SampleRequest", "Sampler", "StepResult",
+    "StopCondition", "TokensWithLogprobs", "Trajectory", "TrajectoryGroup", "Transition", "assemble_training_data",
+    "compute_advantages", "do_group_rollout", "do_single_rollout", "remove_constant_reward_groups",
+    "run_rollout_batch", "run_rollout_batch_async", "trajectory_to_data",
+]

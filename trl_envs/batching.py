@@ -1,0 +1,110 @@
+"""One batched sampler call per turn for many concurrent episodes.
+
+Every episode of a rollout batch runs as its own coroutine and asks for its next action with
+``await batcher.sample(...)``. :class:`BatchingSampler` holds those requests until every live episode is either
+waiting for an action or finished, then sends them all to the synchronous :class:`~trl_envs.sampler.Sampler` in
+ONE call (in a worker thread, so env coroutines awaiting I/O keep running meanwhile). Envs that take a while
+(I/O, grading) therefore cost their latency once per turn, not once per episode.
+
+``max_wait_s`` is a safety valve: if some live episode does not ask for an action within that many seconds
+after the first pending request (an env stuck in a long step, or envs of one group waiting on each other), the
+requests already pending are sent without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from .sampler import SampleRequest, Sampler
+from .types import StopCondition, TokensWithLogprobs
+
+
+@dataclass
+class _Pending:
+    request: SampleRequest
+    future: asyncio.Future
+
+
+class BatchingSampler:
+    """An async front end over a batched :class:`Sampler` (see the module docstring).
+
+    Attributes:
+        num_calls: how many times the underlying sampler was called.
+        batch_sizes: the number of requests of each call.
+        sampler_seconds: wall time spent inside the underlying sampler.
+    """
+
+    def __init__(self, sampler: Sampler, *, max_wait_s: float | None = 30.0):
+        self.sampler = sampler
+        self.max_wait_s = max_wait_s
+        self._live = 0
+        self._pending: list[_Pending] = []
+        self._busy = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.num_calls = 0
+        self.batch_sizes: list[int] = []
+        self.sampler_seconds = 0.0
+
+    @contextlib.asynccontextmanager
+    async def episode(self) -> AsyncIterator[None]:
+        """Scope of one live episode: the batcher waits for it before each call while it is inside."""
+        self._live += 1
+        try:
+            yield
+        finally:
+            self._live -= 1
+            self._maybe_flush()
+
+    async def sample(self, prompt: list[int], stop: StopCondition, max_tokens: int) -> TokensWithLogprobs:
+        """Sample one action for ``prompt``; resolves when the batch this request joined has been sampled."""
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(SampleRequest(list(prompt), list(stop), max_tokens), future))
+        if self.max_wait_s is not None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._maybe_flush, True)
+        self._maybe_flush()
+        return await future
+
+    __call__ = sample
+
+    def _maybe_flush(self, force: bool = False) -> None:
+        if force:
+            self._timer = None
+        self._pending = [p for p in self._pending if not p.future.done()]  # drop cancelled episodes' requests
+        if self._busy or not self._pending:
+            return
+        if not force and len(self._pending) < self._live:
+            return
+        batch, self._pending = self._pending, []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._busy = True
+        asyncio.get_running_loop().create_task(self._run(batch))
+
+    async def _run(self, batch: list[_Pending]) -> None:
+        try:
+            start = time.perf_counter()
+            results = await asyncio.to_thread(self.sampler.sample, [p.request for p in batch])
+            self.sampler_seconds += time.perf_counter() - start
+            self.num_calls += 1
+            self.batch_sizes.append(len(batch))
+            if len(results) != len(batch):
+                raise RuntimeError(f"sampler returned {len(results)} results for {len(batch)} requests")
+            for p, r in zip(batch, results):
+                if not p.future.done():
+                    p.future.set_result(r)
+        except BaseException as e:  # noqa: BLE001 - every waiting episode must hear about it
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            self._busy = False
+            if self._pending and self.max_wait_s is not None and self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._maybe_flush, True)
+            self._maybe_flush()

@@ -1,0 +1,29 @@
+"""Built-in environments, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..renderer import Renderer
+from ..types import RLDatasetBuilder
+from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
+from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
+
+BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
+    "arithmetic": ArithmeticDatasetBuilder,
+    "guess_number": GuessNumberDatasetBuilder,
+}
+
+
+def make_dataset_builder(name: str, renderer: Renderer, **kwargs: Any) -> RLDatasetBuilder:
+    """The :class:`RLDatasetBuilder` of built-in env ``name``; ``kwargs`` go to its constructor."""
+    try:
+        factory = BUILTIN_ENVS[name]
+    except KeyError:
+        raise ValueError(f"Unknown env {name!r}; built-in envs are: {sorted(BUILTIN_ENVS)}") from None
+    return factory(renderer=renderer, **kwargs)
+
+
+__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "GuessNumberDatasetBuilder",
+           "GuessNumberEnv", "make_dataset_builder"]

@@ -1,0 +1,96 @@
+"""``arithmetic``: single-turn sums of small numbers, answered with the exact number."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from ..problem_env import ProblemEnv, ProblemGroupBuilder
+from ..renderer import Message, Renderer
+from ..types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+
+_INTEGER = re.compile(r"^-?\d+$")
+
+
+class ArithmeticEnv(ProblemEnv):
+    """``What is a + b?`` — right when the response is exactly the sum (format: a bare integer)."""
+
+    def __init__(self, renderer: Renderer, a: int, b: int, format_coef: float = 0.1):
+        super().__init__(renderer, format_coef=format_coef)
+        self.a, self.b = a, b
+
+    def get_question(self) -> str:
+        return question(self.a, self.b)
+
+    def check_format(self, sample_str: str) -> bool:
+        return bool(_INTEGER.match(sample_str.strip()))
+
+    def check_answer(self, sample_str: str) -> bool:
+        s = sample_str.strip()
+        return bool(_INTEGER.match(s)) and int(s) == self.a + self.b
+
+    def get_reference_answer(self) -> str:
+        return str(self.a + self.b)
+
+
+def question(a: int, b: int) -> str:
+    return f"What is {a} + {b}?"
+
+
+def sample_problem(rng: random.Random, max_operand: int) -> tuple[int, int]:
+    return rng.randint(0, max_operand), rng.randint(0, max_operand)
+
+
+class ArithmeticDataset(RLDataset):
+    """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
+
+    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
+                 max_operand: int = 9, seed: int = 0, format_coef: float = 0.1):
+        self.renderer = renderer
+        self.batch_size, self.group_size, self.num_batches = batch_size, group_size, num_batches
+        self.max_operand, self.seed, self.format_coef = max_operand, seed, format_coef
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        rng = random.Random(f"arithmetic/{self.seed}/{index}")
+        builders = []
+        for _ in range(self.batch_size):
+            a, b = sample_problem(rng, self.max_operand)
+            thunk = partial(ArithmeticEnv, self.renderer, a, b, self.format_coef)
+            builders.append(ProblemGroupBuilder(thunk, self.group_size, dataset_name="arithmetic"))
+        return builders
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
+@dataclass
+class ArithmeticDatasetBuilder(RLDatasetBuilder):
+    """Train and test :class:`ArithmeticDataset` s (the test set uses another seed)."""
+
+    renderer: Renderer
+    batch_size: int = 4
+    group_size: int = 4
+    num_batches: int = 1000
+    num_test_batches: int = 2
+    max_operand: int = 9
+    seed: int = 0
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        train = ArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
+                                  self.max_operand, self.seed)
+        test = ArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
+                                 self.max_operand, self.seed + 10_000)
+        return train, test
+
+
+def demonstrations(num: int, seed: int = 0, max_operand: int = 9) -> list[list[Message]]:
+    """Solved conversations, for warm-starting a model with supervised fine-tuning."""
+    rng = random.Random(f"arithmetic-demos/{seed}")
+    out = []
+    for _ in range(num):
+        a, b = sample_problem(rng, max_operand)
+        out.append([{"role": "user", "content": question(a, b)}, {"role": "assistant", "content": str(a + b)}])
+    return out

@@ -1,0 +1,129 @@
+"""``guess_number``: multi-turn. The model guesses a hidden number; the env answers "Higher." or "Lower."."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
+from ..renderer import Message, ParsedResponse, Renderer
+from ..types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+
+_INTEGER = re.compile(r"^-?\d+$")
+
+
+def intro(low: int, high: int) -> str:
+    return f"Guess my number between {low} and {high}."
+
+
+class GuessNumberEnv(MessageEnv):
+    """One game. Rewards: ``wrong_penalty`` (negative) per wrong or unparsable guess, ``win_reward`` for the right
+    one. The episode ends on the right guess or after ``max_guesses`` guesses."""
+
+    def __init__(self, target: int, low: int = 1, high: int = 16, max_guesses: int = 6,
+                 win_reward: float = 1.0, wrong_penalty: float = -0.1):
+        if not low <= target <= high:
+            raise ValueError(f"GuessNumberEnv: target {target} outside [{low}, {high}]")
+        self.target, self.low, self.high, self.max_guesses = target, low, high, max_guesses
+        self.win_reward, self.wrong_penalty = win_reward, wrong_penalty
+        self.guesses = 0
+
+    async def initial_messages(self) -> list[Message]:
+        return [{"role": "user", "content": intro(self.low, self.high)}]
+
+    async def step(self, response: ParsedResponse) -> MessageStepResult:
+        self.guesses += 1
+        text = response.message["content"].strip()
+        parsed = int(text) if _INTEGER.match(text) and response.ok else None
+        out_of_guesses = self.guesses >= self.max_guesses
+        metrics = {"parse_ok": float(parsed is not None)}
+        if parsed == self.target:
+            metrics |= {"win": 1.0, "guesses": float(self.guesses)}
+            return MessageStepResult(self.win_reward, True, [], metrics)
+        if out_of_guesses:
+            metrics |= {"win": 0.0, "guesses": float(self.guesses)}
+            return MessageStepResult(self.wrong_penalty, True, [], metrics)
+        reply = reply_for(parsed, self.target, self.low, self.high)
+        return MessageStepResult(self.wrong_penalty, False, [{"role": "user", "content": reply}], metrics)
+
+
+def reply_for(guess: int | None, target: int, low: int, high: int) -> str:
+    if guess is None:
+        return f"Reply with just a number between {low} and {high}."
+    return "Higher." if guess < target else "Lower."
+
+
+class GuessNumberGroupBuilder(EnvGroupBuilder):
+    """``group_size`` games with the same hidden number."""
+
+    def __init__(self, renderer: Renderer, target: int, group_size: int, low: int = 1, high: int = 16,
+                 max_guesses: int = 6):
+        self.renderer, self.target, self.group_size = renderer, target, group_size
+        self.low, self.high, self.max_guesses = low, high, max_guesses
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [MessageTokenEnv(GuessNumberEnv(self.target, self.low, self.high, self.max_guesses), self.renderer)
+                for _ in range(self.group_size)]
+
+    def logging_tags(self) -> list[str]:
+        return ["guess_number"]
+
+
+class GuessNumberDataset(RLDataset):
+    """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
+
+    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
+                 low: int = 1, high: int = 16, max_guesses: int = 6, seed: int = 0):
+        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+        self.low, self.high, self.max_guesses, self.seed = low, high, max_guesses, seed
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        rng = random.Random(f"guess_number/{self.seed}/{index}")
+        return [GuessNumberGroupBuilder(self.renderer, rng.randint(self.low, self.high), self.group_size,
+                                        self.low, self.high, self.max_guesses)
+                for _ in range(self.batch_size)]
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
+@dataclass
+class GuessNumberDatasetBuilder(RLDatasetBuilder):
+    """Train and test :class:`GuessNumberDataset` s (the test set uses another seed)."""
+
+    renderer: Renderer
+    batch_size: int = 4
+    group_size: int = 4
+    num_batches: int = 1000
+    num_test_batches: int = 2
+    low: int = 1
+    high: int = 16
+    max_guesses: int = 6
+    seed: int = 0
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        args = (self.low, self.high, self.max_guesses)
+        return (GuessNumberDataset(self.renderer, self.batch_size, self.group_size, self.num_batches, *args, self.seed),
+                GuessNumberDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches, *args,
+                                   self.seed + 10_000))
+
+
+def demonstrations(num: int, seed: int = 0, low: int = 1, high: int = 16) -> list[list[Message]]:
+    """Played games for warm-starting: each guess is drawn uniformly from the interval still possible, so the
+    demonstrator is consistent with the hints but far from optimal (RL has room to improve it)."""
+    rng = random.Random(f"guess-number-demos/{seed}")
+    out = []
+    for _ in range(num):
+        target, lo, hi = rng.randint(low, high), low, high
+        convo: list[Message] = [{"role": "user", "content": intro(low, high)}]
+        while True:
+            guess = rng.randint(lo, hi)
+            convo.append({"role": "assistant", "content": str(guess)})
+            if guess == target:
+                break
+            convo.append({"role": "user", "content": reply_for(guess, target, low, high)})
+            lo, hi = (guess + 1, hi) if guess < target else (lo, guess - 1)
+        out.append(convo)
+    return out

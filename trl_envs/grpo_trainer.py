@@ -1,0 +1,256 @@
+"""``EnvGRPOTrainer``: TRL's ``GRPOTrainer`` with generation and rewards driven by environments.
+
+How an env batch maps onto TRL (see docs/DESIGN.md):
+
+* The trainer's dataset is a list of *group keys*, one per env group of the :class:`~trl_envs.types.RLDataset`.
+  TRL's sampler repeats each key ``num_generations`` times in a row, so one block of G rows is one group.
+* TRL's ``rollout_func`` hook receives the keys of this rank's rows; the trainer makes the groups' envs, rolls them
+  all out together (one batched ``generate`` per turn) and returns one row per trajectory: prompt = first
+  observation, completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens, sampling logprobs.
+* The reward TRL sees is the trajectory's total (step rewards + group reward), passed through its reward hook, so
+  ``scale_rewards``, every ``loss_type``, ``beta``, PEFT, ``num_iterations`` and evaluation work as in TRL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from datasets import Dataset
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+from .data_processing import trajectory_to_data
+from .grpo_config import EnvGRPOConfig
+from .metrics import rollout_metrics
+from .rollouts import EnvContractError, RolloutBatchResult, run_rollout_batch, run_sync
+from .sampler import HFSampler, Sampler
+from .types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+
+ENV_REWARD_KEY = "env_reward"
+
+
+def env_reward(completions, env_reward: list[float | None], **kwargs) -> list[float | None]:
+    """TRL reward function: the env's total reward of each trajectory (``None`` for rows of skipped groups)."""
+    return list(env_reward)
+
+
+env_reward.__name__ = "env"
+
+
+class _GroupIndex:
+    """Maps the trainer's row keys (``"<split>/<batch>/<position>"``) to the builders of an RLDataset."""
+
+    def __init__(self, split: str, dataset: RLDataset):
+        self.split, self.dataset = split, dataset
+        self.keys = [f"{split}/{i}/{k}" for i in range(len(dataset)) for k in range(len(dataset.get_batch(i)))]
+        if not self.keys:
+            raise ValueError(f"EnvGRPOTrainer: the {split} RLDataset has no env groups")
+        self._batch = functools.lru_cache(maxsize=8)(dataset.get_batch)
+
+    def builder(self, key: str) -> EnvGroupBuilder:
+        split, i, k = key.split("/")
+        if split != self.split:
+            raise KeyError(key)
+        return self._batch(int(i))[int(k)]
+
+    def as_dataset(self) -> Dataset:
+        return Dataset.from_dict({"prompt": self.keys})
+
+
+class EnvGRPOTrainer(GRPOTrainer):
+    """GRPO on environments. Takes env datasets instead of a prompt dataset; everything else is ``GRPOTrainer``.
+
+    Args:
+        model: model id, path, or ``PreTrainedModel``.
+        args: :class:`~trl_envs.grpo_config.EnvGRPOConfig`.
+        env_dataset: the training envs: an :class:`RLDataset`, or an :class:`RLDatasetBuilder` (whose test split
+            becomes the evaluation envs unless ``eval_env_dataset`` is given).
+        eval_env_dataset: evaluation envs (optional); evaluation logs ``eval_env/...``.
+        processing_class: the tokenizer (must have a chat template; it must be the tokenizer the envs' renderer
+            uses).
+        peft_config: a PEFT config to train an adapter (then ``beta > 0`` uses the adapter-free model as reference).
+        sampler: optional :class:`~trl_envs.sampler.Sampler` to generate with instead of the policy itself.
+        callbacks, optimizers: as in ``transformers.Trainer``.
+
+    Attributes:
+        last_rollout: the :class:`RolloutBatchResult` of the latest rollout on this rank (for inspection).
+
+    Raises:
+        ValueError: at construction, for a group size other than ``num_generations``, a per-rank generation batch
+            that is not a multiple of the group size (groups would straddle ranks), a tokenizer without chat
+            template, or ``beta > 0`` with an in-memory model and no PEFT.
+    """
+
+    def __init__(self, model, args: EnvGRPOConfig, env_dataset: RLDataset | RLDatasetBuilder,
+                 eval_env_dataset: RLDataset | None = None, processing_class=None, peft_config=None,
+                 sampler: Sampler | None = None, callbacks=None, optimizers=(None, None)):
+        if not isinstance(args, EnvGRPOConfig):
+            raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
+        train_envs, eval_envs = _resolve_datasets(env_dataset, eval_env_dataset)
+        _check_batch_geometry(args, eval_envs is not None)
+        _check_reference_model(model, args, peft_config)
+        self._train_index = _GroupIndex("train", train_envs)
+        self._eval_index = _GroupIndex("eval", eval_envs) if eval_envs is not None else None
+        _check_group_size(self._train_index, args.num_generations, "num_generations")
+        if self._eval_index is not None:
+            _check_group_size(self._eval_index, args.num_generations_eval or args.num_generations,
+                              "num_generations_eval")
+        self._custom_sampler = sampler
+        self.last_rollout: RolloutBatchResult | None = None
+        super().__init__(
+            model=model,
+            reward_funcs=[env_reward],
+            args=args,
+            train_dataset=self._train_index.as_dataset(),
+            eval_dataset=self._eval_index.as_dataset() if self._eval_index is not None else None,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+            rollout_func=_env_rollout_func,
+        )
+        if not getattr(self._tokenizer, "chat_template", None):
+            raise ValueError(f"EnvGRPOTrainer: the tokenizer {self._tokenizer.name_or_path!r} has no chat template; "
+                             "env renderers need one (use a chat model or set tokenizer.chat_template).")
+
+    # -- the rollout hook ------------------------------------------------------------------------------------
+
+    def _rollout(self, prompts: list[str]) -> dict[str, Any]:
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        keys = _group_keys(prompts, group_size)
+        builders = [self._builder(k) for k in keys]
+        result = run_rollout_batch(builders, self._sampler(), self.args.rollout_budget(),
+                                   self.args.error_strategy(), self.args.sampler_max_wait_s)
+        self.last_rollout = result
+        rows = self._rows(keys, builders, result, group_size)
+        for name, values in rollout_metrics(result.groups, result.error_counts).items():
+            self._pending_metrics[name].extend(values)
+        return rows
+
+    def _builder(self, key: str) -> EnvGroupBuilder:
+        index = self._train_index if key.startswith("train/") else self._eval_index
+        if index is None:
+            raise KeyError(f"EnvGRPOTrainer: no env dataset for row key {key!r}")
+        return index.builder(key)
+
+    def _rows(self, keys: list[str], builders: Sequence[EnvGroupBuilder], result: RolloutBatchResult,
+              group_size: int) -> dict[str, Any]:
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
+                                ENV_REWARD_KEY: []}
+        for key, builder, group in zip(keys, builders, result.groups):
+            if group is None:  # skipped after errors: rows that carry no reward and no trained token
+                for _ in range(group_size):
+                    out["prompt_ids"].append([self._tokenizer.pad_token_id])
+                    out["completion_ids"].append([self.eos_token_ids[0]])
+                    out["logprobs"].append([0.0])
+                    out["env_mask"].append([0])
+                    out[ENV_REWARD_KEY].append(None)
+                continue
+            if len(group.trajectories) != group_size:
+                raise EnvContractError(f"{type(builder).__name__} (row {key}) made {len(group.trajectories)} envs; "
+                                       f"the trainer's group size (num_generations) is {group_size}")
+            for ti, (traj, total) in enumerate(zip(group.trajectories, group.get_total_rewards())):
+                row = trajectory_to_data(traj, env_name=f"{type(builder).__name__} (row {key}, trajectory {ti})")
+                out["prompt_ids"].append(row.prompt_ids)
+                out["completion_ids"].append(row.completion_ids)
+                out["logprobs"].append(row.logprobs)
+                out["env_mask"].append(row.mask)
+                out[ENV_REWARD_KEY].append(total)
+        return out
+
+    def _sampler(self) -> Sampler:
+        if self._custom_sampler is not None:
+            return self._custom_sampler
+        if self.use_vllm:
+            from .vllm_sampler import VLLMSampler
+
+            return VLLMSampler(self)
+        model_context = functools.partial(
+            _generation_model, self.model_wrapped, self.accelerator, self.args.ds3_gather_for_generation,
+            self.args.gradient_checkpointing_kwargs, self._dist)
+        return HFSampler(self.model_wrapped, self._tokenizer, temperature=self.temperature, top_p=self.top_p,
+                         top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+                         model_context=model_context)
+
+
+def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, Any]:
+    """TRL's ``rollout_func`` hook (called as ``rollout_func(prompts, trainer)``)."""
+    return trainer._rollout(prompts)
+
+
+@contextlib.contextmanager
+def _generation_model(model_wrapped, accelerator, gather_ds3: bool, gc_kwargs, dist):
+    with (unwrap_model_for_generation(model_wrapped, accelerator, gather_deepspeed3_params=gather_ds3,
+                                      gradient_checkpointing_kwargs=gc_kwargs) as unwrapped,
+          dist.summon_full_params(model_wrapped, recurse=False)):
+        yield unwrapped
+
+
+def _group_keys(prompts: list[str], group_size: int) -> list[str]:
+    if len(prompts) % group_size:
+        raise ValueError(f"EnvGRPOTrainer: this rank got {len(prompts)} rows, not a multiple of the group size "
+                         f"{group_size}; a group would straddle ranks")
+    keys = prompts[::group_size]
+    for g, key in enumerate(keys):
+        block = prompts[g * group_size:(g + 1) * group_size]
+        if any(p != key for p in block):
+            raise ValueError(f"EnvGRPOTrainer: rows {g * group_size}..{(g + 1) * group_size - 1} mix env groups "
+                             f"{sorted(set(block))}; TRL must repeat each group key num_generations times in a row")
+    return keys
+
+
+def _resolve_datasets(env_dataset, eval_env_dataset) -> tuple[RLDataset, RLDataset | None]:
+    if isinstance(env_dataset, RLDatasetBuilder):
+        train, test = run_sync(env_dataset)
+        return train, eval_env_dataset if eval_env_dataset is not None else test
+    if isinstance(env_dataset, RLDataset):
+        return env_dataset, eval_env_dataset
+    raise TypeError(f"EnvGRPOTrainer: env_dataset must be an RLDataset or RLDatasetBuilder, got "
+                    f"{type(env_dataset).__name__}")
+
+
+def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:
+    per_rank = args.per_device_train_batch_size * args.steps_per_generation
+    if per_rank % args.num_generations:
+        raise ValueError(
+            f"EnvGRPOConfig: the per-rank generation batch (per_device_train_batch_size={args.per_device_train_batch_size}"
+            f" x steps_per_generation={args.steps_per_generation} = {per_rank}) is not a multiple of "
+            f"num_generations={args.num_generations}, so env groups would straddle ranks and their group rewards "
+            "could not be computed. Make it a multiple of num_generations.")
+    g_eval = args.num_generations_eval or args.num_generations
+    if has_eval and args.per_device_eval_batch_size % g_eval:
+        raise ValueError(f"EnvGRPOConfig: per_device_eval_batch_size={args.per_device_eval_batch_size} is not a "
+                         f"multiple of the evaluation group size {g_eval}.")
+
+
+def _check_reference_model(model, args: EnvGRPOConfig, peft_config) -> None:
+    if args.beta == 0.0 or peft_config is not None or isinstance(model, str):
+        return
+    name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    if not name or not (os.path.isdir(name) or "/" in name):
+        raise ValueError(
+            "EnvGRPOConfig: beta > 0 needs a reference model, which TRL reloads from model.config._name_or_path, but "
+            f"this in-memory model has {name!r}. Save the model (model.save_pretrained(dir)) and pass the path, "
+            "pass a peft_config (the reference is then the model without the adapter), or set beta=0.")
+
+
+def _check_group_size(index: _GroupIndex, expected: int, field_name: str) -> None:
+    builder = index.builder(index.keys[0])
+
+    async def probe() -> int:
+        try:
+            return len(await builder.make_envs())
+        finally:
+            await builder.cleanup()
+
+    n = run_sync(probe)
+    if n != expected:
+        raise ValueError(f"EnvGRPOTrainer: {type(builder).__name__} of the {index.split} envs makes groups of {n} "
+                         f"envs but EnvGRPOConfig.{field_name}={expected}; they must be equal (one group = one "
+                         "GRPO group).")

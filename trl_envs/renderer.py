@@ -1,0 +1,169 @@
+"""Chat messages <-> tokens, over any Hugging Face tokenizer with a chat template, token-exact across turns.
+
+The multi-turn rule (docs/DESIGN.md, "token-exact multi-turn"): the next observation is the previous observation,
+then the action tokens exactly as sampled, then the rendered tokens of the *new* messages only. History is never
+re-rendered or re-tokenized, so what the trainer scores is exactly what the model sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+Message: TypeAlias = dict[str, Any]
+"""A chat message: ``{"role": ..., "content": ...}`` (plus ``tool_calls`` etc. where the template knows them)."""
+
+ResponseEnd: TypeAlias = Literal["stop", "eos", "malformed"]
+
+_PROBE_USER = {"role": "user", "content": "Hi"}
+_PROBE_ASSISTANT = {"role": "assistant", "content": "Hello"}
+
+
+@dataclass
+class ParsedResponse:
+    """An assistant message parsed from sampled tokens.
+
+    Attributes:
+        message: ``{"role": "assistant", "content": text}``, special tokens removed.
+        end: ``"stop"`` when the tokens end with the end-of-turn token, ``"eos"`` when they end with the
+            tokenizer's EOS (where that differs), ``"malformed"`` when they end with neither (cut by a budget).
+    """
+
+    message: Message
+    end: ResponseEnd
+
+    @property
+    def ok(self) -> bool:
+        return self.end != "malformed"
+
+
+class Renderer:
+    """Renders chat messages to token ids with the tokenizer's chat template, and parses responses back.
+
+    Args:
+        tokenizer: a ``transformers`` tokenizer with a chat template.
+        chat_template_kwargs: extra keyword arguments for ``apply_chat_template`` (e.g. ``enable_thinking``).
+
+    Raises:
+        ValueError: the tokenizer has no chat template, or its template does not render a conversation as a
+            prefix of the same conversation with one more message (then token-exact extension is impossible).
+    """
+
+    def __init__(self, tokenizer, *, chat_template_kwargs: dict[str, Any] | None = None):
+        name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__) or type(tokenizer).__name__
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                f"Renderer: tokenizer {name!r} has no chat template. Use an instruct/chat model, or set "
+                "tokenizer.chat_template (e.g. a ChatML template) before building the Renderer."
+            )
+        self.tokenizer = tokenizer
+        self.name = name
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._end_of_turn = self._find_end_of_turn_token()
+        self.eos_token_id = tokenizer.eos_token_id
+        stops = [self._end_of_turn]
+        if self.eos_token_id is not None and self.eos_token_id not in stops:
+            stops.append(self.eos_token_id)
+        self._stop_ids = stops
+        # The tokens the template puts after an assistant turn's end-of-turn token and before the next message
+        # (e.g. "\n" for ChatML) come from the suffix rendering; see `extend_observation`.
+
+    # -- rendering ---------------------------------------------------------------------------------------------
+
+    def _apply(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
+        out = self.tokenizer.apply_chat_template(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+            return_dict=False,
+            **self.chat_template_kwargs,
+        )
+        if isinstance(out, dict) or hasattr(out, "input_ids"):
+            out = out["input_ids"]
+        return list(out)
+
+    def build_generation_prompt(self, messages: list[Message]) -> list[int]:
+        """Token ids of ``messages`` followed by the template's assistant generation prompt."""
+        if not messages:
+            raise ValueError("Renderer.build_generation_prompt: no messages given")
+        return self._apply(messages, add_generation_prompt=True)
+
+    def get_stop_sequences(self) -> list[int]:
+        """Stop token ids for sampling an assistant turn: the end-of-turn token (and EOS where it differs)."""
+        return list(self._stop_ids)
+
+    @property
+    def end_of_turn_token_id(self) -> int:
+        return self._end_of_turn
+
+    def parse_response(self, tokens: list[int]) -> ParsedResponse:
+        """Parse sampled ``tokens`` into an assistant message and say how the response ended."""
+        if tokens and tokens[-1] == self._end_of_turn:
+            end: ResponseEnd = "stop"
+        elif tokens and tokens[-1] in self._stop_ids:
+            end = "eos"
+        else:
+            end = "malformed"
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return ParsedResponse(message={"role": "assistant", "content": text.strip()}, end=end)
+
+    def extend_observation(self, observation: list[int], action: list[int], new_messages: list[Message]) -> list[int]:
+        """The next observation: ``observation + action + rendered(new_messages) + generation prompt``.
+
+        Nothing before ``new_messages`` is re-tokenized. If ``action`` does not end with the end-of-turn token
+        (the model was cut off by a token budget), the end-of-turn token is inserted as an env token first, so
+        the context stays a well-formed conversation.
+        """
+        if not new_messages:
+            raise ValueError("Renderer.extend_observation: no new messages to append")
+        closing = [] if action and action[-1] in self._stop_ids else [self._end_of_turn]
+        return list(observation) + list(action) + closing + self.render_suffix(new_messages)
+
+    def render_suffix(self, new_messages: list[Message]) -> list[int]:
+        """Tokens the template writes after an assistant turn's end-of-turn token for ``new_messages``, up to and
+        including the next assistant generation prompt."""
+        probe = [_PROBE_USER, _PROBE_ASSISTANT]
+        prefix = self._apply(probe, add_generation_prompt=False)
+        full = self._apply(probe + list(new_messages), add_generation_prompt=True)
+        cut = _last_index(prefix, self._end_of_turn) + 1
+        if full[:cut] != prefix[:cut]:
+            raise ValueError(
+                f"Renderer: the chat template of {self.name!r} renders a conversation differently once a message "
+                "is appended, so observations cannot be extended token-exactly. Use per-turn training rows for "
+                "this template."
+            )
+        return full[cut:]
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+
+    def _find_end_of_turn_token(self) -> int:
+        """The special token the template writes right after an assistant message's content."""
+        ids = self._apply([_PROBE_USER, _PROBE_ASSISTANT], add_generation_prompt=False)
+        content_ids = self.tokenizer.encode(_PROBE_ASSISTANT["content"], add_special_tokens=False)
+        start = _find_sublist(ids, content_ids)
+        special = set(self.tokenizer.all_special_ids)
+        if start is not None:
+            for tok in ids[start + len(content_ids) :]:
+                if tok in special:
+                    return tok
+        if self.tokenizer.eos_token_id is not None:
+            return self.tokenizer.eos_token_id
+        raise ValueError(
+            f"Renderer: cannot find the end-of-turn token of {self.name!r}'s chat template, and the tokenizer has "
+            "no EOS token."
+        )
+
+
+def _last_index(seq: list[int], value: int) -> int:
+    for i in range(len(seq) - 1, -1, -1):
+        if seq[i] == value:
+            return i
+    raise ValueError(f"Renderer: end-of-turn token {value} not found in the rendered probe conversation")
+
+
+def _find_sublist(seq: list[int], sub: list[int]) -> int | None:
+    n = len(sub)
+    for i in range(len(seq) - n, -1, -1):
+        if seq[i : i + n] == sub:
+            return i
+    return None

@@ -1,0 +1,296 @@
+"""Running environments against a policy: one episode, one group, a whole batch of groups.
+
+* :func:`do_single_rollout` plays one :class:`~trl_envs.types.Env` to the end (or to a budget).
+* :func:`do_group_rollout` makes a group's envs, plays them concurrently under an error strategy
+  (:class:`FailFast` or :class:`RetryOnFailure`), adds the group rewards, and always awaits ``cleanup()``.
+* :func:`run_rollout_batch` runs all groups of a batch concurrently in one asyncio loop, with one batched
+  sampler call per turn for all active episodes (:class:`~trl_envs.batching.BatchingSampler`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from .batching import BatchingSampler
+from .sampler import Sampler
+from .types import Env, EnvGroupBuilder, StepResult, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class TokenPolicy(Protocol):
+    """``await policy(prompt, stop, max_tokens)`` → the sampled action. :class:`BatchingSampler` is one."""
+
+    def __call__(self, prompt: list[int], stop: StopCondition, max_tokens: int) -> Awaitable[TokensWithLogprobs]: ...
+
+
+@dataclass
+class RolloutBudget:
+    """Limits on one episode.
+
+    Attributes:
+        max_turns: at most this many actions (``None``: no limit); the episode then stops with ``"max_turns"``.
+        max_tokens_per_turn: at most this many sampled tokens per action.
+        max_tokens_per_trajectory: at most this many sampled tokens over the episode (``None``: no limit); each
+            turn's budget is cut to what is left, and the episode stops with ``"max_tokens"`` when none is.
+    """
+
+    max_turns: int | None = 16
+    max_tokens_per_turn: int = 256
+    max_tokens_per_trajectory: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens_per_turn < 1:
+            raise ValueError(f"RolloutBudget.max_tokens_per_turn must be >= 1, got {self.max_tokens_per_turn}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"RolloutBudget.max_turns must be >= 1 or None, got {self.max_turns}")
+
+
+class EnvContractError(TypeError):
+    """An env or builder broke the contract in ``trl_envs.types`` (wrong return type, empty group...)."""
+
+
+def _env_name(env: Any) -> str:
+    inner = getattr(env, "message_env", None)
+    return type(inner).__name__ if inner is not None else type(env).__name__
+
+
+def _check_observation(env: Env, ob: Any, where: str) -> list[int]:
+    if not isinstance(ob, list) or not all(isinstance(t, int) for t in ob):
+        raise EnvContractError(f"{_env_name(env)}.{where} must give the observation as a list of token ids, "
+                               f"got {type(ob).__name__}")
+    return ob
+
+
+async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget | None = None) -> Trajectory:
+    """Play ``env`` to the end with ``policy`` and return the trajectory.
+
+    Raises :class:`EnvContractError` naming the env when it returns something of the wrong shape.
+    """
+    budget = budget or RolloutBudget()
+    scope = policy.episode() if hasattr(policy, "episode") else contextlib.nullcontext()
+    async with scope:
+        initial = await env.initial_observation()
+        if not (isinstance(initial, tuple) and len(initial) == 2):
+            raise EnvContractError(f"{_env_name(env)}.initial_observation must return (observation, stop_condition), "
+                                   f"got {type(initial).__name__}")
+        ob, stop = initial
+        _check_observation(env, ob, "initial_observation")
+        transitions: list[Transition] = []
+        tokens_used = 0
+        while True:
+            max_tokens = budget.max_tokens_per_turn
+            if budget.max_tokens_per_trajectory is not None:
+                max_tokens = min(max_tokens, budget.max_tokens_per_trajectory - tokens_used)
+            ac = await policy(ob, stop, max_tokens)
+            tokens_used += len(ac.tokens)
+            result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
+            _check_step_result(env, result, len(transitions))
+            transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
+                                          dict(result.metrics), dict(result.logs)))
+            if result.episode_done:
+                return Trajectory(transitions, list(result.next_observation), "done")
+            ob = _check_observation(env, result.next_observation, "step")
+            stop = result.next_stop_condition
+            if budget.max_turns is not None and len(transitions) >= budget.max_turns:
+                return Trajectory(transitions, ob, "max_turns")
+            if budget.max_tokens_per_trajectory is not None and tokens_used >= budget.max_tokens_per_trajectory:
+                return Trajectory(transitions, ob, "max_tokens")
+
+
+def _check_step_result(env: Env, result: Any, turn: int) -> None:
+    if not isinstance(result, StepResult):
+        raise EnvContractError(f"{_env_name(env)}.step (turn {turn}) must return a StepResult, "
+                               f"got {type(result).__name__}")
+    if not isinstance(result.reward, (int, float)) or not math.isfinite(result.reward):
+        raise EnvContractError(f"{_env_name(env)}.step (turn {turn}) returned reward={result.reward!r}; "
+                               "it must be a finite number")
+    for k, v in result.metrics.items():
+        if not isinstance(v, (int, float)):
+            raise EnvContractError(f"{_env_name(env)}.step (turn {turn}) metric {k!r}={v!r} is not a number "
+                                   "(put non-numeric values in logs)")
+
+
+# -- error strategies ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailFast:
+    """The first rollout error of a group propagates; the group's other rollouts are cancelled."""
+
+
+@dataclass(frozen=True)
+class RetryOnFailure:
+    """Replace failed or timed-out rollouts by fresh envs from the builder.
+
+    Args:
+        max_retries: group-wide budget of replacements; when exceeded the group is skipped (returns ``None``,
+            logged and counted) instead of crashing training.
+        per_rollout_timeout: seconds one rollout may take (env, model and grading included); ``None``: no limit.
+    """
+
+    max_retries: int = 2
+    per_rollout_timeout: float | None = None
+
+
+ErrorStrategy = FailFast | RetryOnFailure
+
+
+class GroupSkipped(Exception):
+    """Raised inside :func:`do_group_rollout` when a :class:`RetryOnFailure` budget runs out."""
+
+
+async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget: RolloutBudget | None = None,
+                           strategy: ErrorStrategy = FailFast(), errors: Counter | None = None
+                           ) -> TrajectoryGroup | None:
+    """Roll out every env of ``builder``'s group and score the group.
+
+    Returns ``None`` when :class:`RetryOnFailure` gave up on the group. Errors seen are counted by exception type
+    into ``errors`` (and into the group's ``error_counts``). ``builder.cleanup()`` is always awaited.
+    """
+    errors = errors if errors is not None else Counter()
+    group_errors: Counter = Counter()
+    try:
+        envs = list(await builder.make_envs())
+        if not envs:
+            raise EnvContractError(f"{type(builder).__name__}.make_envs returned no envs")
+        if isinstance(strategy, RetryOnFailure):
+            try:
+                trajectories = await _rollouts_with_retries(builder, envs, policy, budget, strategy, group_errors)
+            except GroupSkipped as e:
+                logger.warning("skipping group of %s: %s", type(builder).__name__, e)
+                group_errors["GroupSkipped"] += 1
+                return None
+        else:
+            trajectories = await _gather_fail_fast([do_single_rollout(policy, e, budget) for e in envs])
+        group_rewards = await builder.compute_group_rewards(trajectories, envs)
+        if not isinstance(group_rewards, (list, tuple)) or len(group_rewards) != len(trajectories):
+            raise EnvContractError(f"{type(builder).__name__}.compute_group_rewards must return one (reward, metrics) "
+                                   f"per trajectory ({len(trajectories)}), got {group_rewards!r:.200}")
+        return TrajectoryGroup(trajectories, [float(r) for r, _ in group_rewards], [dict(m) for _, m in group_rewards],
+                               tags=list(builder.logging_tags()), error_counts=dict(group_errors))
+    finally:
+        errors.update(group_errors)
+        await builder.cleanup()
+
+
+async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                raise t.exception()
+        return [t.result() for t in tasks]
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _rollouts_with_retries(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPolicy,
+                                 budget: RolloutBudget | None, strategy: RetryOnFailure, errors: Counter
+                                 ) -> list[Trajectory]:
+    retries_left = strategy.max_retries
+
+    async def one(index: int) -> Trajectory:
+        nonlocal retries_left
+        while True:
+            try:
+                rollout = do_single_rollout(policy, envs[index], budget)
+                if strategy.per_rollout_timeout is None:
+                    return await rollout
+                return await asyncio.wait_for(rollout, strategy.per_rollout_timeout)
+            except asyncio.TimeoutError:
+                errors["TimeoutError"] += 1
+                reason = f"rollout {index} timed out after {strategy.per_rollout_timeout}s"
+            except EnvContractError:
+                raise  # a broken env is a bug, not bad luck: retrying would hide it
+            except Exception as e:  # noqa: BLE001 - counted, then retried or the group skipped
+                errors[type(e).__name__] += 1
+                reason = f"rollout {index} failed with {type(e).__name__}: {e}"
+            if retries_left <= 0:
+                raise GroupSkipped(f"{reason}; retry budget of {strategy.max_retries} used up")
+            retries_left -= 1
+            logger.info("%s; retrying with a fresh env", reason)
+            fresh = list(await builder.make_envs())
+            if len(fresh) != len(envs):
+                raise EnvContractError(f"{type(builder).__name__}.make_envs returned {len(fresh)} envs on retry, "
+                                       f"{len(envs)} the first time")
+            envs[index] = fresh[index]
+
+    return await _gather_fail_fast([one(i) for i in range(len(envs))])
+
+
+# -- batches ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutBatchResult:
+    """What :func:`run_rollout_batch` produced.
+
+    Attributes:
+        groups: one entry per builder, in order; ``None`` for a group skipped by :class:`RetryOnFailure`.
+        error_counts: rollout errors by exception type (``GroupSkipped`` counts skipped groups).
+        num_sampler_calls: calls made to the sampler; ``sampler_batch_sizes``: requests in each.
+        wall_seconds: wall time of the whole batch; ``sampler_seconds``: the part spent inside the sampler.
+    """
+
+    groups: list[TrajectoryGroup | None]
+    error_counts: dict[str, int] = field(default_factory=dict)
+    num_sampler_calls: int = 0
+    sampler_batch_sizes: list[int] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    sampler_seconds: float = 0.0
+
+
+async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: Sampler,
+                                  budget: RolloutBudget | None = None, strategy: ErrorStrategy = FailFast(),
+                                  max_wait_s: float | None = 30.0) -> RolloutBatchResult:
+    """Roll out all ``builders``' groups concurrently, sampling all active episodes together each turn."""
+    batcher = BatchingSampler(sampler, max_wait_s=max_wait_s)
+    errors: Counter = Counter()
+    start = time.perf_counter()
+    groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors) for b in builders])
+    return RolloutBatchResult(groups, dict(errors), batcher.num_calls, list(batcher.batch_sizes),
+                              time.perf_counter() - start, batcher.sampler_seconds)
+
+
+def run_rollout_batch(builders: Sequence[EnvGroupBuilder], sampler: Sampler, budget: RolloutBudget | None = None,
+                      strategy: ErrorStrategy = FailFast(), max_wait_s: float | None = 30.0) -> RolloutBatchResult:
+    """Synchronous :func:`run_rollout_batch_async` (works inside an already running event loop too)."""
+    return run_sync(lambda: run_rollout_batch_async(builders, sampler, budget, strategy, max_wait_s))
+
+
+def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion from synchronous code, also when an event loop is already running (Jupyter):
+    then it runs in a fresh loop on a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make_coro())
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(make_coro())
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name="trl_envs-rollouts")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
