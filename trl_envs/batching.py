@@ -52,12 +52,20 @@ class BatchingSampler:
     @contextlib.asynccontextmanager
     async def episode(self) -> AsyncIterator[None]:
         """Scope of one live episode: the batcher waits for it before each call while it is inside."""
-        self._live += 1
+        self.join()
         try:
             yield
         finally:
-            self._live -= 1
-            self._maybe_flush()
+            self.leave()
+
+    def join(self) -> None:
+        """Count one more participant to wait for (an episode, or a group still making its envs)."""
+        self._live += 1
+
+    def leave(self) -> None:
+        """Stop waiting for one participant; may send the pending requests."""
+        self._live -= 1
+        self._maybe_flush()
 
     async def sample(self, prompt: list[int], stop: StopCondition, max_tokens: int) -> TokensWithLogprobs:
         """Sample one action for ``prompt``; resolves when the batch this request joined has been sampled."""

@@ -160,19 +160,21 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget
     """
     errors = errors if errors is not None else Counter()
     group_errors: Counter = Counter()
+    setup = _Participant(policy)  # keeps the batch from being sampled before this group's episodes have started
     try:
         envs = list(await builder.make_envs())
         if not envs:
             raise EnvContractError(f"{type(builder).__name__}.make_envs returned no envs")
         if isinstance(strategy, RetryOnFailure):
             try:
-                trajectories = await _rollouts_with_retries(builder, envs, policy, budget, strategy, group_errors)
+                trajectories = await _rollouts_with_retries(builder, envs, policy, budget, strategy, group_errors,
+                                                            setup.release)
             except GroupSkipped as e:
                 logger.warning("skipping group of %s: %s", type(builder).__name__, e)
                 group_errors["GroupSkipped"] += 1
                 return None
         else:
-            trajectories = await _gather_fail_fast([do_single_rollout(policy, e, budget) for e in envs])
+            trajectories = await _gather_fail_fast([do_single_rollout(policy, e, budget) for e in envs], setup.release)
         group_rewards = await builder.compute_group_rewards(trajectories, envs)
         if not isinstance(group_rewards, (list, tuple)) or len(group_rewards) != len(trajectories):
             raise EnvContractError(f"{type(builder).__name__}.compute_group_rewards must return one (reward, metrics) "
@@ -180,13 +182,34 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget
         return TrajectoryGroup(trajectories, [float(r) for r, _ in group_rewards], [dict(m) for _, m in group_rewards],
                                tags=list(builder.logging_tags()), error_counts=dict(group_errors))
     finally:
+        setup.release()
         errors.update(group_errors)
         await builder.cleanup()
 
 
-async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+class _Participant:
+    """One participant slot in a :class:`BatchingSampler` (no-op for other policies), released at most once."""
+
+    def __init__(self, policy: Any):
+        self._batcher = policy if isinstance(policy, BatchingSampler) else None
+        if self._batcher is not None:
+            self._batcher.join()
+
+    def release(self) -> None:
+        if self._batcher is not None:
+            batcher, self._batcher = self._batcher, None
+            batcher.leave()
+
+
+async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]],
+                            after_start: Callable[[], None] | None = None) -> list[T]:
+    """Run ``coros`` as tasks; the first exception cancels the rest and propagates. ``after_start`` is called once
+    every task has run its first step (for episodes: registered with the batcher)."""
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:
+        if after_start is not None:
+            await asyncio.sleep(0)
+            after_start()
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for t in tasks:
             if t.done() and not t.cancelled() and t.exception() is not None:
@@ -200,19 +223,17 @@ async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
 
 
 async def _rollouts_with_retries(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPolicy,
-                                 budget: RolloutBudget | None, strategy: RetryOnFailure, errors: Counter
-                                 ) -> list[Trajectory]:
+                                 budget: RolloutBudget | None, strategy: RetryOnFailure, errors: Counter,
+                                 after_start: Callable[[], None] | None = None) -> list[Trajectory]:
     retries_left = strategy.max_retries
 
     async def one(index: int) -> Trajectory:
         nonlocal retries_left
         while True:
             try:
-                rollout = do_single_rollout(policy, envs[index], budget)
-                if strategy.per_rollout_timeout is None:
-                    return await rollout
-                return await asyncio.wait_for(rollout, strategy.per_rollout_timeout)
-            except asyncio.TimeoutError:
+                async with _timeout(strategy.per_rollout_timeout):
+                    return await do_single_rollout(policy, envs[index], budget)
+            except (asyncio.TimeoutError, TimeoutError):
                 errors["TimeoutError"] += 1
                 reason = f"rollout {index} timed out after {strategy.per_rollout_timeout}s"
             except EnvContractError:
@@ -230,7 +251,32 @@ async def _rollouts_with_retries(builder: EnvGroupBuilder, envs: list[Env], poli
                                        f"{len(envs)} the first time")
             envs[index] = fresh[index]
 
-    return await _gather_fail_fast([one(i) for i in range(len(envs))])
+    return await _gather_fail_fast([one(i) for i in range(len(envs))], after_start)
+
+
+def _timeout(seconds: float | None) -> contextlib.AbstractAsyncContextManager:
+    """``asyncio.timeout`` (runs the body in the current task, so an episode registers with the batcher at once)."""
+    if seconds is None:
+        return contextlib.nullcontext()
+    if hasattr(asyncio, "timeout"):
+        return asyncio.timeout(seconds)
+    return _WaitForTimeout(seconds)  # Python 3.10
+
+
+class _WaitForTimeout:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    async def __aenter__(self):
+        task = asyncio.current_task()
+        self._handle = asyncio.get_running_loop().call_later(self.seconds, task.cancel)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        self._handle.cancel()
+        if exc_type is asyncio.CancelledError and asyncio.get_running_loop().time() >= self._handle.when():
+            raise TimeoutError from exc
+        return False
 
 
 # -- batches ---------------------------------------------------------------------------------------------------
@@ -262,7 +308,9 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
     batcher = BatchingSampler(sampler, max_wait_s=max_wait_s)
     errors: Counter = Counter()
     start = time.perf_counter()
-    groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors) for b in builders])
+    setup = _Participant(batcher)
+    groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors) for b in builders],
+                                     setup.release)
     return RolloutBatchResult(groups, dict(errors), batcher.num_calls, list(batcher.batch_sizes),
                               time.perf_counter() - start, batcher.sampler_seconds)
 
