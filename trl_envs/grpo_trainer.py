@@ -216,11 +216,11 @@ def _resolve_datasets(env_dataset, eval_env_dataset) -> tuple[RLDataset, RLDatas
 
 
 def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:
-    per_rank = args.per_device_train_batch_size * args.steps_per_generation
+    per_rank = args.generation_batch_size // max(args.world_size, 1)
     if per_rank % args.num_generations:
         raise ValueError(
-            f"EnvGRPOConfig: the per-rank generation batch (per_device_train_batch_size={args.per_device_train_batch_size}"
-            f" x steps_per_generation={args.steps_per_generation} = {per_rank}) is not a multiple of "
+            f"EnvGRPOConfig: the per-rank generation batch (generation_batch_size={args.generation_batch_size} over "
+            f"{args.world_size} processes = {per_rank} rows) is not a multiple of "
             f"num_generations={args.num_generations}, so env groups would straddle ranks and their group rewards "
             "could not be computed. Make it a multiple of num_generations.")
     g_eval = args.num_generations_eval or args.num_generations
