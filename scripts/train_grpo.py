@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
@@ -50,6 +50,7 @@ CPU_FRIENDLY_DEFAULTS = dict(
     temperature=1.0,
     beta=0.0,
     logging_steps=1,
+    disable_tqdm=True,
     save_strategy="no",
     report_to="none",
     gradient_checkpointing=False,
@@ -84,6 +85,7 @@ def main() -> None:
         peft_config=get_peft_config(model_args),
         callbacks=[RewardProgressCallback()],
     )
+    trainer.remove_callback(PrinterCallback)  # one compact line per step instead of the full metrics dict
     trainer.train()
 
     # 4. Save the model (or adapter) and the metrics.
