@@ -18,7 +18,6 @@ from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .problem_env import ProblemEnv, ProblemGroupBuilder
 from .renderer import Message, ParsedResponse, Renderer
 from .rollouts import (
-    EnvContractError,
     FailFast,
     RetryOnFailure,
     RolloutBatchResult,
@@ -32,6 +31,7 @@ from .sampler import HFSampler, SampleRequest, Sampler
 from .types import (
     Action,
     Env,
+    EnvContractError,
     EnvGroupBuilder,
     ListRLDataset,
     Observation,

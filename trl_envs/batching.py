@@ -15,18 +15,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from .sampler import SampleRequest, Sampler
 from .types import StopCondition, TokensWithLogprobs
+
+
+rollout_clock: contextvars.ContextVar[Any] = contextvars.ContextVar("trl_envs_rollout_clock", default=None)
+"""The per-rollout timeout clock of the calling episode (set by ``trl_envs.rollouts`` under ``RetryOnFailure``), with
+``pause()`` / ``resume()``. It is paused while the episode's request waits for other episodes to join the batch: a
+rollout's timeout covers its own env, model and grading time, not time spent waiting on a stuck sibling."""
 
 
 @dataclass
 class _Pending:
     request: SampleRequest
     future: asyncio.Future
+    clock: Any = None
 
 
 class BatchingSampler:
@@ -70,7 +79,10 @@ class BatchingSampler:
     async def sample(self, prompt: list[int], stop: StopCondition, max_tokens: int) -> TokensWithLogprobs:
         """Sample one action for ``prompt``; resolves when the batch this request joined has been sampled."""
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(SampleRequest(list(prompt), list(stop), max_tokens), future))
+        clock = rollout_clock.get()
+        if clock is not None:
+            clock.pause()
+        self._pending.append(_Pending(SampleRequest(list(prompt), list(stop), max_tokens), future, clock))
         if self.max_wait_s is not None and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._maybe_flush, True)
         self._maybe_flush()
@@ -91,6 +103,9 @@ class BatchingSampler:
             self._timer.cancel()
             self._timer = None
         self._busy = True
+        for p in batch:
+            if p.clock is not None:
+                p.clock.resume()
         asyncio.get_running_loop().create_task(self._run(batch))
 
     async def _run(self, batch: list[_Pending]) -> None:

@@ -27,9 +27,9 @@ from trl.models import unwrap_model_for_generation
 from .data_processing import trajectory_to_data
 from .grpo_config import EnvGRPOConfig
 from .metrics import rollout_metrics
-from .rollouts import EnvContractError, RolloutBatchResult, run_rollout_batch, run_sync
+from .rollouts import RolloutBatchResult, run_rollout_batch, run_sync
 from .sampler import HFSampler, Sampler
-from .types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from .types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 ENV_REWARD_KEY = "env_reward"
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .renderer import Message, ParsedResponse, Renderer
-from .types import Action, Env, Logs, Metrics, Observation, StepResult, StopCondition
+from .types import Action, Env, EnvContractError, Logs, Metrics, Observation, StepResult, StopCondition
 
 
 @dataclass
@@ -72,7 +72,7 @@ class MessageTokenEnv(Env):
             raise RuntimeError(f"{type(self.message_env).__name__}: step() called before initial_observation()")
         result = await self.message_env.step(self.renderer.parse_response(action))
         if not isinstance(result, MessageStepResult):
-            raise TypeError(
+            raise EnvContractError(  # not retried by RetryOnFailure: a broken env is a bug, not bad luck
                 f"{type(self.message_env).__name__}.step must return a MessageStepResult, got "
                 f"{type(result).__name__}"
             )
@@ -80,7 +80,7 @@ class MessageTokenEnv(Env):
             next_ob = list(self._ob) + list(action)
         else:
             if not result.next_messages:
-                raise ValueError(
+                raise EnvContractError(
                     f"{type(self.message_env).__name__}.step returned episode_done=False with no next_messages; "
                     "the model would have nothing new to answer."
                 )

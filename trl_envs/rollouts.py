@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from .batching import BatchingSampler
+from .batching import BatchingSampler, rollout_clock
 from .sampler import Sampler
-from .types import Env, EnvGroupBuilder, StepResult, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from .types import Env, EnvContractError, EnvGroupBuilder, StepResult, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,10 +54,6 @@ class RolloutBudget:
             raise ValueError(f"RolloutBudget.max_tokens_per_turn must be >= 1, got {self.max_tokens_per_turn}")
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"RolloutBudget.max_turns must be >= 1 or None, got {self.max_turns}")
-
-
-class EnvContractError(TypeError):
-    """An env or builder broke the contract in ``trl_envs.types`` (wrong return type, empty group...)."""
 
 
 def _env_name(env: Any) -> str:
@@ -136,7 +132,8 @@ class RetryOnFailure:
     Args:
         max_retries: group-wide budget of replacements; when exceeded the group is skipped (returns ``None``,
             logged and counted) instead of crashing training.
-        per_rollout_timeout: seconds one rollout may take (env, model and grading included); ``None``: no limit.
+        per_rollout_timeout: seconds one rollout may take (env, model and grading included; time its requests
+            spend waiting for other episodes to join a sampling batch is not counted); ``None``: no limit.
     """
 
     max_retries: int = 2
@@ -231,8 +228,12 @@ async def _rollouts_with_retries(builder: EnvGroupBuilder, envs: list[Env], poli
         nonlocal retries_left
         while True:
             try:
-                async with _timeout(strategy.per_rollout_timeout):
-                    return await do_single_rollout(policy, envs[index], budget)
+                async with _timeout(strategy.per_rollout_timeout) as deadline:
+                    token = rollout_clock.set(_PausableClock(deadline) if deadline is not None else None)
+                    try:
+                        return await do_single_rollout(policy, envs[index], budget)
+                    finally:
+                        rollout_clock.reset(token)
             except (asyncio.TimeoutError, TimeoutError):
                 errors["TimeoutError"] += 1
                 reason = f"rollout {index} timed out after {strategy.per_rollout_timeout}s"
@@ -264,19 +265,59 @@ def _timeout(seconds: float | None) -> contextlib.AbstractAsyncContextManager:
 
 
 class _WaitForTimeout:
+    """The part of ``asyncio.Timeout`` used here (``when`` / ``reschedule``), for Python 3.10."""
+
     def __init__(self, seconds: float):
         self.seconds = seconds
+        self._handle: asyncio.TimerHandle | None = None
+        self._when: float | None = None
+        self._expired = False
 
     async def __aenter__(self):
-        task = asyncio.current_task()
-        self._handle = asyncio.get_running_loop().call_later(self.seconds, task.cancel)
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self.reschedule(self._loop.time() + self.seconds)
         return self
 
+    def when(self) -> float | None:
+        return self._when
+
+    def reschedule(self, when: float | None) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._when = when
+        self._handle = None if when is None else self._loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self._expired = True
+        self._task.cancel()
+
     async def __aexit__(self, exc_type, exc, tb):
-        self._handle.cancel()
-        if exc_type is asyncio.CancelledError and asyncio.get_running_loop().time() >= self._handle.when():
+        if self._handle is not None:
+            self._handle.cancel()
+        if exc_type is asyncio.CancelledError and self._expired:
             raise TimeoutError from exc
         return False
+
+
+class _PausableClock:
+    """Stops and restarts a rollout's deadline (see ``trl_envs.batching.rollout_clock``)."""
+
+    def __init__(self, deadline: Any):
+        self._deadline = deadline
+        self._remaining: float | None = None
+
+    def pause(self) -> None:
+        when = self._deadline.when()
+        if self._remaining is None and when is not None:
+            self._remaining = max(0.0, when - asyncio.get_running_loop().time())
+            self._deadline.reschedule(None)
+
+    def resume(self) -> None:
+        if self._remaining is not None:
+            remaining, self._remaining = self._remaining, None
+            with contextlib.suppress(RuntimeError):  # the rollout already left its timeout block
+                self._deadline.reschedule(asyncio.get_running_loop().time() + remaining)
 
 
 # -- batches ---------------------------------------------------------------------------------------------------

@@ -150,6 +150,11 @@ class TrajectoryGroup:
         return [t.step_reward + g for t, g in zip(self.trajectories, self.group_rewards)]
 
 
+class EnvContractError(TypeError):
+    """An env, builder or renderer broke the contract of this module (wrong return type, empty group, an episode
+    that continues with nothing new to answer...). It is a bug, so error strategies never retry it."""
+
+
 class Env(ABC):
     """One episode of an environment. Single use: no reset.
 
