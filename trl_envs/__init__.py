@@ -6,6 +6,8 @@ The public API is what this module exports; see docs/DESIGN.md for how the piece
 from .batching import BatchingSampler
 from .grpo_config import EnvGRPOConfig
 from .grpo_trainer import EnvGRPOTrainer
+from .dpo_config import EnvDPOConfig
+from .dpo_trainer import DataCollatorForMaskedPreference, EmptyPairsWarning, EnvDPOTrainer
 from .data_processing import (
     NonExtendingObservationError,
     TrainingRow,
@@ -15,6 +17,7 @@ from .data_processing import (
     trajectory_to_data,
 )
 from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
+from .preference import PairStats, PreferencePair, make_preference_pairs
 from .problem_env import ProblemEnv, ProblemGroupBuilder
 from .renderer import Message, ParsedResponse, Renderer
 from .rollouts import (
@@ -55,4 +58,6 @@ __all__ = [
     "StopCondition", "TokensWithLogprobs", "Trajectory", "TrajectoryGroup", "Transition", "assemble_training_data",
     "compute_advantages", "do_group_rollout", "do_single_rollout", "remove_constant_reward_groups",
     "run_rollout_batch", "run_rollout_batch_async", "trajectory_to_data",
+    "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "PairStats",
+    "PreferencePair", "make_preference_pairs",
 ]

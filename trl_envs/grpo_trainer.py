@@ -26,6 +26,7 @@ from trl.models import unwrap_model_for_generation
 
 from .data_processing import trajectory_to_data
 from .grpo_config import EnvGRPOConfig
+from .lockstep import LockstepSampler
 from .metrics import rollout_metrics
 from .rollouts import RolloutBatchResult, run_rollout_batch, run_sync
 from .sampler import HFSampler, Sampler
@@ -114,6 +115,7 @@ class EnvGRPOTrainer(GRPOTrainer):
             peft_config=peft_config,
             rollout_func=_env_rollout_func,
         )
+        _check_launch(self.accelerator.num_processes, os.environ)
         if not getattr(self._tokenizer, "chat_template", None):
             raise ValueError(f"EnvGRPOTrainer: the tokenizer {self._tokenizer.name_or_path!r} has no chat template; "
                              "env renderers need one (use a chat model or set tokenizer.chat_template).")
@@ -125,8 +127,16 @@ class EnvGRPOTrainer(GRPOTrainer):
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         keys = _group_keys(prompts, group_size)
         builders = [self._builder(k) for k in keys]
-        result = run_rollout_batch(builders, self._sampler(), self.args.rollout_budget(),
-                                   self.args.error_strategy(), self.args.sampler_max_wait_s)
+        # Every rank makes the same number of generation calls (they may be collectives: ZeRO-3, FSDP, vLLM server);
+        # vLLM server mode and tensor-parallel colocate also need equally many prompts per call on every rank.
+        equal_batches = self.use_vllm and (self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1)
+        sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device,
+                                  equal_batch_sizes=equal_batches)
+        try:
+            result = run_rollout_batch(builders, sampler, self.args.rollout_budget(),
+                                       self.args.error_strategy(), self.args.sampler_max_wait_s)
+        finally:
+            sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
         self.last_rollout = result
         rows = self._rows(keys, builders, result, group_size)
         for name, values in rollout_metrics(result.groups, result.error_counts).items():
@@ -213,6 +223,18 @@ def _resolve_datasets(env_dataset, eval_env_dataset) -> tuple[RLDataset, RLDatas
         return env_dataset, eval_env_dataset
     raise TypeError(f"EnvGRPOTrainer: env_dataset must be an RLDataset or RLDatasetBuilder, got "
                     f"{type(env_dataset).__name__}")
+
+
+def _check_launch(num_processes: int, environ) -> None:
+    """Refuse N launched processes that each run as a separate single-process job (on a CPU-only machine, a torchrun /
+    `accelerate launch --multi_gpu` job without use_cpu=True): they would train N independent models silently."""
+    launched = int(environ.get("WORLD_SIZE", "1") or 1)
+    if launched > 1 and num_processes == 1:
+        raise RuntimeError(
+            f"EnvGRPOTrainer: {launched} processes were launched (WORLD_SIZE={launched}) but this trainer runs as a "
+            "single process, so each process would train its own model. On a machine without GPUs set use_cpu=True "
+            "(--use_cpu true) or ACCELERATE_USE_CPU=true to run them together over gloo; see the README's "
+            "'Distributed training'.")
 
 
 def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:

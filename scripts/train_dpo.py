@@ -1,0 +1,180 @@
+# Copyright the trl_envs authors. Apache-2.0.
+"""Train a language model with DPO: on a preference dataset, or on preference pairs sampled from an environment.
+
+    accelerate launch scripts/train_dpo.py                          # built-in arithmetic preferences, tiny model, CPU
+    accelerate launch scripts/train_dpo.py --env arithmetic         # env-driven (iterative) DPO on an env
+    python scripts/train_dpo.py --config scripts/configs/dpo_env_guess_number.yaml           # multi-turn env
+    accelerate launch scripts/train_dpo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct \\
+        --dataset_name trl-lib/ultrafeedback_binarized --beta 0.1 --learning_rate 1e-5 --num_train_epochs 3 \\
+        --per_device_train_batch_size 2 --use_peft --lora_r 16
+
+Preference data (offline DPO, exactly TRL's DPOTrainer): ``--dataset_name`` (a Hub id, a directory saved with
+``datasets``' ``save_to_disk``, a dataset directory or a data file) or ``--data_files`` (json / jsonl / parquet / csv),
+with ``prompt`` / ``chosen`` / ``rejected`` columns as text or chat messages. With neither, the built-in arithmetic
+preference dataset (right vs wrong answers, built offline) is used.
+
+Env-driven DPO: ``--env NAME`` (a built-in env) or ``--env package.module:factory`` (a function called as
+``factory(renderer=..., **env_kwargs)`` returning an ``RLDataset`` or ``RLDatasetBuilder``). Each of ``num_rounds``
+rounds samples ``groups_per_round`` groups of ``group_size`` trajectories with the current policy, pairs the best and
+the worst of each group, and trains DPO on the pairs; one line per round shows the env reward of the policy.
+
+Every ``EnvDPOConfig`` (i.e. TRL ``DPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
+``--config`` (LoRA: ``--use_peft --lora_r 16``; with LoRA the reference model is the base model, adapter off).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoTokenizer, PrinterCallback
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
+from trl_envs.envs import BUILTIN_ENVS, make_dataset_builder
+from trl_envs.preference_data import load_preference_dataset
+from trl_envs.progress import RewardProgressCallback
+from trl_envs.tiny_model import build_tiny_model
+
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+@dataclass
+class ScriptArguments:
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Preference dataset: Hub id, save_to_disk directory, dataset directory or "
+                                        "data file (default: the built-in arithmetic preference dataset)."})
+    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name (Hub datasets)."})
+    data_files: list[str] | None = field(
+        default=None, metadata={"help": "Preference data files (json, jsonl, parquet, csv), used as the train split."})
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_test_split: str = field(default="test", metadata={"help": "Split to evaluate on (with --eval_strategy)."})
+    env_name: str | None = field(
+        default=None, metadata={"aliases": ["--env"], "help": f"Env-driven DPO on this env: a built-in env "
+                                f"{sorted(BUILTIN_ENVS)} or 'package.module:factory'. (YAML key: env_name.)"})
+    env_kwargs: str | dict | None = field(
+        default=None, metadata={"help": "Extra env dataset options, a JSON object (a mapping in YAML)."})
+    group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
+    groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})
+    num_env_batches: int = field(default=1000, metadata={"help": "Env mode: batches in the training RLDataset."})
+
+
+# Defaults that make `python scripts/train_dpo.py` a short, visible CPU run. Any of them can be overridden.
+CPU_FRIENDLY_DEFAULTS = dict(
+    output_dir="outputs/dpo",
+    learning_rate=3e-4,
+    beta=0.1,
+    per_device_train_batch_size=8,
+    gradient_accumulation_steps=1,
+    num_train_epochs=2,
+    num_rounds=10,
+    max_tokens_per_turn=16,
+    max_turns=8,
+    logging_steps=8,
+    disable_tqdm=True,
+    save_strategy="no",
+    report_to="none",
+    gradient_checkpointing=False,
+    seed=0,
+)
+
+PROGRESS_KEYS = (("loss", "loss"), ("train_loss", "train_loss"), ("margin", "rewards/margins"),
+                 ("acc", "rewards/accuracies"), ("eval_loss", "eval_loss"), ("eval_margin", "eval_rewards/margins"))
+
+
+def load_preference_splits(args: ScriptArguments):
+    """The preference data as a ``DatasetDict`` (or a ``Dataset``, taken as the train split)."""
+    from datasets import load_dataset, load_from_disk
+
+    if args.data_files:
+        return load_dataset(_builder_for(args.data_files), data_files={args.dataset_train_split: args.data_files})
+    name = args.dataset_name
+    if name is None:
+        return load_preference_dataset()
+    if os.path.isdir(name) and any(os.path.exists(os.path.join(name, f)) for f in ("dataset_dict.json", "state.json")):
+        return load_from_disk(name)
+    if os.path.isfile(name):
+        return load_dataset(_builder_for([name]), data_files={args.dataset_train_split: [name]})
+    return load_dataset(name, name=args.dataset_config)
+
+
+def _builder_for(files: list[str]) -> str:
+    kinds = {DATA_FILE_BUILDERS.get(os.path.splitext(f)[1].lower()) for f in files}
+    if None in kinds or len(kinds) != 1:
+        raise ValueError(f"--data_files: give files of one kind among {sorted(DATA_FILE_BUILDERS)}, got {files}")
+    return kinds.pop()
+
+
+def pick_split(data, split: str, role: str):
+    if not hasattr(data, "keys"):  # a single Dataset
+        return data
+    if split not in data:
+        raise ValueError(f"the preference data has no {split!r} split for {role}; splits found: {list(data)} "
+                         f"(choose one with --dataset_{'train' if role == 'training' else 'test'}_split)")
+    return data[split]
+
+
+def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | RLDatasetBuilder:
+    env_kwargs = json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
+    if ":" in args.env_name:
+        module, _, attr = args.env_name.partition(":")
+        envs = getattr(importlib.import_module(module), attr)(renderer=renderer, **env_kwargs)
+        if not isinstance(envs, (RLDataset, RLDatasetBuilder)):
+            raise TypeError(f"--env {args.env_name} returned {type(envs).__name__}, not an RLDataset or "
+                            "RLDatasetBuilder")
+        return envs
+    return make_dataset_builder(args.env_name, renderer, group_size=args.group_size,
+                                batch_size=args.groups_per_round, num_batches=args.num_env_batches, **env_kwargs)
+
+
+def main() -> None:
+    parser = TrlParser((ScriptArguments, EnvDPOConfig, ModelConfig))
+    parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
+                                    bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    script_args, training_args, model_args = parser.parse_args_and_config()
+    if script_args.env_name and (script_args.dataset_name or script_args.data_files):
+        parser.error("give either --env (env-driven DPO) or a preference dataset (--dataset_name / --data_files)")
+
+    # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
+    model_path = model_args.model_name_or_path or build_tiny_model()
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
+                                       "attn_implementation": model_args.attn_implementation,
+                                       **(training_args.model_init_kwargs or {})}
+
+    # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
+    datasets = {}
+    if script_args.env_name:
+        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer))
+    else:
+        data = load_preference_splits(script_args)
+        datasets["train_dataset"] = pick_split(data, script_args.dataset_train_split, "training")
+        if training_args.eval_strategy != "no":
+            datasets["eval_dataset"] = pick_split(data, script_args.dataset_test_split, "evaluation")
+
+    # 3. DPO on it. The reference model is the initial policy (with LoRA: the base model, adapter off).
+    trainer = EnvDPOTrainer(
+        model=model_path,
+        args=training_args,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=[RewardProgressCallback(PROGRESS_KEYS)],
+        **datasets,
+    )
+    trainer.remove_callback(PrinterCallback)  # one compact line per log instead of the full metrics dict
+    trainer.train()
+
+    # 4. Save the model (or adapter) and the metrics.
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(training_args.output_dir)
+        with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
+            json.dump(trainer.state.log_history, f, indent=1)
+        print(f"saved to {training_args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()

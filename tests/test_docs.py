@@ -1,0 +1,211 @@
+"""The docs cannot rot: every code block of the learning docs is run, in order, in a fresh working directory.
+
+Markdown conventions (see docs/custom_envs.md, "How these docs are tested"):
+
+* ```` ```bash ```` blocks are run with ``bash -euo pipefail`` in the document's working directory, where ``scripts/``
+  and ``accelerate_configs/`` of the repository are linked; ```` ```python ```` blocks are executed in one namespace
+  per document, in order (as if concatenated), in the same directory. ```` ```text ```` blocks (shown output) and
+  ```` ```yaml ```` / ```` ```json ```` blocks are not run. A block without a language is an error.
+* An HTML comment on the line right before a block tunes how it is run, invisible on GitHub:
+  ``<!-- doctest: KEY="VALUE" ... -->`` with
+
+  - ``append="--max_steps 2"``: flags appended to the block's command (the test runs a shrunk version of a training
+    command; the doc shows the real one);
+  - ``sub="OLD => NEW"``: replace OLD by NEW in the block before running it (repeatable);
+  - ``stdin="8\\n4\\n"``: what the command reads on stdin;
+  - ``file="my_env.py"``: write the block to that file (relative to the working directory) instead of running it;
+  - ``skip="why"``: not run; the reason is required.
+
+* ``TRL_ENVS_DOCS_FULL=1`` runs the blocks exactly as written (no ``append``/``sub``), printing their output: that
+  is how the outputs shown in the docs were produced.
+
+The Chinese tutorial must hold exactly the English tutorial's code blocks and directives (so the commands a reader of
+either runs are the ones tested here), and docs/zh/README.md is run like the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_DOCS = ["docs/tutorial_first_rl.md", "docs/custom_envs.md", "docs/hyperparameters.md", "docs/zh/README.md"]
+SAME_CODE_AS = {"docs/zh/tutorial_first_rl.md": "docs/tutorial_first_rl.md"}
+LEARN_DOCS = RUN_DOCS + list(SAME_CODE_AS)
+SHELL = {"bash", "sh", "shell"}
+PYTHON = {"python", "py"}
+NOT_RUN = {"text", "yaml", "json", "toml", "diff"}
+FULL = os.environ.get("TRL_ENVS_DOCS_FULL") == "1"
+LINKED_DIRS = ["scripts", "accelerate_configs"]
+
+pytestmark = pytest.mark.timeout(900 if FULL else 300)
+
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
+DIRECTIVE = re.compile(r"<!--\s*doctest:(.*?)-->\s*$", re.S)
+
+
+@dataclass
+class Block:
+    doc: str
+    line: int
+    lang: str
+    code: str
+    directives: dict[str, list[str]] = field(default_factory=dict)
+
+    def get(self, key: str) -> str | None:
+        values = self.directives.get(key)
+        return values[-1] if values else None
+
+    @property
+    def where(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def parse(doc: str) -> list[Block]:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    blocks = []
+    for m in FENCE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        directives: dict[str, list[str]] = {}
+        d = DIRECTIVE.search(before)
+        if d:
+            for item in shlex.split(d.group(1)):
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise AssertionError(f"{doc}:{line}: doctest directive {item!r} is not KEY=VALUE")
+                directives.setdefault(key, []).append(value)
+        lang = m.group(1).strip().split()[0] if m.group(1).strip() else ""
+        blocks.append(Block(doc, line, lang, m.group(2), directives))
+    return blocks
+
+
+def shell_command(block: Block) -> str:
+    code = block.code
+    if not FULL:
+        for sub in block.directives.get("sub", []):
+            old, sep, new = sub.partition(" => ")
+            assert sep and old in code, f"{block.where}: sub {sub!r} does not apply"
+            code = code.replace(old, new)
+        if block.get("append"):
+            code = code.rstrip("\n") + " " + block.get("append") + "\n"
+    return code
+
+
+def python_code(block: Block) -> str:
+    """A python block (or a file block) with its ``sub`` directives applied."""
+    code = block.code
+    if not FULL:
+        for sub in block.directives.get("sub", []):
+            old, sep, new = sub.partition(" => ")
+            assert sep and old in code, f"{block.where}: sub {sub!r} does not apply"
+            code = code.replace(old, new)
+    assert FULL or not block.get("append"), f"{block.where}: append is for shell blocks; use sub"
+    return code
+
+
+def child_env(workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TRL_EXPERIMENTAL_SILENCE="1",
+               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_doc(doc: str, workdir: Path, monkeypatch) -> list[tuple[str, float]]:
+    for name in LINKED_DIRS:
+        if (ROOT / name).exists():
+            (workdir / name).symlink_to(ROOT / name)
+    monkeypatch.chdir(workdir)
+    monkeypatch.syspath_prepend(str(workdir))
+    namespace: dict = {"__name__": "__doc__"}
+    timings = []
+    before_modules = set(sys.modules)
+    try:
+        for block in parse(doc):
+            if block.lang in NOT_RUN:
+                continue
+            if block.get("skip") is not None:
+                assert block.get("skip").strip(), f"{block.where}: skip needs a reason"
+                continue
+            start = time.perf_counter()
+            if block.get("file"):
+                path = workdir / block.get("file")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(python_code(block), encoding="utf-8")
+            elif block.lang in SHELL:
+                stdin = block.get("stdin")
+                stdin = stdin.encode().decode("unicode_escape") if stdin is not None else ""
+                proc = subprocess.run(["bash", "-euo", "pipefail", "-c", shell_command(block)], cwd=workdir,
+                                      env=child_env(workdir), input=stdin, capture_output=True, text=True,
+                                      timeout=900 if FULL else 240)
+                if FULL:
+                    print(f"\n===== {block.where} $ {shell_command(block).strip()}\n{proc.stdout}")
+                assert proc.returncode == 0, (f"{block.where}: exit status {proc.returncode}\n--- command\n"
+                                              f"{shell_command(block)}--- stdout\n{proc.stdout[-4000:]}\n"
+                                              f"--- stderr\n{proc.stderr[-6000:]}")
+            elif block.lang in PYTHON:
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    exec(compile(python_code(block), block.where, "exec"), namespace)
+                print(f"\n===== {block.where} (python)\n{out.getvalue()}")
+            timings.append((block.where, time.perf_counter() - start))
+    finally:
+        for name in set(sys.modules) - before_modules:  # modules the doc wrote (my_env, ...) must not leak
+            module_file = getattr(sys.modules[name], "__file__", None) or ""
+            if module_file.startswith(str(workdir)):
+                del sys.modules[name]
+    return timings
+
+
+@pytest.mark.parametrize("doc", RUN_DOCS)
+def test_doc_code_blocks_run(doc, tmp_path, monkeypatch):
+    timings = run_doc(doc, tmp_path, monkeypatch)
+    assert timings, f"{doc}: no code block was run"
+    print("\n".join(f"{t:6.1f}s  {where}" for where, t in timings))
+
+
+@pytest.mark.parametrize("doc", LEARN_DOCS)
+def test_blocks_are_labelled_and_directives_known(doc):
+    for block in parse(doc):
+        assert block.lang, f"{block.where}: label every code block (```bash, ```python, ```text for output ...)"
+        assert block.lang in SHELL | PYTHON | NOT_RUN, f"{block.where}: unknown code block language {block.lang!r}"
+        unknown = set(block.directives) - {"append", "sub", "stdin", "file", "skip"}
+        assert not unknown, f"{block.where}: unknown doctest directives {unknown}"
+
+
+@pytest.mark.parametrize("doc,original", sorted(SAME_CODE_AS.items()))
+def test_translations_run_the_same_code(doc, original):
+    ours = [(b.lang, b.code, b.directives) for b in parse(doc) if b.lang not in NOT_RUN]
+    theirs = [(b.lang, b.code, b.directives) for b in parse(original) if b.lang not in NOT_RUN]
+    assert ours == theirs, f"{doc} must hold exactly the code blocks (and doctest directives) of {original}"
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("doc", LEARN_DOCS)
+def test_relative_links_resolve(doc):
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (ROOT / doc).parent / target.split("#")[0]
+        assert path.exists(), f"{doc}: broken link {target}"
+
+
+def test_readme_links_the_learning_docs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for doc in ["docs/tutorial_first_rl.md", "docs/custom_envs.md", "docs/hyperparameters.md",
+                "scripts/minimal_grpo_loop.py", "docs/zh/README.md", "docs/zh/tutorial_first_rl.md"]:
+        assert f"]({doc})" in readme, f"README.md does not link {doc}"
+        assert (ROOT / doc).exists(), f"README.md links {doc}, which does not exist"
