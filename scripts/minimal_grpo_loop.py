@@ -154,8 +154,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path).to(device)
     renderer = Renderer(tokenizer)
-    train_set, test_set = run_sync(make_dataset_builder(
+    train_set, _ = run_sync(make_dataset_builder(
         args.env, renderer, group_size=args.group_size, batch_size=args.groups_per_batch, num_batches=args.steps))
+    _, test_set = run_sync(make_dataset_builder(args.env, renderer, group_size=1, batch_size=args.groups_per_batch))
+    # (greedy evaluation plays each test problem once: the same problems, groups of one)
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
     sampler = HFSampler(model, tokenizer, temperature=args.temperature)
     greedy = HFSampler(model, tokenizer, temperature=0.0)

@@ -192,18 +192,23 @@ def _make_generate_collective() -> None:
 
 
 def _step_clock():
-    """A TrainerCallback recording the wall time at the start of training and at the end of each optimizer step."""
+    """A TrainerCallback recording wall and CPU time at the start of training and at the end of each optimizer step."""
     from transformers import TrainerCallback
 
     class StepClock(TrainerCallback):
         def __init__(self):
             self.times: list[float] = []
+            self.cpu_times: list[float] = []  # this process's CPU time (all its threads)
+
+        def _tick(self):
+            self.times.append(time.perf_counter())
+            self.cpu_times.append(time.process_time())
 
         def on_train_begin(self, *args, **kwargs):
-            self.times.append(time.perf_counter())
+            self._tick()
 
         def on_step_end(self, *args, **kwargs):
-            self.times.append(time.perf_counter())
+            self._tick()
 
     return StepClock()
 
@@ -252,6 +257,7 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
         "zero_stage": _zero_stage(trainer), "num_generations": args.num_generations, "rollouts": records,
         "log_history": trainer.state.log_history, "eval_metrics": eval_metrics, "train_seconds": train_seconds,
         "step_seconds": [b - a for a, b in zip(clock.times, clock.times[1:])],
+        "step_cpu_seconds": [b - a for a, b in zip(clock.cpu_times, clock.cpu_times[1:])],
         "episodes": sum(len(r["row_keys"]) for r in records if r["mode"] == "train"),
         "finished": True,
     }

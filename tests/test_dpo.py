@@ -294,3 +294,27 @@ def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypa
                         "--output_dir", str(tmp_path / "env"))
     assert "round  1/1 | env reward" in stdout, stdout
     assert (tmp_path / "env" / "log_history.json").exists()
+
+
+def test_script_loads_preference_data_from_files_and_disk(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("train_dpo_loaders", REPO / "scripts" / "train_dpo.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)
+    spec.loader.exec_module(script)
+    rows = [{"prompt": "1 + 1 =", "chosen": " 2", "rejected": " 3"}] * 4
+    data = Dataset.from_list(rows)
+    data.to_json(str(tmp_path / "p.jsonl"))
+    data.to_csv(str(tmp_path / "p.csv"))
+    data.to_parquet(str(tmp_path / "p.parquet"))
+    data.train_test_split(test_size=2).save_to_disk(str(tmp_path / "saved"))
+    args = script.ScriptArguments
+    for kwargs in ({"data_files": [str(tmp_path / "p.jsonl")]}, {"data_files": [str(tmp_path / "p.parquet")]},
+                   {"dataset_name": str(tmp_path / "p.csv")}):
+        train = script.pick_split(script.load_preference_splits(args(**kwargs)), "train", "training")
+        assert train.column_names == ["prompt", "chosen", "rejected"] and len(train) == 4
+    saved = script.load_preference_splits(args(dataset_name=str(tmp_path / "saved")))
+    assert len(script.pick_split(saved, "test", "evaluation")) == 2
+    with pytest.raises(ValueError, match=r"no 'validation' split.*splits found: \['train', 'test'\]"):
+        script.pick_split(saved, "validation", "evaluation")
+    with pytest.raises(ValueError, match="files of one kind"):
+        script.load_preference_splits(args(data_files=[str(tmp_path / "p.jsonl"), str(tmp_path / "p.csv")]))

@@ -125,3 +125,12 @@ def test_launched_processes_that_did_not_join_one_job_are_refused():
     _check_launch(2, {"WORLD_SIZE": "2"})
     with pytest.raises(RuntimeError, match="use_cpu=True"):
         _check_launch(1, {"WORLD_SIZE": "2"})
+
+
+def test_vllm_settings_are_agreed_in_server_mode_and_tensor_parallel_colocate():
+    gen = _FakeColocateGeneration()
+    assert not _vllm_sampler(gen).shares_sampling_settings  # colocate, one GPU per rank: each rank its own
+    gen.tensor_parallel_size = 2
+    assert _vllm_sampler(gen).shares_sampling_settings  # the TP group runs one generation for all its prompts
+    gen.tensor_parallel_size, gen.mode = 1, "server"
+    assert _vllm_sampler(gen).shares_sampling_settings  # rank 0 sends everyone's prompts with its settings

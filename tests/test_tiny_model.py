@@ -278,6 +278,15 @@ def test_foreign_directory_is_never_overwritten_without_force(monkeypatch, tmp_p
     assert (target / "precious.txt").read_text() == "mine\n"
 
 
+def test_scratch_dirs_of_a_killed_builder_are_removed(monkeypatch, tmp_path):
+    monkeypatch.setattr(tiny_model, "_run_build_subprocess", _FakeBuilder(seconds=0))
+    (tmp_path / ".model.building-abc123").mkdir()
+    (tmp_path / ".model.building-abc123" / "model.safetensors").write_text("half written")
+    (tmp_path / ".model.old-def456").mkdir()
+    build_tiny_model(str(tmp_path / "model"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.lock", "model"]
+
+
 def test_failed_build_leaves_nothing_behind(monkeypatch, tmp_path):
     def failing(directory, seed):
         (directory / "half.bin").write_text("partial")

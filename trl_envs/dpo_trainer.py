@@ -198,7 +198,8 @@ class EnvDPOTrainer(DPOTrainer):
             raise ValueError(f"EnvDPOTrainer: the {dataset_name} dataset is empty")
         if all(c in first for c in TOKENIZED_COLUMNS):
             _check_tokenized(dataset, dataset_name)
-            if args.max_length is not None and args.truncation_mode == "keep_start":
+            if args.max_length is not None and args.truncation_mode == "keep_start" and not (
+                    isinstance(dataset, Dataset) and all(len(p) < args.max_length for p in dataset["prompt_ids"])):
                 dataset = dataset.filter(lambda ex: len(ex["prompt_ids"]) < args.max_length)
             return dataset
         _check_columns(dataset, first, dataset_name)
@@ -238,11 +239,13 @@ class EnvDPOTrainer(DPOTrainer):
             rows, stats, env_logs = self._sample_pairs(r)
             self.last_pair_stats = stats
             logs: dict[str, float] = {"round": float(r + 1), **env_logs, **stats.as_metrics()}
-            dataset = self._prepare_dataset(Dataset.from_list(rows), self.processing_class, args, f"round {r + 1}") \
-                if rows else None
-            if dataset is not None and len(dataset) < len(rows):
-                logs["pairs/too_long"] = float(len(rows) - len(dataset))
-            if dataset is None or len(dataset) == 0:
+            if args.max_length is not None and args.truncation_mode == "keep_start":  # as TRL: nothing left to train
+                kept = [row for row in rows if len(row["prompt_ids"]) < args.max_length]
+                if len(kept) < len(rows):
+                    logs["pairs/too_long"] = float(len(rows) - len(kept))
+                rows = kept
+            dataset = Dataset.from_list(rows) if rows else None
+            if dataset is None:
                 warnings.warn(
                     f"EnvDPOTrainer: round {r + 1} made no preference pair from {stats.num_groups} env groups "
                     f"({stats.ties} all ties, {stats.skipped} skipped after errors, {stats.prompt_mismatch} with "

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from transformers import TrainerCallback
 
 
 class RewardProgressCallback(TrainerCallback):
-    """Prints ``step N | reward R | turns T | ...`` from the env metrics each time the Trainer logs (main process).
+    """Prints ``step N | reward R (avg A) | turns T | ...`` from the env metrics each time the Trainer logs (main
+    process). ``avg`` is the mean reward of the last ``window`` logs: single-step rewards of small batches are noisy.
 
     Args:
         keys: ``(label, metric name)`` pairs to show; missing metrics are left out.
+        window: how many logged rewards the running average covers.
     """
 
     DEFAULT_KEYS = (
@@ -22,13 +26,18 @@ class RewardProgressCallback(TrainerCallback):
         ("eval_reward", "eval_env/all/reward/total"),
     )
 
-    def __init__(self, keys: tuple[tuple[str, str], ...] = DEFAULT_KEYS):
+    def __init__(self, keys: tuple[tuple[str, str], ...] = DEFAULT_KEYS, window: int = 10):
         self.keys = keys
+        self.recent: deque[float] = deque(maxlen=window)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
         parts = [f"{label} {logs[key]:.3f}" for label, key in self.keys
                  if isinstance(logs.get(key), (int, float))]
+        reward = logs.get("env/all/reward/total")
+        if isinstance(reward, (int, float)):
+            self.recent.append(reward)
+            parts[0] += f" (avg {sum(self.recent) / len(self.recent):.3f})"
         if parts:
             print(f"[trl_envs] step {state.global_step:>4} | " + " | ".join(parts), flush=True)

@@ -1,4 +1,4 @@
-"""A tiny ChatML chat model, built offline in well under a minute on a CPU, for tests, examples and smoke runs.
+"""A tiny ChatML chat model, built offline on a CPU in about half a minute, for tests, examples and smoke runs.
 
 :func:`build_tiny_model` returns the directory of a Hugging Face model that loads with
 ``AutoTokenizer.from_pretrained`` / ``AutoModelForCausalLM.from_pretrained``:
@@ -127,9 +127,12 @@ def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed
         if target.exists() and not force and not _is_empty_dir(target):
             raise FileExistsError(f"build_tiny_model: {target} exists, is not empty and holds no finished build; "
                                   "remove it, pick another directory, or pass force=True to replace it")
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
+        for stale in _scratch_dirs(target):  # we hold the lock, so these were left by a builder that was killed
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_STAGING}-", dir=target.parent))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the finished model is an ordinary cache directory
         try:
+            _log(f"building the tiny model into {target} (about half a minute)")
             _run_build_subprocess(staging, seed)
             _move_into_place(staging, target)
         finally:
@@ -142,10 +145,21 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created if missing, never deleted) for the ``with`` block."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"waiting for another process to finish building (lock: {path})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+_STAGING, _RETIRED = "building", "old"  # infixes of the scratch directories next to the target
+
+
+def _scratch_dirs(target: Path) -> list[Path]:
+    return [p for infix in (_STAGING, _RETIRED) for p in target.parent.glob(f".{target.name}.{infix}-*")]
 
 
 def _is_empty_dir(path: Path) -> bool:
@@ -157,7 +171,7 @@ def _move_into_place(staging: Path, target: Path) -> None:
     if target.is_dir() and _is_empty_dir(target):
         target.rmdir()
     elif target.exists() or target.is_symlink():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_RETIRED}-", dir=target.parent))
         os.replace(target, old / target.name)
         shutil.rmtree(old, ignore_errors=True)
     os.replace(staging, target)
@@ -368,7 +382,7 @@ def _is_integer(text: str | None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m trl_envs.tiny_model [--output_dir DIR] [--force] [--seed N]``: build (or reuse) and print the path."""
+    """``python -m trl_envs.tiny_model [--output_dir DIR] [--force] [--seed N]``: build or reuse; print the path."""
     parser = argparse.ArgumentParser(prog="python -m trl_envs.tiny_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", default=None, help=f"default: {default_tiny_model_path()}")
     parser.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")

@@ -10,7 +10,9 @@ So, per call, (1) every rank must call (the trainer wraps this sampler in
 :class:`~trl_envs.lockstep.LockstepSampler`), (2) every rank must send equally many prompts (``LockstepSampler``'s
 ``equal_batch_sizes``), and (3) rank 0's settings must cover every rank's requests: this sampler agrees across ranks
 on the largest token budget and the union of stop tokens / strings before calling (otherwise a finished rank's
-one-token dummy call would cut every other rank's completions to one token).
+one-token dummy call would cut every other rank's completions to one token). Colocated vLLM with tensor parallelism
+(``vllm_tensor_parallel_size > 1``) gathers the prompts of its TP group and runs one generation for them: the same
+three rules apply there.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ class VLLMSampler:
         self.eos_token_id = self.tokenizer.eos_token_id
 
     @property
-    def server_mode(self) -> bool:
-        return getattr(self.generation, "mode", None) == "server"
+    def shares_sampling_settings(self) -> bool:
+        """Whether one rank's sampling settings apply to other ranks' prompts: server mode (rank 0 sends everyone's
+        prompts) and colocate with tensor parallelism (the TP group runs one generation over its gathered prompts)."""
+        return (getattr(self.generation, "mode", None) == "server"
+                or (getattr(self.generation, "tensor_parallel_size", 1) or 1) > 1)
 
     def sample(self, requests: list[SampleRequest]) -> list[TokensWithLogprobs]:
         if not requests:
@@ -43,7 +48,7 @@ class VLLMSampler:
         stop_ids = sorted(set().union(*(s.token_ids for s in stops)))
         stop_strings = sorted(set().union(*(s.strings for s in stops)))
         max_tokens = max(r.max_tokens for r in requests)
-        if self.server_mode:
+        if self.shares_sampling_settings:
             max_tokens, stop_ids, stop_strings = agree_sampling_settings(max_tokens, stop_ids, stop_strings)
         with _overridden(self.generation, max_tokens, stop_ids, stop_strings):
             _, completion_ids, logprobs, logprob_token_ids = self.generation.generate(
