@@ -4,10 +4,6 @@ The public API is what this module exports; see docs/DESIGN.md for how the piece
 """
 
 from .batching import BatchingSampler
-from .grpo_config import EnvGRPOConfig
-from .grpo_trainer import EnvGRPOTrainer
-from .dpo_config import EnvDPOConfig
-from .dpo_trainer import DataCollatorForMaskedPreference, EmptyPairsWarning, EnvDPOTrainer
 from .data_processing import (
     NonExtendingObservationError,
     TrainingRow,
@@ -49,6 +45,23 @@ from .types import (
 )
 
 __version__ = "0.1.0"
+
+# The trainers import TRL (seconds); load them on first use so env code and `python -m trl_envs.tiny_model` stay fast.
+_LAZY = {
+    "EnvGRPOConfig": ".grpo_config", "EnvGRPOTrainer": ".grpo_trainer", "EnvDPOConfig": ".dpo_config",
+    "EnvDPOTrainer": ".dpo_trainer", "DataCollatorForMaskedPreference": ".dpo_trainer",
+    "EmptyPairsWarning": ".dpo_trainer",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'trl_envs' has no attribute {name!r}")
 
 __all__ = [
     "Action", "BatchingSampler", "Env", "EnvContractError", "EnvGRPOConfig", "EnvGRPOTrainer", "EnvGroupBuilder", "FailFast", "HFSampler",
