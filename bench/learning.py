@@ -6,7 +6,7 @@ the same evaluation again. Prints before / after / gain per env and seed.
 
 Target: a clear, repeatable rise on both envs (every seed's "after" above its "before").
 
-    python bench/learning.py                       # both envs, seeds 0 and 1, 40 steps
+    python bench/learning.py                       # both envs, seeds 0 and 1, 60 steps
     python bench/learning.py --envs arithmetic --steps 60 --seeds 0
 """
 
@@ -31,12 +31,14 @@ from trl_envs.rollouts import run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 MAX_TURNS = {"arithmetic": 1, "guess_number": 6}
+ENV_KWARGS = {"arithmetic": {"max_operand": 3}}  # as scripts/train_grpo.py's default run
 
 
 def run(env: str, seed: int, args, model_path: str, tokenizer) -> tuple[float, float, float]:
     renderer = Renderer(tokenizer)
     builder = make_dataset_builder(env, renderer, group_size=args.group_size, batch_size=args.groups_per_step,
-                                   num_batches=args.steps * 2, num_test_batches=args.eval_batches, seed=seed)
+                                   num_batches=args.steps * 2, num_test_batches=args.eval_batches, seed=seed,
+                                   **ENV_KWARGS.get(env, {}))
     _, test = run_sync(builder)
     budget = RolloutBudget(max_turns=MAX_TURNS[env], max_tokens_per_turn=args.max_tokens)
     with tempfile.TemporaryDirectory() as out:
@@ -62,10 +64,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=["arithmetic", "guess_number"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--group_size", type=int, default=8)
     parser.add_argument("--groups_per_step", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--max_tokens", type=int, default=8, help="sampled tokens per turn")
     parser.add_argument("--eval_batches", type=int, default=8, help="test batches (x groups_per_step x group_size "
                                                                     "episodes)")

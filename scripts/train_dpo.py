@@ -81,6 +81,20 @@ CPU_FRIENDLY_DEFAULTS = dict(
     seed=0,
 )
 
+class DPOProgressCallback(RewardProgressCallback):
+    """One compact line per Trainer log with the DPO metrics. In env mode, round logs and the end-of-round training
+    summaries are skipped: EnvDPOTrainer prints its own line per round (env reward, pairs, loss, margin)."""
+
+    def __init__(self, keys, env_mode: bool):
+        super().__init__(keys)
+        self.env_mode = env_mode
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and self.env_mode and ("round" in logs or "train_runtime" in logs):
+            return
+        return super().on_log(args, state, control, logs=logs, **kwargs)
+
+
 PROGRESS_KEYS = (("loss", "loss"), ("train_loss", "train_loss"), ("margin", "rewards/margins"),
                  ("acc", "rewards/accuracies"), ("eval_loss", "eval_loss"), ("eval_margin", "eval_rewards/margins"))
 
@@ -161,7 +175,7 @@ def main() -> None:
         args=training_args,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
-        callbacks=[RewardProgressCallback(PROGRESS_KEYS)],
+        callbacks=[DPOProgressCallback(PROGRESS_KEYS, env_mode=bool(script_args.env_name))],
         **datasets,
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per log instead of the full metrics dict

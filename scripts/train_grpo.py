@@ -29,7 +29,9 @@ from trl_envs.tiny_model import build_tiny_model
 
 @dataclass
 class ScriptArguments:
-    env: str = field(default="arithmetic", metadata={"help": f"Built-in env: {sorted(BUILTIN_ENVS)}."})
+    env_name: str = field(default="arithmetic", metadata={
+        "aliases": ["--env"], "help": f"Built-in env: {sorted(BUILTIN_ENVS)}. (YAML key: env_name; TRL's YAML "
+                                      "`env:` key sets environment variables.)"})
     env_kwargs: str | None = field(
         default=None, metadata={"help": "Env dataset options, a JSON object (a mapping in YAML), e.g. "
                                         "'{\"max_operand\": 9}'. Default: DEFAULT_ENV_KWARGS[env]."})
@@ -74,11 +76,11 @@ def main() -> None:
     # 2. The environment: a built-in env's dataset builder, with groups of num_generations envs.
     env_kwargs = script_args.env_kwargs
     if env_kwargs is None:
-        env_kwargs = DEFAULT_ENV_KWARGS.get(script_args.env, {})
+        env_kwargs = DEFAULT_ENV_KWARGS.get(script_args.env_name, {})
     elif isinstance(env_kwargs, str):
         env_kwargs = json.loads(env_kwargs)
     env_builder = make_dataset_builder(
-        script_args.env, Renderer(tokenizer), group_size=training_args.num_generations,
+        script_args.env_name, Renderer(tokenizer), group_size=training_args.num_generations,
         batch_size=script_args.groups_per_batch, num_batches=script_args.num_env_batches, **(env_kwargs or {}))
 
     # 3. GRPO on it.

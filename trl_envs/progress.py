@@ -33,11 +33,14 @@ class RewardProgressCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        parts = [f"{label} {logs[key]:.3f}" for label, key in self.keys
-                 if isinstance(logs.get(key), (int, float))]
-        reward = logs.get("env/all/reward/total")
-        if isinstance(reward, (int, float)):
-            self.recent.append(reward)
-            parts[0] += f" (avg {sum(self.recent) / len(self.recent):.3f})"
+        parts = []
+        for label, key in self.keys:
+            value = logs.get(key)
+            if not isinstance(value, (int, float)):
+                continue
+            parts.append(f"{label} {value:.3f}")
+            if key == "env/all/reward/total":
+                self.recent.append(value)
+                parts[-1] += f" (avg {sum(self.recent) / len(self.recent):.3f})"
         if parts:
             print(f"[trl_envs] step {state.global_step:>4} | " + " | ".join(parts), flush=True)
