@@ -1,8 +1,10 @@
 # Copyright the trl_envs authors. Apache-2.0.
 """A minimal GRPO loop on a trl_envs environment, in plain PyTorch (no Trainer). Read it top to bottom.
 
-    python scripts/minimal_grpo_loop.py                        # arithmetic, offline tiny model, CPU, about a minute
+    python scripts/minimal_grpo_loop.py               # arithmetic 0..3, offline tiny model, CPU, under a minute
     python scripts/minimal_grpo_loop.py --env guess_number --max_tokens 8 --max_turns 6
+
+The defaults are those of ``scripts/train_grpo.py``'s default run (60 steps of 4 groups of 8, learning rate 1e-3).
 
 Each step:
 
@@ -49,15 +51,16 @@ class Args:
     env: str = "arithmetic"  # built-in env: arithmetic | guess_number
     model: str = ""  # hub id or path; empty: the offline tiny chat model
     output_dir: str = "outputs/minimal-grpo"
-    steps: int = 40  # rollout batches, one optimiser step each (TRL: max_steps)
+    steps: int = 60  # rollout batches, one optimiser step each (TRL: max_steps)
     groups_per_batch: int = 4  # env groups per batch
     group_size: int = 8  # envs per group (TRL: num_generations); batch rows = groups_per_batch * group_size
-    learning_rate: float = 3e-4  # AdamW, linear decay to 0 (the Trainer's default schedule)
+    learning_rate: float = 1e-3  # AdamW, linear decay to 0 (the Trainer's default schedule)
     max_grad_norm: float = 1.0
     temperature: float = 1.0  # sampling temperature; the loss scores tokens at the same temperature
     epsilon: float = 0.2  # PPO clip range (TRL: epsilon = epsilon_high = 0.2)
     max_tokens: int = 16  # sampled tokens per turn (TRL: max_completion_length)
     max_turns: int = 8  # actions per episode
+    max_operand: int = 3  # arithmetic: operands 0..max_operand (scripts/train_grpo.py's default run)
     eval_every: int = 20  # evaluate and checkpoint every N steps (and at the end)
     seed: int = 0
 
@@ -154,10 +157,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path).to(device)
     renderer = Renderer(tokenizer)
-    train_set, _ = run_sync(make_dataset_builder(
-        args.env, renderer, group_size=args.group_size, batch_size=args.groups_per_batch, num_batches=args.steps))
-    _, test_set = run_sync(make_dataset_builder(args.env, renderer, group_size=1, batch_size=args.groups_per_batch))
-    # (greedy evaluation plays each test problem once: the same problems, groups of one)
+    env_kwargs = {"max_operand": args.max_operand} if args.env == "arithmetic" else {}
+    train_set, _ = run_sync(make_dataset_builder(args.env, renderer, group_size=args.group_size,
+                                                 batch_size=args.groups_per_batch, num_batches=args.steps, **env_kwargs))
+    # Greedy evaluation plays each test problem once: the same test problems, in groups of one.
+    _, test_set = run_sync(make_dataset_builder(args.env, renderer, group_size=1, batch_size=args.groups_per_batch,
+                                                **env_kwargs))
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
     sampler = HFSampler(model, tokenizer, temperature=args.temperature)
     greedy = HFSampler(model, tokenizer, temperature=0.0)

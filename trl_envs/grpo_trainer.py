@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,18 +104,20 @@ class EnvGRPOTrainer(GRPOTrainer):
                               "num_generations_eval")
         self._custom_sampler = sampler
         self.last_rollout: RolloutBatchResult | None = None
-        super().__init__(
-            model=model,
-            reward_funcs=[env_reward],
-            args=args,
-            train_dataset=self._train_index.as_dataset(),
-            eval_dataset=self._eval_index.as_dataset() if self._eval_index is not None else None,
-            processing_class=processing_class,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            peft_config=peft_config,
-            rollout_func=_env_rollout_func,
-        )
+        with warnings.catch_warnings():  # rollout_func is how we plug in, not something the user opted into
+            warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+            super().__init__(
+                model=model,
+                reward_funcs=[env_reward],
+                args=args,
+                train_dataset=self._train_index.as_dataset(),
+                eval_dataset=self._eval_index.as_dataset() if self._eval_index is not None else None,
+                processing_class=processing_class,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                peft_config=peft_config,
+                rollout_func=_env_rollout_func,
+            )
         _check_launch(self.accelerator.num_processes, os.environ)
         if not getattr(self._tokenizer, "chat_template", None):
             raise ValueError(f"EnvGRPOTrainer: the tokenizer {self._tokenizer.name_or_path!r} has no chat template; "
