@@ -12,6 +12,7 @@ from .data_processing import (
     remove_constant_reward_groups,
     trajectory_to_data,
 )
+from .evaluation import EvalResult, evaluate
 from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .preference import PairStats, PreferencePair, make_preference_pairs
 from .problem_env import ProblemEnv, ProblemGroupBuilder
@@ -64,7 +65,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'trl_envs' has no attribute {name!r}")
 
 __all__ = [
-    "Action", "BatchingSampler", "Env", "EnvContractError", "EnvGRPOConfig", "EnvGRPOTrainer", "EnvGroupBuilder", "FailFast", "HFSampler",
+    "Action", "BatchingSampler", "EvalResult", "evaluate", "Env", "EnvContractError", "EnvGRPOConfig", "EnvGRPOTrainer", "EnvGroupBuilder", "FailFast", "HFSampler",
     "ListRLDataset", "Message", "MessageEnv", "MessageStepResult", "MessageTokenEnv", "NonExtendingObservationError",
     "Observation", "ParsedResponse", "ProblemEnv", "ProblemGroupBuilder", "RLDataset", "RLDatasetBuilder", "Renderer",
     "RetryOnFailure", "RolloutBatchResult", "RolloutBudget", "SampleRequest", "Sampler", "StepResult",
