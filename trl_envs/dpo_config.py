@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig
 
-from .rollouts import ErrorStrategy, FailFast, RetryOnFailure, RolloutBudget
+from .rollout_args import RolloutArguments
+from .rollouts import RolloutBudget
 
 
 @dataclass
-class EnvDPOConfig(DPOConfig):
+class EnvDPOConfig(DPOConfig, RolloutArguments):
     """``DPOConfig`` with the settings of env-driven (iterative / online) DPO. Every DPO option keeps its TRL meaning.
 
     On a preference dataset (``train_dataset``) only the ``DPOConfig`` part matters. With envs (``env_dataset``),
@@ -34,25 +35,11 @@ class EnvDPOConfig(DPOConfig):
     top_p: float = field(default=1.0, metadata={"help": "Env mode: nucleus sampling."})
     top_k: int | None = field(default=None, metadata={"help": "Env mode: top-k sampling (None: off)."})
     min_p: float | None = field(default=None, metadata={"help": "Env mode: min-p sampling (None: off)."})
-    max_turns: int | None = field(default=16, metadata={"help": "Env mode: most actions per episode (None: no limit)."})
     max_tokens_per_turn: int = field(default=64, metadata={"help": "Env mode: most sampled tokens per action."})
-    max_tokens_per_trajectory: int | None = field(
-        default=None, metadata={"help": "Env mode: most sampled tokens per episode (None: no limit)."})
-    rollout_error_strategy: str = field(
-        default="fail_fast", metadata={"help": "Env mode: 'fail_fast' (an env error stops training) or 'retry' (failed "
-                                               "rollouts are replaced; a group out of retries is skipped)."})
-    rollout_max_retries: int = field(default=2, metadata={"help": "Group-wide retry budget for 'retry'."})
-    rollout_timeout: float | None = field(
-        default=None, metadata={"help": "Seconds one rollout may take with 'retry' (None: no limit)."})
-    sampler_max_wait_s: float | None = field(
-        default=30.0, metadata={"help": "Longest wait for all live episodes to ask for a turn before sampling the "
-                                        "requests already pending."})
 
     def __post_init__(self):
         super().__post_init__()
-        if self.rollout_error_strategy not in ("fail_fast", "retry"):
-            raise ValueError(f"EnvDPOConfig.rollout_error_strategy must be 'fail_fast' or 'retry', got "
-                             f"{self.rollout_error_strategy!r}")
+        self.check_rollout_arguments()
         if self.num_rounds < 1:
             raise ValueError(f"EnvDPOConfig.num_rounds must be >= 1, got {self.num_rounds}")
         if self.batches_per_round < 1:
@@ -63,8 +50,3 @@ class EnvDPOConfig(DPOConfig):
     def rollout_budget(self) -> RolloutBudget:
         return RolloutBudget(max_turns=self.max_turns, max_tokens_per_turn=self.max_tokens_per_turn,
                              max_tokens_per_trajectory=self.max_tokens_per_trajectory)
-
-    def error_strategy(self) -> ErrorStrategy:
-        if self.rollout_error_strategy == "retry":
-            return RetryOnFailure(self.rollout_max_retries, self.rollout_timeout)
-        return FailFast()
