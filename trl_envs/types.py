@@ -107,6 +107,8 @@ class Trajectory:
     transitions: list[Transition]
     final_ob: Observation
     stop_reason: StopReason = "done"
+    observations_extend: bool = True
+    """Copied from the env's :attr:`Env.observations_extend`: ``False`` makes every turn its own training row."""
 
     @property
     def step_reward(self) -> float:
@@ -164,7 +166,15 @@ class Env(ABC):
     * :meth:`step` is awaited with each sampled action until it returns ``episode_done=True``; it is never called
       after that.
     * Envs of one rollout batch run concurrently in one asyncio event loop: await I/O, never block the loop.
+
+    Attributes:
+        observations_extend: ``True`` (default) promises that every observation starts with the previous
+            observation followed by the action tokens exactly as sampled, so one episode trains as one sequence.
+            Set it to ``False`` for envs whose observations do not (a fresh board each turn, a summarised history,
+            thinking stripped): each turn then becomes its own training row sharing the trajectory's advantage.
     """
+
+    observations_extend: bool = True
 
     @abstractmethod
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
