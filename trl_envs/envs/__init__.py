@@ -8,11 +8,13 @@ from typing import Any
 from ..renderer import Renderer
 from ..types import RLDatasetBuilder
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
+from .cartpole import CartPoleDatasetBuilder
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
 
 BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "arithmetic": ArithmeticDatasetBuilder,
     "guess_number": GuessNumberDatasetBuilder,
+    "cartpole": CartPoleDatasetBuilder,  # needs gymnasium (pip install "trl-envs[gym]")
 }
 
 
@@ -25,5 +27,5 @@ def make_dataset_builder(name: str, renderer: Renderer, **kwargs: Any) -> RLData
     return factory(renderer=renderer, **kwargs)
 
 
-__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "GuessNumberDatasetBuilder",
+__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "CartPoleDatasetBuilder", "GuessNumberDatasetBuilder",
            "GuessNumberEnv", "make_dataset_builder"]
