@@ -4,11 +4,15 @@ How an env batch maps onto TRL (see docs/DESIGN.md):
 
 * The trainer's dataset is a list of *group keys*, one per env group of the :class:`~trl_envs.types.RLDataset`.
   TRL's sampler repeats each key ``num_generations`` times in a row, so one block of G rows is one group.
-* TRL's ``rollout_func`` hook receives the keys of this rank's rows; the trainer makes the groups' envs, rolls them
-  all out together (one batched ``generate`` per turn) and returns one row per trajectory: prompt = first
-  observation, completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens, sampling logprobs.
+* ``_generate_and_score_completions`` makes the groups' envs of this rank's rows, rolls them all out together (one
+  batched ``generate`` per turn) and lays the trajectories out as rows (``row_layout``): one row per trajectory
+  (prompt = first observation, completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens,
+  sampling logprobs), or one row per turn for envs whose observations do not extend each other, in blocks of G
+  rows per group. TRL's ``rollout_func`` hook hands those rows to TRL.
 * The reward TRL sees is the trajectory's total (step rewards + group reward), passed through its reward hook, so
   ``scale_rewards``, every ``loss_type``, ``beta``, PEFT, ``num_iterations`` and evaluation work as in TRL.
+* ``credit_assignment="per_turn"`` replaces TRL's advantages by per-token ones from per-turn rewards-to-go
+  (``credit``; docs/credit_assignment.md).
 """
 
 from __future__ import annotations
