@@ -4,13 +4,14 @@ One trajectory becomes one row: ``prompt`` = its first observation; ``completion
 tokens between actions (each next observation minus the context before it); ``mask`` = 1 exactly on sampled
 tokens; ``logprobs`` aligned with the completion (0 on env tokens). This only works when each observation
 extends the previous context token-exactly; otherwise :class:`NonExtendingObservationError` names the env and
-the turn (the alternative, one row per turn, is opt-in).
+the turn. Trajectories whose observations do not extend each other train as one row per turn instead
+(:func:`trajectory_to_turn_rows`): prompt = that turn's observation, completion = that turn's action.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -80,6 +81,8 @@ class TrainingRow:
         logprobs: sampling logprob per completion token (0.0 on env tokens).
         advantage: the trajectory's advantage (0.0 until assigned).
         reward: the trajectory's total reward.
+        action_spans: ``(start, end)`` of each turn's action in ``completion_ids``, in turn order.
+        first_turn: the turn index of the first span (0 for a whole trajectory, ``t`` for the row of turn ``t``).
     """
 
     prompt_ids: list[int]
@@ -88,6 +91,8 @@ class TrainingRow:
     logprobs: list[float]
     advantage: float = 0.0
     reward: float = 0.0
+    action_spans: list[tuple[int, int]] = field(default_factory=list)
+    first_turn: int = 0
 
 
 def trajectory_to_data(trajectory: Trajectory, env_name: str = "env") -> TrainingRow:
@@ -102,6 +107,7 @@ def trajectory_to_data(trajectory: Trajectory, env_name: str = "env") -> Trainin
     completion: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
+    spans: list[tuple[int, int]] = []
     context_len = len(prompt)
     for turn, tr in enumerate(trajectory.transitions):
         if turn > 0:
@@ -114,17 +120,43 @@ def trajectory_to_data(trajectory: Trajectory, env_name: str = "env") -> Trainin
             mask += [0] * len(env_tokens)
             logprobs += [0.0] * len(env_tokens)
         action = tr.ac.tokens
+        spans.append((len(completion), len(completion) + len(action)))
         completion += action
         mask += [1] * len(action)
-        lp = tr.ac.logprobs if tr.ac.logprobs is not None else [0.0] * len(action)
-        if len(lp) != len(action):
-            raise ValueError(f"{env_name}: turn {turn} has {len(action)} action tokens but {len(lp)} logprobs")
-        logprobs += [float(x) for x in lp]
+        logprobs += _action_logprobs(tr, turn, env_name)
         context_len = len(prompt) + len(completion)
     if not completion:
         raise ValueError(f"{env_name}: trajectory sampled no tokens; a completion cannot be empty")
     assert context_len == len(prompt) + len(completion)
-    return TrainingRow(prompt, completion, mask, logprobs)
+    return TrainingRow(prompt, completion, mask, logprobs, action_spans=spans)
+
+
+def trajectory_to_turn_rows(trajectory: Trajectory, env_name: str = "env") -> list[TrainingRow]:
+    """One :class:`TrainingRow` per turn: prompt = the observation the model saw, completion = its action.
+
+    For envs whose observations do not extend the previous context (``Env.observations_extend = False``); every
+    row trains exactly the tokens sampled at that turn, in the context they were sampled in. Turns that sampled
+    no token are left out (a completion cannot be empty); a trajectory with none raises ``ValueError``.
+    """
+    if not trajectory.transitions:
+        raise ValueError(f"{env_name}: trajectory has no transitions")
+    rows = []
+    for turn, tr in enumerate(trajectory.transitions):
+        action = list(tr.ac.tokens)
+        if action:
+            rows.append(TrainingRow(list(tr.ob), action, [1] * len(action), _action_logprobs(tr, turn, env_name),
+                                    action_spans=[(0, len(action))], first_turn=turn))
+    if not rows:
+        raise ValueError(f"{env_name}: trajectory sampled no tokens; a completion cannot be empty")
+    return rows
+
+
+def _action_logprobs(tr, turn: int, env_name: str) -> list[float]:
+    action = tr.ac.tokens
+    lp = tr.ac.logprobs if tr.ac.logprobs is not None else [0.0] * len(action)
+    if len(lp) != len(action):
+        raise ValueError(f"{env_name}: turn {turn} has {len(action)} action tokens but {len(lp)} logprobs")
+    return [float(x) for x in lp]
 
 
 def _drift_message(env_name: str, turn: int, context: list[int], ob: list[int]) -> str:
@@ -132,7 +164,8 @@ def _drift_message(env_name: str, turn: int, context: list[int], ob: list[int]) 
     return (f"{env_name}: the observation of turn {turn} does not extend the previous observation + action "
             f"(first difference at token {i}: context has {len(context)} tokens, observation {len(ob)}). Build the "
             "next observation as previous observation + action tokens + new tokens (Renderer.extend_observation), "
-            "or train with one row per turn.")
+            "or train with one row per turn (EnvGRPOConfig.training_rows='auto' or 'turn', or set "
+            "Env.observations_extend = False).")
 
 
 def assemble_training_data(trajectory_groups: Sequence[TrajectoryGroup], advantages: Sequence[torch.Tensor],

@@ -4,11 +4,15 @@ How an env batch maps onto TRL (see docs/DESIGN.md):
 
 * The trainer's dataset is a list of *group keys*, one per env group of the :class:`~trl_envs.types.RLDataset`.
   TRL's sampler repeats each key ``num_generations`` times in a row, so one block of G rows is one group.
-* TRL's ``rollout_func`` hook receives the keys of this rank's rows; the trainer makes the groups' envs, rolls them
-  all out together (one batched ``generate`` per turn) and returns one row per trajectory: prompt = first
-  observation, completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens, sampling logprobs.
+* ``_generate_and_score_completions`` makes the groups' envs of this rank's rows, rolls them all out together (one
+  batched ``generate`` per turn) and lays the trajectories out as rows (``row_layout``): one row per trajectory
+  (prompt = first observation, completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens,
+  sampling logprobs), or one row per turn for envs whose observations do not extend each other, in blocks of G
+  rows per group. TRL's ``rollout_func`` hook hands those rows to TRL.
 * The reward TRL sees is the trajectory's total (step rewards + group reward), passed through its reward hook, so
   ``scale_rewards``, every ``loss_type``, ``beta``, PEFT, ``num_iterations`` and evaluation work as in TRL.
+* ``credit_assignment="per_turn"`` replaces TRL's advantages by per-token ones from per-turn rewards-to-go
+  (``credit``; docs/credit_assignment.md).
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from .data_processing import trajectory_to_data
+from .credit import first_turn_returns, row_token_advantages
 from .grpo_config import EnvGRPOConfig
 from .lockstep import LockstepSampler
 from .metrics import rollout_metrics
 from .rollouts import RolloutBatchResult, run_rollout_batch, run_sync
+from .row_layout import RowPlan, plan_rows
 from .sampler import HFSampler, Sampler
 from .types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
@@ -104,6 +109,7 @@ class EnvGRPOTrainer(GRPOTrainer):
                               "num_generations_eval")
         self._custom_sampler = sampler
         self.last_rollout: RolloutBatchResult | None = None
+        self._planned_rows: RowPlan | None = None
         with warnings.catch_warnings():  # rollout_func is how we plug in, not something the user opted into
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
             super().__init__(
@@ -123,13 +129,37 @@ class EnvGRPOTrainer(GRPOTrainer):
             raise ValueError(f"EnvGRPOTrainer: the tokenizer {self._tokenizer.name_or_path!r} has no chat template; "
                              "env renderers need one (use a chat model or set tokenizer.chat_template).")
 
-    # -- the rollout hook ------------------------------------------------------------------------------------
+    # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
 
-    def _rollout(self, prompts: list[str]) -> dict[str, Any]:
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Roll out the env groups of ``inputs``, lay their trajectories out as rows (see ``row_layout``), then let
+        TRL score and prepare them; with ``credit_assignment="per_turn"`` replace its advantages by per-token ones."""
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        keys = _group_keys(prompts, group_size)
+        keys = _group_keys([x["prompt"] for x in inputs], group_size)
         builders = [self._builder(k) for k in keys]
+        result = self._rollout(builders)
+        names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
+        for name, builder, group in zip(names, builders, result.groups):
+            if group is not None and len(group.trajectories) != group_size:
+                raise EnvContractError(f"{name} made {len(group.trajectories)} envs; the trainer's group size "
+                                       f"(num_generations) is {group_size}")
+        plan = plan_rows(result.groups, group_size, self.args.training_rows, names)
+        self._pad_to_common_shape(plan, mode)
+        if plan.num_trajectories:
+            self._pending_metrics["rows/per_turn_fraction"].append(
+                plan.num_per_turn_trajectories / plan.num_trajectories)
+        self._pending_metrics["rows/filler_fraction"].append(plan.num_fillers / len(plan.rows))
+        self._planned_rows = plan
+        try:
+            output = super()._generate_and_score_completions([dict(inputs[i]) for i in plan.source_rows()])
+        finally:
+            self._planned_rows = None
+        if self.args.credit_assignment == "per_turn":
+            output["advantages"] = self._per_turn_advantages(plan, result.groups, output["completion_ids"].size(1))
+        return output
+
+    def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
         # Every rank makes the same number of generation calls (they may be collectives: ZeRO-3, FSDP, vLLM server);
         # vLLM server mode and tensor-parallel colocate also need equally many prompts per call on every rank.
         equal_batches = self.use_vllm and (self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1)
@@ -141,41 +171,47 @@ class EnvGRPOTrainer(GRPOTrainer):
         finally:
             sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
         self.last_rollout = result
-        rows = self._rows(keys, builders, result, group_size)
         for name, values in rollout_metrics(result.groups, result.error_counts).items():
             self._pending_metrics[name].extend(values)
-        return rows
+        return result
+
+    def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
+        """Pad with unscorable blocks so every rank has as many rows (TRL gathers rewards across ranks) and, in
+        training, a multiple of ``steps_per_generation`` (TRL splits the batch into that many equal parts)."""
+        blocks = int(self.accelerator.gather(torch.tensor([plan.num_blocks], device=self.accelerator.device)).max())
+        if mode == "train":
+            while (blocks * plan.group_size) % self.args.steps_per_generation:
+                blocks += 1
+        plan.pad_to(blocks)
+
+    def _rollout_output(self, prompts: list[str]) -> dict[str, Any]:
+        plan = self._planned_rows
+        if plan is None or len(plan.rows) != len(prompts):
+            raise RuntimeError(f"EnvGRPOTrainer: TRL asked for {len(prompts)} completions but "
+                               f"{0 if plan is None else len(plan.rows)} rows were planned; rollout_func must only be "
+                               "called from EnvGRPOTrainer._generate_and_score_completions")
+        out = plan.rollout_output(self._tokenizer.pad_token_id, self.eos_token_ids[0])
+        out[ENV_REWARD_KEY] = out.pop("rewards")
+        return out
+
+    def _per_turn_advantages(self, plan: RowPlan, groups, width: int) -> torch.Tensor:
+        scale = self.scale_rewards if self.scale_rewards in ("group", "batch", "none") else (
+            "group" if self.scale_rewards else "none")
+        batch_std = None
+        if scale == "batch":
+            returns = torch.tensor(first_turn_returns(groups, self.args.credit_gamma), dtype=torch.float64)
+            stats = torch.stack([returns.sum(), (returns ** 2).sum(), torch.tensor(float(len(returns)),
+                                                                                   dtype=torch.float64)])
+            total, total_sq, n = self.accelerator.gather(stats.to(self.accelerator.device)).view(-1, 3).sum(0).tolist()
+            batch_std = ((total_sq - total * total / n) / (n - 1)) ** 0.5 if n > 1 else 0.0
+        advantages = row_token_advantages(plan, groups, width, self.args.credit_gamma, scale, batch_std)
+        return advantages.to(self.accelerator.device)
 
     def _builder(self, key: str) -> EnvGroupBuilder:
         index = self._train_index if key.startswith("train/") else self._eval_index
         if index is None:
             raise KeyError(f"EnvGRPOTrainer: no env dataset for row key {key!r}")
         return index.builder(key)
-
-    def _rows(self, keys: list[str], builders: Sequence[EnvGroupBuilder], result: RolloutBatchResult,
-              group_size: int) -> dict[str, Any]:
-        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
-                                ENV_REWARD_KEY: []}
-        for key, builder, group in zip(keys, builders, result.groups):
-            if group is None:  # skipped after errors: rows that carry no reward and no trained token
-                for _ in range(group_size):
-                    out["prompt_ids"].append([self._tokenizer.pad_token_id])
-                    out["completion_ids"].append([self.eos_token_ids[0]])
-                    out["logprobs"].append([0.0])
-                    out["env_mask"].append([0])
-                    out[ENV_REWARD_KEY].append(None)
-                continue
-            if len(group.trajectories) != group_size:
-                raise EnvContractError(f"{type(builder).__name__} (row {key}) made {len(group.trajectories)} envs; "
-                                       f"the trainer's group size (num_generations) is {group_size}")
-            for ti, (traj, total) in enumerate(zip(group.trajectories, group.get_total_rewards())):
-                row = trajectory_to_data(traj, env_name=f"{type(builder).__name__} (row {key}, trajectory {ti})")
-                out["prompt_ids"].append(row.prompt_ids)
-                out["completion_ids"].append(row.completion_ids)
-                out["logprobs"].append(row.logprobs)
-                out["env_mask"].append(row.mask)
-                out[ENV_REWARD_KEY].append(total)
-        return out
 
     def _sampler(self) -> Sampler:
         if self._custom_sampler is not None:
@@ -193,8 +229,8 @@ class EnvGRPOTrainer(GRPOTrainer):
 
 
 def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, Any]:
-    """TRL's ``rollout_func`` hook (called as ``rollout_func(prompts, trainer)``)."""
-    return trainer._rollout(prompts)
+    """TRL's ``rollout_func`` hook (called as ``rollout_func(prompts, trainer)``): the rows planned for this batch."""
+    return trainer._rollout_output(prompts)
 
 
 @contextlib.contextmanager
