@@ -29,6 +29,7 @@ import time
 import _common
 import numpy as np
 import torch
+from transformers import PrinterCallback, TrainerCallback
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer
 from trl_envs.envs import make_dataset_builder
@@ -74,10 +75,20 @@ def run_ppo(args) -> tuple[list[float], int, float]:
     return returns, int(model.num_timesteps), seconds
 
 
+class _Progress(TrainerCallback):
+    """One line per training step: the mean CartPole return of the step's episodes and the share of legal replies."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "env/cartpole/episode_return" in logs:
+            print(f"  step {state.global_step:3d}: return {logs['env/cartpole/episode_return']:6.1f}  valid replies "
+                  f"{logs['env/cartpole/parse_ok']:.2f}  entropy {logs.get('entropy', float('nan')):.3f}", flush=True)
+
+
 def run_grpo(args, model_path: str, tokenizer, renderer) -> tuple[object, int, float, list[dict]]:
     builder = make_dataset_builder("cartpole", renderer, group_size=args.group_size, batch_size=args.groups_per_step,
                                    num_batches=args.grpo_steps, seed=args.seed,
-                                   max_episode_steps=args.train_max_episode_steps)
+                                   max_episode_steps=args.train_max_episode_steps,
+                                   invalid_action_penalty=args.invalid_action_penalty)
     with tempfile.TemporaryDirectory() as out:
         config = EnvGRPOConfig(
             output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
@@ -86,6 +97,8 @@ def run_grpo(args, model_path: str, tokenizer, renderer) -> tuple[object, int, f
             learning_rate=args.lr, beta=0.0, max_completion_length=4, max_turns=500, logging_steps=1,
             save_strategy="no", training_rows="auto", credit_assignment="per_turn", credit_gamma=args.gamma)
         trainer = EnvGRPOTrainer(model_path, config, builder, processing_class=tokenizer)
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(_Progress())
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
@@ -109,6 +122,7 @@ def main() -> int:
     parser.add_argument("--train_max_episode_steps", type=int, default=100,
                         help="cap on training episodes (evaluation always plays up to CartPole-v1's 500)")
     parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--invalid_action_penalty", type=float, default=-1.0)
     parser.add_argument("--gamma", type=float, default=0.95, help="credit_gamma of the per-turn reward-to-go")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)

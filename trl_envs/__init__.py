@@ -13,6 +13,9 @@ from .data_processing import (
     trajectory_to_data,
 )
 from .evaluation import EvalResult, evaluate
+from .gym_env import GymDataset, GymDatasetBuilder, GymEnv, GymGroupBuilder  # gymnasium is imported on first use
+from .gym_evaluation import GymEvalResult, evaluate_gym, evaluate_policy
+from .gym_text import ActionParseError, ActionParser, ObservationFormatter
 from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .preference import PairStats, PreferencePair, make_preference_pairs
 from .problem_env import ProblemEnv, ProblemGroupBuilder
@@ -28,6 +31,7 @@ from .rollouts import (
     run_rollout_batch_async,
 )
 from .sampler import HFSampler, SampleRequest, Sampler
+from .text_policy import TextPolicySampler
 from .types import (
     Action,
     Env,
@@ -74,4 +78,6 @@ __all__ = [
     "run_rollout_batch", "run_rollout_batch_async", "trajectory_to_data",
     "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "PairStats",
     "PreferencePair", "make_preference_pairs",
+    "ActionParseError", "ActionParser", "GymDataset", "GymDatasetBuilder", "GymEnv", "GymEvalResult", "GymGroupBuilder",
+    "ObservationFormatter", "TextPolicySampler", "evaluate_gym", "evaluate_policy",
 ]
