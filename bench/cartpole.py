@@ -51,7 +51,7 @@ def eval_lm(model, tokenizer, renderer, args, temperature: float) -> GymEvalResu
     torch.manual_seed(args.seed)
     return evaluate_gym(HFSampler(model, tokenizer, temperature=temperature), ENV_ID, renderer, args.eval_episodes,
                         seed=args.eval_seed, formatter=cartpole_text, action_names=ACTION_NAMES,
-                        default_action="random", max_tokens_per_turn=4)
+                        default_action=_default_action(args.default_action), max_tokens_per_turn=4)
 
 
 def run_ppo(args) -> tuple[list[float], int, float]:
@@ -84,11 +84,16 @@ class _Progress(TrainerCallback):
                   f"{logs['env/cartpole/parse_ok']:.2f}  entropy {logs.get('entropy', float('nan')):.3f}", flush=True)
 
 
+def _default_action(text: str):
+    return "random" if text == "random" else int(text)
+
+
 def run_grpo(args, model_path: str, tokenizer, renderer) -> tuple[object, int, float, list[dict]]:
     builder = make_dataset_builder("cartpole", renderer, group_size=args.group_size, batch_size=args.groups_per_step,
                                    num_batches=args.grpo_steps, seed=args.seed,
                                    max_episode_steps=args.train_max_episode_steps,
-                                   invalid_action_penalty=args.invalid_action_penalty)
+                                   invalid_action_penalty=args.invalid_action_penalty,
+                                   default_action=_default_action(args.default_action))
     with tempfile.TemporaryDirectory() as out:
         config = EnvGRPOConfig(
             output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
@@ -121,8 +126,9 @@ def main() -> int:
     parser.add_argument("--groups_per_step", type=int, default=2)
     parser.add_argument("--train_max_episode_steps", type=int, default=100,
                         help="cap on training episodes (evaluation always plays up to CartPole-v1's 500)")
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--invalid_action_penalty", type=float, default=-1.0)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--invalid_action_penalty", type=float, default=-0.1)
+    parser.add_argument("--default_action", default="0", help="played after an illegal reply: random, 0 or 1")
     parser.add_argument("--gamma", type=float, default=0.95, help="credit_gamma of the per-turn reward-to-go")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)

@@ -353,3 +353,26 @@ def test_tiny_model_plays_cartpole_without_crashing(tiny_model_path, tokenizer, 
                           max_tokens_per_turn=4)
     assert len(result.episode_rewards) == 4 and all(1 <= n <= 15 for n in result.episode_lengths)
     assert 0.0 <= result.parse_ok <= 1.0
+
+
+# -- training --------------------------------------------------------------------------------------------------
+
+
+def test_grpo_trains_on_cartpole_with_per_turn_rows_and_credit(tmp_path, tiny_model_path, tokenizer, renderer):
+    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
+
+    builder = make_dataset_builder("cartpole", renderer, group_size=4, batch_size=1, num_batches=2,
+                                   num_test_batches=0, max_episode_steps=5)
+    config = EnvGRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
+                           gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=4, max_steps=2,
+                           max_completion_length=4, max_turns=500, learning_rate=1e-3, logging_steps=1,
+                           save_strategy="no", seed=0, beta=0.0, training_rows="auto", credit_assignment="per_turn",
+                           credit_gamma=0.95)
+    trainer = EnvGRPOTrainer(tiny_model_path, config, builder, processing_class=tokenizer)
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "env/cartpole/episode_return" in h]
+    assert len(logged) == 2
+    for h in logged:
+        assert h["rows/per_turn_fraction"] == 1.0  # current-state GymEnv: every turn its own row
+        assert 1.0 <= h["env/cartpole/episode_length"] <= 5.0
+        assert h["env/cartpole/episode_return"] == pytest.approx(h["env/cartpole/episode_length"])
