@@ -51,7 +51,9 @@ def lean_policy(prompt: str) -> str:
 
 def CartPoleDatasetBuilder(renderer: Renderer, group_size: int = 4, batch_size: int = 2, num_batches: int = 1000,
                            num_test_batches: int = 1, seed: int = 0, **env_kwargs: Any) -> GymDatasetBuilder:
-    """Train/test datasets of ``CartPole-v1`` episodes: groups of ``group_size`` episodes with one seed each.
+    """Gymnasium CartPole-v1 in text: the current state each turn, reply 0 (push left) or 1 (push right); +1 per step.
+
+    Train/test datasets of ``CartPole-v1`` episodes: groups of ``group_size`` episodes with one seed each.
 
     ``env_kwargs`` are :class:`~trl_envs.gym_env.GymEnv` options; defaults here: ``formatter=cartpole_text``,
     ``action_names=("left", "right")`` (so ``0``/``1`` and ``left``/``right`` are both read), ``mode="current_state"``,
