@@ -155,8 +155,9 @@ def main() -> None:
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     script_args, training_args, model_args = parser.parse_args_and_config()
     env_mode = bool(script_args.env_name or script_args.env_dataset)
-    if script_args.env_name and script_args.env_dataset:
-        parser.error("give either --env (an env by name) or --env_dataset (a dataset of env rows)")
+    if script_args.env_dataset and (script_args.env_name or script_args.env_kwargs):
+        parser.error("give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env rows, whose "
+                     "rows hold the env options)")
     if env_mode and (script_args.dataset_name or script_args.data_files):
         parser.error("give either --env / --env_dataset (env-driven DPO) or a preference dataset (--dataset_name / "
                      "--data_files)")

@@ -85,8 +85,9 @@ def main() -> None:
     # 2. The environment: an env by name (its dataset builder, groups of num_generations envs), or a dataset of env
     #    rows (one group per row; the trainer turns it into an RLDataset).
     if script_args.env_dataset:
-        if script_args.env_name:
-            raise SystemExit("give either --env_name (an env by name) or --env_dataset (a dataset of env rows)")
+        if script_args.env_name or script_args.env_kwargs:
+            raise SystemExit("give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
+                             "env rows, whose rows hold the env options)")
         env_builder = load_env_dataset(script_args.env_dataset, script_args.env_dataset_split)
     else:
         env_name = script_args.env_name or "arithmetic"

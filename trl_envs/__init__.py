@@ -16,7 +16,16 @@ from .evaluation import EvalResult, evaluate
 from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .preference import PairStats, PreferencePair, make_preference_pairs
 from .problem_env import ProblemEnv, ProblemGroupBuilder
-from .registry import EnvKind, EnvRowError, get_env, list_envs, make_env_dataset, make_env_group_builder, register_env
+from .registry import (
+    EnvKind,
+    EnvRowError,
+    UnknownEnvError,
+    get_env,
+    list_envs,
+    make_env_dataset,
+    make_env_group_builder,
+    register_env,
+)
 from .renderer import Message, ParsedResponse, Renderer
 from .rollouts import (
     FailFast,
@@ -78,5 +87,5 @@ __all__ = [
     "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "PairStats",
     "PreferencePair", "make_preference_pairs",
     "EnvKind", "EnvRowDataset", "EnvRowError", "export_env_dataset", "get_env", "list_envs", "load_env_dataset",
-    "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset",
+    "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset", "UnknownEnvError",
 ]

@@ -60,6 +60,13 @@ class EnvRowError(ValueError):
     names the row index (when known) and the field."""
 
 
+class UnknownEnvError(KeyError):
+    """No env of that name; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
 @dataclass(frozen=True)
 class EnvKind:
     """One named kind of env.
@@ -120,8 +127,8 @@ def register_env(name: str, dataset_builder: Callable[..., RLDatasetBuilder | RL
         overwrite: replace an existing registration (otherwise registering a taken name raises).
 
     Raises:
-        ValueError: the name is taken (registered, built in or from an entry point) and ``overwrite`` is false, or
-            neither capability is given.
+        ValueError: the name is taken (registered or built in) and ``overwrite`` is false, or neither capability is
+            given. (A registered name shadows an installed env of the same name.)
     """
     if not name or ":" in name:
         raise ValueError(f"register_env: invalid env name {name!r} (non-empty, without ':')")
@@ -148,7 +155,7 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
     """The :class:`EnvKind` called ``name``.
 
     ``"package.module:attr"`` imports ``attr`` (an ``EnvKind`` or a dataset-builder factory) unless ``allow_import``
-    is false. Raises ``KeyError`` naming the known envs when there is no such env.
+    is false. Raises :class:`UnknownEnvError` (a ``KeyError``) naming the known envs when there is no such env.
     """
     if name in _REGISTERED:
         return _REGISTERED[name]
@@ -157,12 +164,12 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
         return EnvKind.from_factory(name, builtins[name], "builtin")
     if ":" in name:
         if not allow_import:
-            raise KeyError(f"env {name!r}: 'module:attr' references are not allowed here; known envs: "
+            raise UnknownEnvError(f"env {name!r}: 'module:attr' references are not allowed here; known envs: "
                            f"{sorted(_known_names())}")
         return _import_kind(name)
     kind = _entry_point_kind(name, rescan=False) or _entry_point_kind(name, rescan=True)
     if kind is None:
-        raise KeyError(f"unknown env {name!r}; known envs: {sorted(_known_names())} (built in, registered with "
+        raise UnknownEnvError(f"unknown env {name!r}; known envs: {sorted(_known_names())} (built in, registered with "
                        f"register_env, or installed under the entry-point group {ENTRY_POINT_GROUP!r})")
     return kind
 
@@ -190,7 +197,7 @@ def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = 
     accepted by the factory's signature (so a user factory ``f(renderer, **my_options)`` keeps working).
 
     Raises:
-        KeyError: unknown env. ValueError: the env has only a row spec. TypeError: the factory returned something
+        UnknownEnvError: unknown env. ValueError: the env has only a row spec. TypeError: the factory returned something
         other than an ``RLDataset`` / ``RLDatasetBuilder``.
     """
     kind = get_env(name)
@@ -261,7 +268,7 @@ def validate_row(row: Mapping[str, Any], *, index: int | None = None) -> tuple[s
     unknown = sorted(set(given) - set(spec))
     if unknown:
         raise EnvRowError(f"{where}, field {unknown[0]!r}: env {name!r} takes no field {unknown[0]!r}; its fields are "
-                          f"{_describe_fields(spec)}")
+                          f"{_describe_fields(spec)} (drop other columns with dataset.remove_columns)")
     missing = [k for k, (_, default) in spec.items() if default is inspect.Parameter.empty and k not in given]
     if missing:
         raise EnvRowError(f"{where}, field {missing[0]!r}: missing required field {missing[0]!r} of env {name!r}; its "
@@ -344,7 +351,7 @@ def _import_kind(ref: str) -> EnvKind:
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
-        raise KeyError(f"env {ref!r}: cannot import {attr!r} from module {module_name!r}: {e}") from e
+        raise UnknownEnvError(f"env {ref!r}: cannot import {attr!r} from module {module_name!r}: {e}") from e
     return EnvKind.from_factory(ref, obj, "import")
 
 
