@@ -39,7 +39,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN_DOCS = ["docs/tutorial_first_rl.md", "docs/custom_envs.md", "docs/hyperparameters.md", "docs/zh/README.md"]
+RUN_DOCS = ["docs/tutorial_first_rl.md", "docs/custom_envs.md", "docs/hyperparameters.md", "docs/zh/README.md",
+            "docs/envs_as_datasets.md"]
 SAME_CODE_AS = {"docs/zh/tutorial_first_rl.md": "docs/tutorial_first_rl.md"}
 LEARN_DOCS = RUN_DOCS + list(SAME_CODE_AS)
 SHELL = {"bash", "sh", "shell"}

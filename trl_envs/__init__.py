@@ -16,6 +16,16 @@ from .evaluation import EvalResult, evaluate
 from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .preference import PairStats, PreferencePair, make_preference_pairs
 from .problem_env import ProblemEnv, ProblemGroupBuilder
+from .registry import (
+    EnvKind,
+    EnvRowError,
+    UnknownEnvError,
+    get_env,
+    list_envs,
+    make_env_dataset,
+    make_env_group_builder,
+    register_env,
+)
 from .renderer import Message, ParsedResponse, Renderer
 from .rollouts import (
     FailFast,
@@ -52,6 +62,8 @@ _LAZY = {
     "EnvGRPOConfig": ".grpo_config", "EnvGRPOTrainer": ".grpo_trainer", "EnvDPOConfig": ".dpo_config",
     "EnvDPOTrainer": ".dpo_trainer", "DataCollatorForMaskedPreference": ".dpo_trainer",
     "EmptyPairsWarning": ".dpo_trainer",
+    "EnvRowDataset": ".env_datasets", "export_env_dataset": ".env_datasets", "load_env_dataset": ".env_datasets",
+    "rows_to_dataset": ".env_datasets",
 }
 
 
@@ -74,4 +86,6 @@ __all__ = [
     "run_rollout_batch", "run_rollout_batch_async", "trajectory_to_data",
     "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "PairStats",
     "PreferencePair", "make_preference_pairs",
+    "EnvKind", "EnvRowDataset", "EnvRowError", "export_env_dataset", "get_env", "list_envs", "load_env_dataset",
+    "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset", "UnknownEnvError",
 ]
