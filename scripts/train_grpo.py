@@ -24,6 +24,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
 from trl_envs.envs import BUILTIN_ENVS, make_dataset_builder
 from trl_envs.progress import RewardProgressCallback
+from trl_envs.publish import PublishArguments, publish_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 
@@ -64,10 +65,11 @@ CPU_FRIENDLY_DEFAULTS = dict(
 
 
 def main() -> None:
-    parser = TrlParser((ScriptArguments, EnvGRPOConfig, ModelConfig))
+    parser = TrlParser((ScriptArguments, EnvGRPOConfig, ModelConfig, PublishArguments))
     parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    script_args, training_args, model_args = parser.parse_args_and_config()
+    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
     model_path = model_args.model_name_or_path or build_tiny_model()
@@ -102,6 +104,10 @@ def main() -> None:
         with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
             json.dump(trainer.state.log_history, f, indent=1)
         print(f"saved to {training_args.output_dir}")
+
+    # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
+    publish_run(trainer, base_model=model_path, algorithm="grpo", envs=[script_args.env_name], push=push,
+                publish_args=publish_args, env_kwargs=env_kwargs, script_args=script_args, model_args=model_args)
 
 
 if __name__ == "__main__":

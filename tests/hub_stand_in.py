@@ -9,6 +9,7 @@ upload code offline.
 * ``POST /api/models/{ns}/{name}/commit/{revision}`` (NDJSON: a header line, then one ``file`` line per file with
   base64 content) -> ``{"commitUrl", "commitOid"}``; the files are stored per repo.
 * ``POST /api/models/{ns}/{name}/branch/{branch}`` -> ok; ``GET /api/whoami-v2`` -> the token's user.
+* ``GET /api/agent-harnesses`` (huggingface_hub fetches it for its user agent, unauthenticated) -> 404.
 
 Every request is recorded (method, path, and whether it carried the bearer token); anything else is answered 404 and
 listed in ``unexpected``, so a test can assert the client used nothing more.
@@ -89,6 +90,8 @@ class HubStandIn:
         return Handler
 
     def _route(self, method: str, path: str, body: bytes, authorized: bool) -> tuple[int, dict]:
+        if method == "GET" and path == "/api/agent-harnesses":  # huggingface_hub's user-agent registry, not uploads
+            return 404, {"error": "not served by the stand-in"}
         if method == "GET" and path == "/api/whoami-v2":
             return (200, {"name": USER, "type": "user", "auth": {}}) if authorized else (401, {"error": "bad token"})
         if not authorized:

@@ -95,7 +95,10 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 is greedy (default: 1)")
     p.add_argument("--top_p", type=float, default=1.0)
     p.add_argument("--max_tokens", type=int, default=32, help="token budget of one action (default: 32)")
-    p.add_argument("--max_turns", type=int, default=16, help="most actions per episode (default: 16)")
+    p.add_argument("--max_turns", type=_int_or_none, default=16,
+                   help="most actions per episode; 'none' for no limit (default: 16)")
+    p.add_argument("--max_tokens_per_trajectory", type=_int_or_none, default=None,
+                   help="most sampled tokens per episode (default: no limit)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the checkpoint's)")
@@ -104,6 +107,15 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", default="eval_results.json",
                    help="JSON file for the results (default: eval_results.json; '' to write none)")
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
+
+
+def _int_or_none(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {text!r}") from None
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -138,7 +150,8 @@ def _eval(args: argparse.Namespace) -> int:
     result = evaluate_model(
         model, args.env, env_kwargs=env_kwargs, split=args.split, num_problems=args.num_problems,
         samples_per_problem=args.samples_per_problem, ks=args.pass_k, temperature=args.temperature, top_p=args.top_p,
-        max_tokens=args.max_tokens, max_turns=args.max_turns, seed=args.seed,
+        max_tokens=args.max_tokens, max_turns=args.max_turns,
+        max_tokens_per_trajectory=args.max_tokens_per_trajectory, seed=args.seed,
         success_threshold=args.success_threshold, device=args.device, dtype=args.dtype, chunk_size=args.chunk_size,
         progress=not args.no_progress)
     settings = {k: v for k, v in vars(args).items() if k not in ("run", "command", "no_progress", "output")}
