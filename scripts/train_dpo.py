@@ -37,6 +37,7 @@ from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDataset
 from trl_envs.envs import BUILTIN_ENVS, make_dataset_builder
 from trl_envs.preference_data import load_preference_dataset
 from trl_envs.progress import RewardProgressCallback
+from trl_envs.publish import PublishArguments, publish_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -132,7 +133,7 @@ def pick_split(data, split: str, role: str):
 
 
 def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | RLDatasetBuilder:
-    env_kwargs = json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
+    env_kwargs = _env_kwargs(args)
     if ":" in args.env_name:
         module, _, attr = args.env_name.partition(":")
         envs = getattr(importlib.import_module(module), attr)(renderer=renderer, **env_kwargs)
@@ -145,10 +146,11 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | R
 
 
 def main() -> None:
-    parser = TrlParser((ScriptArguments, EnvDPOConfig, ModelConfig))
+    parser = TrlParser((ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments))
     parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    script_args, training_args, model_args = parser.parse_args_and_config()
+    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
     if script_args.env_name and (script_args.dataset_name or script_args.data_files):
         parser.error("give either --env (env-driven DPO) or a preference dataset (--dataset_name / --data_files)")
 
@@ -188,6 +190,18 @@ def main() -> None:
         with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
             json.dump(trainer.state.log_history, f, indent=1)
         print(f"saved to {training_args.output_dir}")
+
+    # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
+    builtin_data = not (script_args.env_name or script_args.dataset_name or script_args.data_files)
+    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args,
+                envs=[script_args.env_name] if script_args.env_name else [],
+                env_kwargs=_env_kwargs(script_args), eval_env="arithmetic" if builtin_data else None,
+                datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
+                    script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
+
+
+def _env_kwargs(args: ScriptArguments) -> dict:
+    return json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
 
 
 if __name__ == "__main__":
