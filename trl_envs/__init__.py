@@ -12,7 +12,7 @@ from .data_processing import (
     remove_constant_reward_groups,
     trajectory_to_data,
 )
-from .evaluation import EvalResult, evaluate
+from .evaluation import EvalResult, TagStats, evaluate, pass_at_k
 from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .preference import PairStats, PreferencePair, make_preference_pairs
 from .problem_env import ProblemEnv, ProblemGroupBuilder
@@ -52,6 +52,7 @@ _LAZY = {
     "EnvGRPOConfig": ".grpo_config", "EnvGRPOTrainer": ".grpo_trainer", "EnvDPOConfig": ".dpo_config",
     "EnvDPOTrainer": ".dpo_trainer", "DataCollatorForMaskedPreference": ".dpo_trainer",
     "EmptyPairsWarning": ".dpo_trainer",
+    "evaluate_model": ".model_eval", "push_folder_to_hub": ".hub", "plot_training_curves": ".plots",
 }
 
 
@@ -74,4 +75,5 @@ __all__ = [
     "run_rollout_batch", "run_rollout_batch_async", "trajectory_to_data",
     "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "PairStats",
     "PreferencePair", "make_preference_pairs",
+    "TagStats", "pass_at_k", "evaluate_model", "push_folder_to_hub", "plot_training_curves",
 ]
