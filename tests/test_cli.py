@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +30,10 @@ def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
 
 
 def test_console_script_is_declared():
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["trl-envs"] == "trl_envs.cli:main"
-    assert scripts["trl-envs-build-tiny-model"] == "trl_envs.tiny_model:main"
+    text = (ROOT / "pyproject.toml").read_text()
+    scripts = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]  # tomllib needs Python 3.11
+    assert 'trl-envs = "trl_envs.cli:main"' in scripts.splitlines()
+    assert 'trl-envs-build-tiny-model = "trl_envs.tiny_model:main"' in scripts.splitlines()
 
 
 def test_list_shows_every_env_with_a_description(capsys):
@@ -158,10 +158,11 @@ def test_eval_is_reproducible_and_the_seed_matters(tiny_model_path):
 
 
 def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
-    from trl_envs.envs import make_dataset_builder
-    from trl_envs import HFSampler, Renderer, evaluate
-    from trl_envs.rollouts import run_sync
     from transformers import AutoTokenizer
+
+    from trl_envs import HFSampler, Renderer, evaluate
+    from trl_envs.envs import make_dataset_builder
+    from trl_envs.rollouts import run_sync
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     _, test = run_sync(make_dataset_builder("arithmetic", Renderer(tokenizer)))

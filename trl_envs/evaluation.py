@@ -115,8 +115,10 @@ class EvalResult:
                 + [f"{s.pass_at_k[k]:.3f}" if k in s.pass_at_k else "-" for k in ks]
                 for tag, s in self.per_tag.items()]
         widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-        line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                       for i, (c, w) in enumerate(zip(cells, widths)))
+
+        def line(cells: list[str]) -> str:  # the tag left-aligned, numbers right-aligned
+            return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
         return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 
 

@@ -31,8 +31,9 @@ def evaluate_model(model_name_or_path: str, env: str, *, env_kwargs: dict[str, A
     The env dataset is made by :func:`~trl_envs.env_catalog.make_env_dataset` with ``env_kwargs`` and, where the
     env accepts them, ``group_size=samples_per_problem`` and enough batches (``batch_size``, ``num_test_batches`` or
     ``num_batches``) for ``num_problems`` (default: the whole split as the env makes it). The problems are the env's
-    own (its dataset seed is an ``env_kwargs`` option); ``seed`` seeds the sampling; ``temperature=0`` is greedy. Pass ``model`` and ``tokenizer`` to evaluate a model already in memory
-    (``model_name_or_path`` is then only a label).
+    own (its dataset seed is an ``env_kwargs`` option); ``seed`` seeds the sampling; ``temperature=0`` is greedy.
+    Pass ``model`` and ``tokenizer`` to evaluate a model already in memory (``model_name_or_path`` is then only a
+    label).
 
     Raises:
         ValueError: for an unknown env or split, or a split with fewer problems than asked for.

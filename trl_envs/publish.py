@@ -162,7 +162,8 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, env: str, 
     if env_kwargs:
         command += ["--env_kwargs", json.dumps(env_kwargs)]
     command += ["--num_problems", publish_args.card_eval_problems, "--samples_per_problem",
-                publish_args.card_eval_samples, "--temperature", temperature, "--max_tokens", budget.max_tokens_per_turn,
+                publish_args.card_eval_samples, "--temperature", temperature,
+                "--max_tokens", budget.max_tokens_per_turn,
                 "--max_turns", "none" if budget.max_turns is None else budget.max_turns]
     if budget.max_tokens_per_trajectory is not None:
         command += ["--max_tokens_per_trajectory", budget.max_tokens_per_trajectory]
