@@ -126,14 +126,21 @@ def test_model_card_names_env_base_model_eval_table_plot_and_loading(published, 
     assert TOKEN not in (output_dir / "training_config.json").read_text()  # the token is masked
 
 
-def test_card_eval_after_training_is_the_saved_adapters_score(published, tiny_model_path):
-    """The 'after' column is what anyone gets from the pushed folder with the same settings."""
-    from trl_envs.model_eval import evaluate_model
+def test_the_cards_eval_command_reproduces_the_after_column(published, tmp_path):
+    """The 'after' column is what anyone gets from the pushed folder with the command the card shows."""
+    import shlex
+
+    from trl_envs.cli import main
 
     _, result, _, output_dir = published
-    again = evaluate_model(str(output_dir), "arithmetic", env_kwargs={"max_operand": 3}, num_problems=3,
-                           samples_per_problem=2, temperature=1.0, max_tokens=8, max_turns=2, seed=0, device="cpu")
-    assert again.episode_rewards == result.eval_after.episode_rewards
+    command = json.loads((output_dir / "eval_results.json").read_text())["settings"]["command"]
+    assert f"--model {REPO_ID}" in command and command in (output_dir / "README.md").read_text()
+    argv = shlex.split(command.replace(REPO_ID, str(output_dir)))
+    assert argv[:2] == ["trl-envs", "eval"]
+    assert main(argv[1:] + ["--device", "cpu", "--no_progress", "--output", str(tmp_path / "again.json")]) == 0
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["episode_rewards"] == result.eval_after.episode_rewards
+    assert again["pass_at_k"]["2"] == pytest.approx(result.eval_after.pass_at_k[2])
 
 
 def test_training_curves_png_from_the_real_log_history(published):
