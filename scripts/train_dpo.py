@@ -20,6 +20,9 @@ the worst of each group, and trains DPO on the pairs; one line per round shows t
 
 Every ``EnvDPOConfig`` (i.e. TRL ``DPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config`` (LoRA: ``--use_peft --lora_r 16``; with LoRA the reference model is the base model, adapter off).
+After training the output directory also gets the training curves, an env evaluation before/after training (on the
+training env, on ``arithmetic`` for the built-in preference data, or ``--card_eval_env``) and a model card;
+``--push_to_hub --hub_model_id you/name`` uploads it (docs/hub_and_eval.md).
 """
 
 from __future__ import annotations

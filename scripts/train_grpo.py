@@ -5,10 +5,13 @@
     python scripts/train_grpo.py --config scripts/configs/guess_number.yaml
     accelerate launch scripts/train_grpo.py --env guess_number --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
     accelerate launch --config_file accelerate_configs/zero2.yaml scripts/train_grpo.py --use_peft
+    python scripts/train_grpo.py --use_peft --push_to_hub --hub_model_id you/tiny-grpo-arithmetic
 
 Every ``EnvGRPOConfig`` (i.e. TRL ``GRPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config``. With no arguments the defaults below train the offline tiny model on ``arithmetic`` in a few minutes
-on a laptop CPU, printing one line per step with the env reward.
+on a laptop CPU, printing one line per step with the env reward. After training, the output directory also gets
+the training curves, the env evaluation before/after training and a model card (``--card_eval false`` skips the
+evaluation); ``--push_to_hub`` uploads it (docs/hub_and_eval.md).
 """
 
 from __future__ import annotations

@@ -220,3 +220,23 @@ def test_train_grpo_script_pushes_its_output_folder(tmp_path, tiny_model_path):
         assert hub.repos["me/script-run"].files == on_disk
         assert hub.unexpected == []
     assert "pushed" in proc.stdout and "library_name: transformers" in on_disk["README.md"].decode()
+
+
+def test_card_eval_false_skips_the_evaluation_cleanly(tmp_path, tiny_model_path):
+    from types import SimpleNamespace
+
+    from trl_envs import EnvGRPOConfig
+    from trl_envs.publish import PublishArguments, publish_run
+
+    args = EnvGRPOConfig(output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, report_to="none",
+                         num_generations=2, per_device_train_batch_size=2)
+    os.makedirs(args.output_dir)
+    trainer = SimpleNamespace(args=args, accelerator=SimpleNamespace(is_main_process=True, device="cpu"),
+                              state=SimpleNamespace(log_history=[{"step": 1, "env/all/reward/total": 0.5}]))
+    result = publish_run(trainer, base_model=tiny_model_path, algorithm="grpo", envs=["guess_number"], push=False,
+                         publish_args=PublishArguments(card_eval=False))
+    assert result.eval_before is None and result.eval_after is None and result.repo_url is None
+    assert sorted(os.listdir(args.output_dir)) == ["README.md", "training_config.json", "training_curves.png"]
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "Not evaluated at the end of training." in card and "fine-tuned version of" in card
+    assert "library_name: transformers" in card and "env:guess_number" in card
