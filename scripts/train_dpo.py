@@ -22,6 +22,9 @@ the worst of each group, and trains DPO on the pairs; one line per round shows t
 
 Every ``EnvDPOConfig`` (i.e. TRL ``DPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config`` (LoRA: ``--use_peft --lora_r 16``; with LoRA the reference model is the base model, adapter off).
+After training the output directory also gets the training curves, an env evaluation before/after training (on the
+training env, on ``arithmetic`` for the built-in preference data, or ``--card_eval_env``) and a model card;
+``--push_to_hub --hub_model_id you/name`` uploads it (docs/hub_and_eval.md).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry import make_env_dataset as make_named_env_dataset
 from trl_envs.preference_data import load_preference_dataset
 from trl_envs.progress import RewardProgressCallback
+from trl_envs.publish import PublishArguments, publish_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -150,10 +154,11 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | R
 
 
 def main() -> None:
-    parser = TrlParser((ScriptArguments, EnvDPOConfig, ModelConfig))
+    parser = TrlParser((ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments))
     parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    script_args, training_args, model_args = parser.parse_args_and_config()
+    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
     env_mode = bool(script_args.env_name or script_args.env_dataset)
     if script_args.env_dataset and (script_args.env_name or script_args.env_kwargs):
         parser.error("give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env rows, whose "
@@ -198,6 +203,18 @@ def main() -> None:
         with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
             json.dump(trainer.state.log_history, f, indent=1)
         print(f"saved to {training_args.output_dir}")
+
+    # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
+    builtin_data = not (script_args.env_name or script_args.dataset_name or script_args.data_files)
+    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args,
+                envs=[script_args.env_name] if script_args.env_name else [],
+                env_kwargs=_env_kwargs(script_args), eval_env="arithmetic" if builtin_data else None,
+                datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
+                    script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
+
+
+def _env_kwargs(args: ScriptArguments) -> dict:
+    return json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
 
 
 if __name__ == "__main__":

@@ -6,10 +6,13 @@
     accelerate launch scripts/train_grpo.py --env guess_number --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
     accelerate launch --config_file accelerate_configs/zero2.yaml scripts/train_grpo.py --use_peft
     python scripts/train_grpo.py --env_dataset my_env_rows/         # a dataset of env rows (docs/envs_as_datasets.md)
+    python scripts/train_grpo.py --use_peft --push_to_hub --hub_model_id you/tiny-grpo-arithmetic
 
 Every ``EnvGRPOConfig`` (i.e. TRL ``GRPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config``. With no arguments the defaults below train the offline tiny model on ``arithmetic`` in a few minutes
-on a laptop CPU, printing one line per step with the env reward.
+on a laptop CPU, printing one line per step with the env reward. After training, the output directory also gets
+the training curves, the env evaluation before/after training and a model card (``--card_eval false`` skips the
+evaluation); ``--push_to_hub`` uploads it (docs/hub_and_eval.md).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
 from trl_envs.env_datasets import load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry import make_env_dataset
+from trl_envs.registry import ENV_FIELD, make_env_dataset
 from trl_envs.progress import RewardProgressCallback
+from trl_envs.publish import PublishArguments, publish_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 
@@ -73,10 +77,11 @@ CPU_FRIENDLY_DEFAULTS = dict(
 
 
 def main() -> None:
-    parser = TrlParser((ScriptArguments, EnvGRPOConfig, ModelConfig))
+    parser = TrlParser((ScriptArguments, EnvGRPOConfig, ModelConfig, PublishArguments))
     parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    script_args, training_args, model_args = parser.parse_args_and_config()
+    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
     model_path = model_args.model_name_or_path or build_tiny_model()
@@ -89,8 +94,10 @@ def main() -> None:
             raise SystemExit("give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
                              "env rows, whose rows hold the env options)")
         env_builder = load_env_dataset(script_args.env_dataset, script_args.env_dataset_split)
+        env_names, env_kwargs = sorted(set(env_builder[ENV_FIELD])), None  # the card evaluates each kind's test set
     else:
         env_name = script_args.env_name or "arithmetic"
+        env_names = [env_name]
         env_kwargs = script_args.env_kwargs
         if env_kwargs is None:
             env_kwargs = DEFAULT_ENV_KWARGS.get(env_name, {})
@@ -120,6 +127,10 @@ def main() -> None:
         with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
             json.dump(trainer.state.log_history, f, indent=1)
         print(f"saved to {training_args.output_dir}")
+
+    # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
+    publish_run(trainer, base_model=model_path, algorithm="grpo", envs=env_names, push=push,
+                publish_args=publish_args, env_kwargs=env_kwargs, script_args=script_args, model_args=model_args)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from .data_processing import (
     remove_constant_reward_groups,
     trajectory_to_data,
 )
-from .evaluation import EvalResult, evaluate
+from .evaluation import EvalResult, TagStats, evaluate, pass_at_k
 from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .preference import PairStats, PreferencePair, make_preference_pairs
 from .problem_env import ProblemEnv, ProblemGroupBuilder
@@ -64,6 +64,7 @@ _LAZY = {
     "EmptyPairsWarning": ".dpo_trainer",
     "EnvRowDataset": ".env_datasets", "export_env_dataset": ".env_datasets", "load_env_dataset": ".env_datasets",
     "rows_to_dataset": ".env_datasets",
+    "evaluate_model": ".model_eval", "push_folder_to_hub": ".hub", "plot_training_curves": ".plots",
 }
 
 
@@ -88,4 +89,5 @@ __all__ = [
     "PreferencePair", "make_preference_pairs",
     "EnvKind", "EnvRowDataset", "EnvRowError", "export_env_dataset", "get_env", "list_envs", "load_env_dataset",
     "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset", "UnknownEnvError",
+    "TagStats", "pass_at_k", "evaluate_model", "push_folder_to_hub", "plot_training_curves",
 ]

@@ -191,10 +191,12 @@ def list_envs() -> dict[str, str]:
 
 def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = None,
                      groups_per_batch: int | None = None, num_batches: int | None = None,
-                     **env_kwargs: Any) -> RLDatasetBuilder | RLDataset:
+                     defaults: Mapping[str, Any] | None = None, **env_kwargs: Any) -> RLDatasetBuilder | RLDataset:
     """The training envs of env ``name`` by name: its dataset-builder factory called with ``renderer`` and
     ``env_kwargs``, plus ``group_size`` / ``batch_size`` (= ``groups_per_batch``) / ``num_batches`` when given and
-    accepted by the factory's signature (so a user factory ``f(renderer, **my_options)`` keeps working).
+    accepted by the factory's signature (so a user factory ``f(renderer, **my_options)`` keeps working). ``defaults``
+    are further options offered the same way (only where accepted; ``env_kwargs`` win over them), e.g. a seed or a
+    test-set size that an evaluation offers to any env.
 
     Raises:
         UnknownEnvError: unknown env. ValueError: the env has only a row spec. TypeError: the factory returned something
@@ -204,9 +206,10 @@ def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = 
     if kind.dataset_builder is None:
         raise ValueError(f"env {name!r} ({kind.source}) trains only from row specs: build a datasets.Dataset of "
                          f"{{'{ENV_FIELD}': '{name}', ...}} rows and pass it as the env dataset (--env_dataset)")
-    sizing = {"group_size": group_size, "batch_size": groups_per_batch, "num_batches": num_batches}
+    offered = {"group_size": group_size, "batch_size": groups_per_batch, "num_batches": num_batches,
+               **(defaults or {})}
     accepted = _accepted_kwargs(kind.dataset_builder)
-    kwargs = {k: v for k, v in sizing.items() if v is not None and (accepted is None or k in accepted)}
+    kwargs = {k: v for k, v in offered.items() if v is not None and (accepted is None or k in accepted)}
     out = kind.dataset_builder(renderer=renderer, **{**kwargs, **env_kwargs})
     if not isinstance(out, (RLDataset, RLDatasetBuilder)):
         raise TypeError(f"env {name!r} ({kind.source}): its factory returned {type(out).__name__}, not an RLDataset "
