@@ -38,6 +38,26 @@ rollout_clock: contextvars.ContextVar[Any] = contextvars.ContextVar("trl_envs_ro
 rollout's timeout covers its own env, model and grading time, not time spent waiting on a stuck sibling."""
 
 
+class ParkedSlot:
+    """An episode parked in a :class:`BatchingSampler` (see :func:`parked`). :meth:`unpark` is idempotent."""
+
+    def __init__(self, batcher: BatchingSampler | None, clock: Any = None):
+        self._batcher, self._clock = batcher, clock
+        if batcher is not None:
+            batcher._parked += 1
+        if clock is not None:
+            clock.pause()
+
+    def unpark(self) -> None:
+        """Count the episode as live again: the batcher waits for its next request. Call it from the code that wakes
+        the episode, at the moment it does, so a sampling call cannot go out in between without it."""
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher._parked -= 1
+            if self._clock is not None:
+                self._clock.resume()
+
+
 @dataclass
 class _Pending:
     request: SampleRequest
@@ -82,19 +102,14 @@ class BatchingSampler:
             self.leave()
 
     @contextlib.asynccontextmanager
-    async def parked(self) -> AsyncIterator[None]:
+    async def parked(self) -> AsyncIterator[ParkedSlot]:
         """Scope in which the calling episode waits on a sibling and must not be waited for (see :func:`parked`)."""
-        self._parked += 1
-        clock = rollout_clock.get()
-        if clock is not None:
-            clock.pause()
+        slot = ParkedSlot(self, rollout_clock.get())
         try:
             self._maybe_flush()  # the others may be all we were waiting for
-            yield
+            yield slot
         finally:
-            self._parked -= 1
-            if clock is not None:
-                clock.resume()
+            slot.unpark()
 
     @property
     def num_parked(self) -> int:
@@ -170,17 +185,23 @@ class BatchingSampler:
 
 
 @contextlib.asynccontextmanager
-async def parked() -> AsyncIterator[None]:
-    """Wrap an env's wait on a sibling env of its group: ``async with parked(): await opponent_moved.wait()``.
+async def parked() -> AsyncIterator[ParkedSlot]:
+    """Wrap an env's wait on a sibling env of its group::
 
-    While inside, the :class:`BatchingSampler` running the calling episode samples the other episodes without
+        async with parked() as slot:
+            self.waiters.append(slot)         # the sibling calls slot.unpark() when it wakes us
+            await asyncio.wait_for(event.wait(), timeout)
+
+    While parked, the :class:`BatchingSampler` running the calling episode samples the other episodes without
     waiting for this one, and the episode's ``RetryOnFailure`` timeout clock is paused (the wait is the sibling's
-    time, not this rollout's). Bound the wait itself (``asyncio.wait_for``) so a sibling that died cannot keep the
-    episode here forever. Outside a batcher's episode (a plain policy, a test) it does nothing.
+    time, not this rollout's). The code that wakes the episode should call ``slot.unpark()`` right then (leaving the
+    block does it too, but later: a sampling call could go out in between, without the woken episode's request).
+    Bound the wait itself so a sibling that died cannot keep the episode here forever. Outside a batcher's
+    episode (a plain policy, a test) it does nothing.
     """
     batcher = _current_batcher.get()
     if batcher is None:
-        yield
+        yield ParkedSlot(None)
         return
-    async with batcher.parked():
-        yield
+    async with batcher.parked() as slot:
+        yield slot

@@ -370,6 +370,7 @@ class RolloutBatchResult:
         error_counts: rollout errors by exception type (``GroupSkipped`` counts skipped groups).
         num_sampler_calls: calls made to the sampler; ``sampler_batch_sizes``: requests in each.
         wall_seconds: wall time of the whole batch; ``sampler_seconds``: the part spent inside the sampler.
+        num_valve_flushes: sampler calls forced by the ``max_wait_s`` valve (0 when no episode stalled the batch).
     """
 
     groups: list[TrajectoryGroup | None]
@@ -378,6 +379,7 @@ class RolloutBatchResult:
     sampler_batch_sizes: list[int] = field(default_factory=list)
     wall_seconds: float = 0.0
     sampler_seconds: float = 0.0
+    num_valve_flushes: int = 0
 
 
 async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: Sampler,
@@ -391,7 +393,7 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
     groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors) for b in builders],
                                      setup.release)
     return RolloutBatchResult(groups, dict(errors), batcher.num_calls, list(batcher.batch_sizes),
-                              time.perf_counter() - start, batcher.sampler_seconds)
+                              time.perf_counter() - start, batcher.sampler_seconds, batcher.num_valve_flushes)
 
 
 def run_rollout_batch(builders: Sequence[EnvGroupBuilder], sampler: Sampler, budget: RolloutBudget | None = None,

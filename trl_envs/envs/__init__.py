@@ -9,10 +9,12 @@ from ..renderer import Renderer
 from ..types import RLDatasetBuilder
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
+from .tic_tac_toe import TicTacToeDatasetBuilder
 
 BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "arithmetic": ArithmeticDatasetBuilder,
     "guess_number": GuessNumberDatasetBuilder,
+    "tic_tac_toe": TicTacToeDatasetBuilder,
 }
 
 
@@ -26,4 +28,4 @@ def make_dataset_builder(name: str, renderer: Renderer, **kwargs: Any) -> RLData
 
 
 __all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "GuessNumberDatasetBuilder",
-           "GuessNumberEnv", "make_dataset_builder"]
+           "GuessNumberEnv", "TicTacToeDatasetBuilder", "make_dataset_builder"]
