@@ -9,12 +9,14 @@ from ..renderer import Renderer
 from ..types import RLDatasetBuilder
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
+from .judged_arithmetic import JudgedArithmeticDatasetBuilder
 from .tic_tac_toe import TicTacToeDatasetBuilder
 
 BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "arithmetic": ArithmeticDatasetBuilder,
     "guess_number": GuessNumberDatasetBuilder,
     "tic_tac_toe": TicTacToeDatasetBuilder,
+    "judged_arithmetic": JudgedArithmeticDatasetBuilder,
 }
 
 
@@ -28,4 +30,4 @@ def make_dataset_builder(name: str, renderer: Renderer, **kwargs: Any) -> RLData
 
 
 __all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "GuessNumberDatasetBuilder",
-           "GuessNumberEnv", "TicTacToeDatasetBuilder", "make_dataset_builder"]
+           "GuessNumberEnv", "JudgedArithmeticDatasetBuilder", "TicTacToeDatasetBuilder", "make_dataset_builder"]
