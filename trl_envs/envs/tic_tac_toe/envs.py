@@ -20,11 +20,18 @@ from .match import TicTacToeMatch
 from .opponents import Opponent
 from .rules import EMPTY_BOARD, Board, Mark, Outcome, legal_moves, other, parse_move, place, show, winner
 
-INSTRUCTION = "Reply with the number of a free cell."
+INSTRUCTION = "Pick a free cell between 1 and 9."
+"""Ends every message to a player. (Worded so that the offline tiny model, warm-started on "Guess my number between
+1 and 16.", answers with a digit most of the time: RL then has legal games to learn from.)"""
 
 
 def intro(mark: Mark) -> str:
-    return f"Tic-tac-toe. You are {mark}. {INSTRUCTION}"
+    return f"Tic-tac-toe. You are {mark}."
+
+
+def board_message(lines: list[str], board: Board) -> Message:
+    """A user message: ``lines``, the board, the instruction."""
+    return {"role": "user", "content": "\n".join(lines + [show(board), INSTRUCTION])}
 
 
 def outcome_metrics(result: Outcome | None, mark: Mark, illegal: bool, moves: int) -> dict[str, float]:
@@ -52,10 +59,9 @@ class TicTacToePlayerEnv(MessageEnv):
     async def initial_messages(self) -> list[Message]:
         await self._guarded_wait()
         if self.match.over:  # X forfeited before O's first move; O still answers once (an episode needs an action)
-            return [{"role": "user", "content": f"Tic-tac-toe. You are {self.mark}. {other(self.mark)} made an "
-                                                f"illegal move and lost. {INSTRUCTION}"}]
-        lines = [intro(self.mark)] + self._opponent_moved() + [show(self.match.board)]
-        return [{"role": "user", "content": "\n".join(lines)}]
+            return [board_message([intro(self.mark), f"{other(self.mark)} made an illegal move and lost."],
+                                  self.match.board)]
+        return [board_message([intro(self.mark)] + self._opponent_moved(), self.match.board)]
 
     async def step(self, response: ParsedResponse) -> MessageStepResult:
         try:
@@ -71,8 +77,8 @@ class TicTacToePlayerEnv(MessageEnv):
                 await self._guarded_wait()
             if self.match.over:
                 return self._done(0.0)
-            text = "\n".join(self._opponent_moved() + [show(self.match.board)])
-            return MessageStepResult(0.0, False, [{"role": "user", "content": text}], {"parse_ok": 1.0})
+            return MessageStepResult(0.0, False, [board_message(self._opponent_moved(), self.match.board)],
+                                     {"parse_ok": 1.0})
         except BaseException:
             self.match.abandon(self.mark)  # never leave the other player waiting on us
             raise
@@ -107,7 +113,7 @@ class TicTacToeVsOpponentEnv(MessageEnv):
         lines = [intro(self.mark)]
         if self.mark == "O":
             lines.append(self._opponent_move())
-        return [{"role": "user", "content": "\n".join(lines + [show(self.board)])}]
+        return [board_message(lines, self.board)]
 
     async def step(self, response: ParsedResponse) -> MessageStepResult:
         cell = read_move(response)
@@ -121,8 +127,7 @@ class TicTacToeVsOpponentEnv(MessageEnv):
             text = self._opponent_move()
             result = winner(self.board)
             if result is None:
-                return MessageStepResult(0.0, False, [{"role": "user", "content": f"{text}\n{show(self.board)}"}],
-                                         {"parse_ok": 1.0})
+                return MessageStepResult(0.0, False, [board_message([text], self.board)], {"parse_ok": 1.0})
         score = 0.0 if result == "draw" else (1.0 if result == self.mark else -1.0)
         return MessageStepResult(score, True, [], outcome_metrics(result, self.mark, False, self.moves) | {"parse_ok": 1.0})
 
