@@ -75,3 +75,10 @@ __all__ = [
     "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "PairStats",
     "PreferencePair", "make_preference_pairs",
 ]
+
+from .batching import parked  # noqa: E402
+from .judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards  # noqa: E402
+from .tools import CALCULATOR, Tool, ToolCall, parse_tool_calls, run_tool_call  # noqa: E402
+
+__all__ += ["CALCULATOR", "ModelJudge", "PairwiseJudgeGroupBuilder", "Tool", "ToolCall", "pairwise_rewards", "parked",
+            "parse_tool_calls", "run_tool_call"]
