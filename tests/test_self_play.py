@@ -284,3 +284,24 @@ def test_self_play_trains_with_env_grpo_trainer(tmp_path, tiny_model_path, token
     assert trainer.last_rollout.num_valve_flushes == 0
     for g in groups:
         assert sum(g.group_rewards) == 0
+
+
+def test_rollout_timeout_does_not_count_time_spent_waiting_on_the_opponent(tokenizer, renderer):
+    """Each call takes 0.15 s. A 9-move game lasts ~1.35 s; X's own time (5 calls) is ~0.75 s, under the 1.0 s
+    per-rollout timeout, because the clock stops while X is parked waiting for O."""
+    moves = iter(["5", "1", "9", "3", "2", "8", "4", "6", "7"])  # a draw: all nine moves
+
+    def slow(text):
+        time.sleep(0.15)
+        return next(moves)
+
+    async def go():
+        return await asyncio.wait_for(
+            run_rollout_batch_async([TicTacToeSelfPlayGroupBuilder(renderer, 1)], sampler(tokenizer, renderer, slow),
+                                    BUDGET, RetryOnFailure(max_retries=0, per_rollout_timeout=1.0)), timeout=30)
+
+    start = time.perf_counter()
+    result = run_sync(go)
+    assert time.perf_counter() - start > 1.3
+    assert result.groups[0] is not None and result.error_counts == {}
+    assert result.groups[0].group_rewards == [0.0, 0.0]
