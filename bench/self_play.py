@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
+from transformers import AutoTokenizer, PrinterCallback  # noqa: E402
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget, run_rollout_batch  # noqa: E402
 from trl_envs.envs.tic_tac_toe import TicTacToeDatasetBuilder, TicTacToeVsOpponentDataset  # noqa: E402
@@ -68,8 +68,9 @@ def main() -> int:
             output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
             disable_tqdm=True, seed=args.seed, num_generations=8, per_device_train_batch_size=8 * args.groups_per_step,
             max_steps=args.steps, learning_rate=args.lr, beta=0.0, max_completion_length=4, max_turns=5,
-            logging_steps=max(1, args.steps // 3), save_strategy="no")
+            logging_steps=1, save_strategy="no")
         trainer = EnvGRPOTrainer(model_path, config, builder, processing_class=tokenizer)
+        trainer.remove_callback(PrinterCallback)  # the summary below is the output
         sampler = HFSampler(trainer.model, tokenizer, temperature=1.0)
         trainer.model.eval()
         before = {o: play(sampler, renderer, o, args.games, 1000 + args.seed) for o in args.opponents}
@@ -92,6 +93,12 @@ def main() -> int:
     for o in args.opponents:
         print(show(f"vs {o}, before", before[o]))
         print(show(f"vs {o}, after {args.steps} steps", after[o]))
+    logged = [h for h in trainer.state.log_history if "env/all/illegal" in h]
+    tenth = max(1, len(logged) // 10)
+    for name, part in (("first", logged[:tenth]), ("last", logged[-tenth:])):
+        mean = {k: sum(h[k] for h in part) / len(part) for k in ("env/all/illegal", "env/all/moves")}
+        print(f"self-play, {name} {len(part)} steps: illegal-move rate per episode {mean['env/all/illegal']:.3f}, "
+              f"legal moves per episode {mean['env/all/moves']:.2f}")
     print(f"training: {train_s:.1f} s for {args.steps} steps; self-play rollouts: {rollouts}, sampler calls per "
           f"rollout {min(calls)}-{max(calls)} (a game has at most 9 moves), valve flushes {sum(flushes)}")
     return 0
