@@ -5,8 +5,8 @@ temperature 1), then trains N steps of EnvGRPOTrainer on self-play groups (group
 zero-sum outcome as group reward, illegal moves lose), then plays the same games again. Also prints the sampler
 calls and valve flushes of the self-play rollouts (parked players must not stall the batch: 0 flushes).
 
-    python bench/self_play.py                          # 30 steps, 128 evaluation games vs random
-    python bench/self_play.py --steps 60 --opponents random perfect
+    python bench/self_play.py                          # 100 steps, 128 evaluation games vs random
+    python bench/self_play.py --steps 300 --opponents random perfect
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def show(label: str, rates: dict[str, float]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=100)
     p.add_argument("--games", type=int, default=128, help="evaluation games per opponent (a multiple of 8)")
     p.add_argument("--opponents", nargs="+", default=["random"], choices=["random", "perfect"])
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--groups_per_step", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
