@@ -91,3 +91,10 @@ __all__ = [
     "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset", "UnknownEnvError",
     "TagStats", "pass_at_k", "evaluate_model", "push_folder_to_hub", "plot_training_curves",
 ]
+
+from .batching import parked  # noqa: E402
+from .judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards  # noqa: E402
+from .tools import CALCULATOR, Tool, ToolCall, parse_tool_calls, run_tool_call  # noqa: E402
+
+__all__ += ["CALCULATOR", "ModelJudge", "PairwiseJudgeGroupBuilder", "Tool", "ToolCall", "pairwise_rewards", "parked",
+            "parse_tool_calls", "run_tool_call"]

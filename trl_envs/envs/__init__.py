@@ -9,10 +9,16 @@ from ..renderer import Renderer
 from ..types import RLDatasetBuilder
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
+from .judged_arithmetic import JudgedArithmeticDatasetBuilder
+from .tic_tac_toe import TicTacToeDatasetBuilder
+from .tool_use import ToolUseDatasetBuilder
 
 BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "arithmetic": ArithmeticDatasetBuilder,
     "guess_number": GuessNumberDatasetBuilder,
+    "tic_tac_toe": TicTacToeDatasetBuilder,
+    "judged_arithmetic": JudgedArithmeticDatasetBuilder,
+    "tool_use": ToolUseDatasetBuilder,
 }
 
 
@@ -26,4 +32,5 @@ def make_dataset_builder(name: str, renderer: Renderer, **kwargs: Any) -> RLData
 
 
 __all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "GuessNumberDatasetBuilder",
-           "GuessNumberEnv", "make_dataset_builder"]
+           "GuessNumberEnv", "JudgedArithmeticDatasetBuilder", "TicTacToeDatasetBuilder", "ToolUseDatasetBuilder",
+           "make_dataset_builder"]
