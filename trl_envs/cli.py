@@ -24,7 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return args.run(args) or 0
+    from .registry import EnvRowError, UnknownEnvError
+
+    try:
+        return args.run(args) or 0
+    except (UnknownEnvError, EnvRowError) as e:  # a user mistake: the message says what to fix, no traceback
+        parser.exit(2, f"trl-envs {args.command}: error: {e}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

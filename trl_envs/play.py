@@ -124,4 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     """``python scripts/play.py [--env ENV] ...``."""
     parser = argparse.ArgumentParser(description="Play an env by hand: you type the model's answers.")
     add_arguments(parser, env_positional=False)
-    play(parser.parse_args(argv))
+    from .registry import UnknownEnvError
+
+    try:
+        play(parser.parse_args(argv))
+    except UnknownEnvError as e:
+        parser.error(str(e))
