@@ -101,7 +101,10 @@ class JudgedArithmeticDataset(RLDataset):
 
 @dataclass
 class JudgedArithmeticDatasetBuilder(RLDatasetBuilder):
-    """Train and test :class:`JudgedArithmeticDataset` s (the test set uses another seed)."""
+    """Single turn: `What is a + b?`, rewarded by a pairwise judge (the answer closer to a + b wins).
+
+    Train and test :class:`JudgedArithmeticDataset` s (the test set uses another seed).
+    """
 
     renderer: Renderer
     batch_size: int = 4

@@ -130,7 +130,10 @@ class ToolUseDataset(RLDataset):
 
 @dataclass
 class ToolUseDatasetBuilder(RLDatasetBuilder):
-    """Train and test :class:`ToolUseDataset` s (the test set uses another seed)."""
+    """Multi-turn tool use: call a calculator through the chat template's tool calls, then answer.
+
+    Train and test :class:`ToolUseDataset` s (the test set uses another seed).
+    """
 
     renderer: Renderer
     batch_size: int = 4

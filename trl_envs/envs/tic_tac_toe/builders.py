@@ -130,7 +130,10 @@ class TicTacToeVsOpponentDataset(RLDataset):
 
 @dataclass
 class TicTacToeDatasetBuilder(RLDatasetBuilder):
-    """Self-play training games and a test set against ``test_opponent`` (``"random"`` or ``"perfect"``)."""
+    """Self-play: two players of one group play each game; zero-sum group rewards.
+
+    Self-play training games and a test set against ``test_opponent`` (``"random"`` or ``"perfect"``).
+    """
 
     renderer: Renderer
     batch_size: int = 4
