@@ -13,18 +13,22 @@ Preference data (offline DPO, exactly TRL's DPOTrainer): ``--dataset_name`` (a H
 with ``prompt`` / ``chosen`` / ``rejected`` columns as text or chat messages. With neither, the built-in arithmetic
 preference dataset (right vs wrong answers, built offline) is used.
 
-Env-driven DPO: ``--env NAME`` (a built-in env) or ``--env package.module:factory`` (a function called as
-``factory(renderer=..., **env_kwargs)`` returning an ``RLDataset`` or ``RLDatasetBuilder``). Each of ``num_rounds``
+Env-driven DPO: ``--env NAME`` (a built-in, registered or installed env), ``--env package.module:factory`` (a function
+called as ``factory(renderer=..., **env_kwargs)``, plus ``group_size`` / ``batch_size`` / ``num_batches`` if it takes
+them, returning an ``RLDataset`` or ``RLDatasetBuilder``), or ``--env_dataset`` (a dataset of env rows, one group per
+row: Hub id, ``save_to_disk`` folder, data file or folder of data files). Each of ``num_rounds``
 rounds samples ``groups_per_round`` groups of ``group_size`` trajectories with the current policy, pairs the best and
 the worst of each group, and trains DPO on the pairs; one line per round shows the env reward of the policy.
 
 Every ``EnvDPOConfig`` (i.e. TRL ``DPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config`` (LoRA: ``--use_peft --lora_r 16``; with LoRA the reference model is the base model, adapter off).
+After training the output directory also gets the training curves, an env evaluation before/after training (on the
+training env, on ``arithmetic`` for the built-in preference data, or ``--card_eval_env``) and a model card;
+``--push_to_hub --hub_model_id you/name`` uploads it (docs/hub_and_eval.md).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -34,9 +38,12 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
-from trl_envs.envs import BUILTIN_ENVS, make_dataset_builder
+from trl_envs.env_datasets import EnvRowDataset, load_env_dataset
+from trl_envs.envs import BUILTIN_ENVS
+from trl_envs.registry import make_env_dataset as make_named_env_dataset
 from trl_envs.preference_data import load_preference_dataset
 from trl_envs.progress import RewardProgressCallback
+from trl_envs.publish import PublishArguments, publish_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -54,7 +61,12 @@ class ScriptArguments:
     dataset_test_split: str = field(default="test", metadata={"help": "Split to evaluate on (with --eval_strategy)."})
     env_name: str | None = field(
         default=None, metadata={"aliases": ["--env"], "help": f"Env-driven DPO on this env: a built-in env "
-                                f"{sorted(BUILTIN_ENVS)} or 'package.module:factory'. (YAML key: env_name.)"})
+                                f"{sorted(BUILTIN_ENVS)}, a registered or installed env, or 'package.module:factory'. "
+                                "(YAML key: env_name.)"})
+    env_dataset: str | None = field(
+        default=None, metadata={"help": "Env-driven DPO on a dataset of env rows (one group per row): Hub id, "
+                                        "save_to_disk folder, json/jsonl/parquet/csv file or a folder of them."})
+    env_dataset_split: str = field(default="train", metadata={"help": "Split of --env_dataset to use."})
     env_kwargs: str | dict | None = field(
         default=None, metadata={"help": "Extra env dataset options, a JSON object (a mapping in YAML)."})
     group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
@@ -132,25 +144,28 @@ def pick_split(data, split: str, role: str):
 
 
 def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | RLDatasetBuilder:
+    if args.env_dataset:
+        rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
+        return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
     env_kwargs = json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
-    if ":" in args.env_name:
-        module, _, attr = args.env_name.partition(":")
-        envs = getattr(importlib.import_module(module), attr)(renderer=renderer, **env_kwargs)
-        if not isinstance(envs, (RLDataset, RLDatasetBuilder)):
-            raise TypeError(f"--env {args.env_name} returned {type(envs).__name__}, not an RLDataset or "
-                            "RLDatasetBuilder")
-        return envs
-    return make_dataset_builder(args.env_name, renderer, group_size=args.group_size,
-                                batch_size=args.groups_per_round, num_batches=args.num_env_batches, **env_kwargs)
+    return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
+                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
+                                  **env_kwargs)
 
 
 def main() -> None:
-    parser = TrlParser((ScriptArguments, EnvDPOConfig, ModelConfig))
+    parser = TrlParser((ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments))
     parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    script_args, training_args, model_args = parser.parse_args_and_config()
-    if script_args.env_name and (script_args.dataset_name or script_args.data_files):
-        parser.error("give either --env (env-driven DPO) or a preference dataset (--dataset_name / --data_files)")
+    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
+    env_mode = bool(script_args.env_name or script_args.env_dataset)
+    if script_args.env_dataset and (script_args.env_name or script_args.env_kwargs):
+        parser.error("give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env rows, whose "
+                     "rows hold the env options)")
+    if env_mode and (script_args.dataset_name or script_args.data_files):
+        parser.error("give either --env / --env_dataset (env-driven DPO) or a preference dataset (--dataset_name / "
+                     "--data_files)")
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
     model_path = model_args.model_name_or_path or build_tiny_model()
@@ -161,7 +176,7 @@ def main() -> None:
 
     # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
     datasets = {}
-    if script_args.env_name:
+    if env_mode:
         datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer))
     else:
         data = load_preference_splits(script_args)
@@ -175,7 +190,7 @@ def main() -> None:
         args=training_args,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
-        callbacks=[DPOProgressCallback(PROGRESS_KEYS, env_mode=bool(script_args.env_name))],
+        callbacks=[DPOProgressCallback(PROGRESS_KEYS, env_mode=env_mode)],
         **datasets,
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per log instead of the full metrics dict
@@ -188,6 +203,18 @@ def main() -> None:
         with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
             json.dump(trainer.state.log_history, f, indent=1)
         print(f"saved to {training_args.output_dir}")
+
+    # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
+    builtin_data = not (script_args.env_name or script_args.dataset_name or script_args.data_files)
+    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args,
+                envs=[script_args.env_name] if script_args.env_name else [],
+                env_kwargs=_env_kwargs(script_args), eval_env="arithmetic" if builtin_data else None,
+                datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
+                    script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
+
+
+def _env_kwargs(args: ScriptArguments) -> dict:
+    return json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
 
 
 if __name__ == "__main__":

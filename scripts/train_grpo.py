@@ -5,10 +5,14 @@
     python scripts/train_grpo.py --config scripts/configs/guess_number.yaml
     accelerate launch scripts/train_grpo.py --env guess_number --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
     accelerate launch --config_file accelerate_configs/zero2.yaml scripts/train_grpo.py --use_peft
+    python scripts/train_grpo.py --env_dataset my_env_rows/         # a dataset of env rows (docs/envs_as_datasets.md)
+    python scripts/train_grpo.py --use_peft --push_to_hub --hub_model_id you/tiny-grpo-arithmetic
 
 Every ``EnvGRPOConfig`` (i.e. TRL ``GRPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config``. With no arguments the defaults below train the offline tiny model on ``arithmetic`` in a few minutes
-on a laptop CPU, printing one line per step with the env reward.
+on a laptop CPU, printing one line per step with the env reward. After training, the output directory also gets
+the training curves, the env evaluation before/after training and a model card (``--card_eval false`` skips the
+evaluation); ``--push_to_hub`` uploads it (docs/hub_and_eval.md).
 """
 
 from __future__ import annotations
@@ -22,16 +26,25 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
-from trl_envs.envs import BUILTIN_ENVS, make_dataset_builder
+from trl_envs.env_datasets import load_env_dataset
+from trl_envs.envs import BUILTIN_ENVS
+from trl_envs.registry import ENV_FIELD, make_env_dataset
 from trl_envs.progress import RewardProgressCallback
+from trl_envs.publish import PublishArguments, publish_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 
 @dataclass
 class ScriptArguments:
-    env_name: str = field(default="arithmetic", metadata={
-        "aliases": ["--env"], "help": f"Built-in env: {sorted(BUILTIN_ENVS)}. (YAML key: env_name; TRL's YAML "
-                                      "`env:` key sets environment variables.)"})
+    env_name: str | None = field(default=None, metadata={
+        "aliases": ["--env"], "help": f"Env to train on by name (default: arithmetic): built-in "
+                                      f"{sorted(BUILTIN_ENVS)}, registered or installed (`trl_envs.list_envs()`), or "
+                                      "'package.module:factory'. (YAML key: env_name; TRL's YAML `env:` key sets "
+                                      "environment variables.)"})
+    env_dataset: str | None = field(default=None, metadata={
+        "help": "Train on a dataset of env rows instead ({\"env\": \"arithmetic\", \"a\": 2, \"b\": 3} ...): a Hub id, "
+                "a save_to_disk folder, a json/jsonl/parquet/csv file or a folder of them."})
+    env_dataset_split: str = field(default="train", metadata={"help": "Split of --env_dataset to train on."})
     env_kwargs: str | None = field(
         default=None, metadata={"help": "Env dataset options, a JSON object (a mapping in YAML), e.g. "
                                         "'{\"max_operand\": 9}'. Default: DEFAULT_ENV_KWARGS[env]."})
@@ -64,24 +77,36 @@ CPU_FRIENDLY_DEFAULTS = dict(
 
 
 def main() -> None:
-    parser = TrlParser((ScriptArguments, EnvGRPOConfig, ModelConfig))
+    parser = TrlParser((ScriptArguments, EnvGRPOConfig, ModelConfig, PublishArguments))
     parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    script_args, training_args, model_args = parser.parse_args_and_config()
+    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
     model_path = model_args.model_name_or_path or build_tiny_model()
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
 
-    # 2. The environment: a built-in env's dataset builder, with groups of num_generations envs.
-    env_kwargs = script_args.env_kwargs
-    if env_kwargs is None:
-        env_kwargs = DEFAULT_ENV_KWARGS.get(script_args.env_name, {})
-    elif isinstance(env_kwargs, str):
-        env_kwargs = json.loads(env_kwargs)
-    env_builder = make_dataset_builder(
-        script_args.env_name, Renderer(tokenizer), group_size=training_args.num_generations,
-        batch_size=script_args.groups_per_batch, num_batches=script_args.num_env_batches, **(env_kwargs or {}))
+    # 2. The environment: an env by name (its dataset builder, groups of num_generations envs), or a dataset of env
+    #    rows (one group per row; the trainer turns it into an RLDataset).
+    if script_args.env_dataset:
+        if script_args.env_name or script_args.env_kwargs:
+            raise SystemExit("give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
+                             "env rows, whose rows hold the env options)")
+        env_builder = load_env_dataset(script_args.env_dataset, script_args.env_dataset_split)
+        env_names, env_kwargs = sorted(set(env_builder[ENV_FIELD])), None  # the card evaluates each kind's test set
+    else:
+        env_name = script_args.env_name or "arithmetic"
+        env_names = [env_name]
+        env_kwargs = script_args.env_kwargs
+        if env_kwargs is None:
+            env_kwargs = DEFAULT_ENV_KWARGS.get(env_name, {})
+        elif isinstance(env_kwargs, str):
+            env_kwargs = json.loads(env_kwargs)
+        env_builder = make_env_dataset(
+            env_name, Renderer(tokenizer), group_size=training_args.num_generations,
+            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches,
+            **(env_kwargs or {}))
 
     # 3. GRPO on it.
     trainer = EnvGRPOTrainer(
@@ -102,6 +127,10 @@ def main() -> None:
         with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
             json.dump(trainer.state.log_history, f, indent=1)
         print(f"saved to {training_args.output_dir}")
+
+    # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
+    publish_run(trainer, base_model=model_path, algorithm="grpo", envs=env_names, push=push,
+                publish_args=publish_args, env_kwargs=env_kwargs, script_args=script_args, model_args=model_args)
 
 
 if __name__ == "__main__":

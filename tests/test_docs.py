@@ -40,6 +40,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_DOCS = ["docs/tutorial_first_rl.md", "docs/custom_envs.md", "docs/hyperparameters.md", "docs/zh/README.md",
+            "docs/envs_as_datasets.md",
             "docs/gymnasium.md"]
 SAME_CODE_AS = {"docs/zh/tutorial_first_rl.md": "docs/tutorial_first_rl.md"}
 LEARN_DOCS = RUN_DOCS + list(SAME_CODE_AS)

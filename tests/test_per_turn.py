@@ -99,22 +99,22 @@ def test_rewards_to_go_pay_the_group_reward_on_the_last_turn():
 def test_per_turn_advantages_match_hand_computation():
     returns = group_returns(_credit_group())
     assert returns == [pytest.approx([1.0, 1.0, 1.0]), pytest.approx([0.5]), pytest.approx([0.5, 0.5])]
-    # baselines over all three (ended episodes count 0): t0 = 2/3, t1 = (1 + 0 + 0.5)/3 = 0.5, t2 = 1/3
+    # baselines over the episodes still running: t0 = (1 + 0.5 + 0.5)/3, t1 = (1 + 0.5)/2 (B ended), t2 = 1 (A only)
     adv = turn_advantages(returns, scale="none")
-    assert adv[0] == pytest.approx([1 / 3, 0.5, 2 / 3])
+    assert adv[0] == pytest.approx([1 / 3, 0.25, 0.0])
     assert adv[1] == pytest.approx([-1 / 6])
-    assert adv[2] == pytest.approx([-1 / 6, 0.0])
+    assert adv[2] == pytest.approx([-1 / 6, -0.25])
     std = (1 / 12) ** 0.5  # sample std of R[., 0] = (1.0, 0.5, 0.5)
     scaled = turn_advantages(returns, scale="group")
-    assert scaled[0] == pytest.approx([(1 / 3) / (std + 1e-4), 0.5 / (std + 1e-4), (2 / 3) / (std + 1e-4)])
+    assert scaled[0] == pytest.approx([(1 / 3) / (std + 1e-4), 0.25 / (std + 1e-4), 0.0])
 
 
 def test_discounted_per_turn_advantages():
     adv = turn_advantages(group_returns(_credit_group(), gamma=0.5), scale="none")
-    # returns: A (0.25, 0.5, 1.0), B (0.5,), C (0.25, 0.5); baselines t0 = 1/3, t1 = 1/3, t2 = 1/3
-    assert adv[0] == pytest.approx([0.25 - 1 / 3, 0.5 - 1 / 3, 1.0 - 1 / 3])
+    # returns: A (0.25, 0.5, 1.0), B (0.5,), C (0.25, 0.5); baselines t0 = 1/3, t1 = 0.5, t2 = 1.0
+    assert adv[0] == pytest.approx([0.25 - 1 / 3, 0.0, 0.0])
     assert adv[1] == pytest.approx([0.5 - 1 / 3])
-    assert adv[2] == pytest.approx([0.25 - 1 / 3, 0.5 - 1 / 3])
+    assert adv[2] == pytest.approx([0.25 - 1 / 3, 0.0])
 
 
 def test_single_turn_per_turn_credit_is_grpo():
@@ -131,9 +131,9 @@ def test_token_advantages_put_each_turns_value_on_its_action_tokens():
     adv = row_token_advantages(plan, [group], width=14, scale="none")
     row0 = adv[0].tolist()  # trajectory A as one row: actions at 0..3, 5..8, 10..13; env tokens in between
     assert row0[0:3] == pytest.approx([1 / 3] * 3) and row0[3:5] == [0.0, 0.0]
-    assert row0[5:8] == pytest.approx([0.5] * 3) and row0[10:13] == pytest.approx([2 / 3] * 3)
+    assert row0[5:8] == pytest.approx([0.25] * 3) and row0[10:13] == pytest.approx([0.0] * 3)
     assert adv[1, :3].tolist() == pytest.approx([-1 / 6] * 3)  # B, its only turn
-    assert adv[5, :3].tolist() == pytest.approx([0.0] * 3)  # C, turn 1 (block 1)
+    assert adv[5, :3].tolist() == pytest.approx([-0.25] * 3)  # C, turn 1 (block 1)
     assert adv[4].abs().sum() == 0  # block 1 of B: a filler
 
 
@@ -232,8 +232,9 @@ def test_per_turn_credit_reaches_trls_loss_as_per_token_advantages(tmp_path, tin
     out = trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])
     assert out["advantages"].shape == out["completion_ids"].shape
     # by hand, for the fixed rewards: returns A (1.0), B (0.5, 0.5, 0.5), C (0.2, 0.0), D (-0.1, -0.1, 0.0);
-    # baselines t0 = 1.6/4 = 0.4, t1 = 0.4/4 = 0.1, t2 = 0.5/4 = 0.125
-    expected_by_turn = {0: [0.6], 1: [0.1, 0.4, 0.375], 2: [-0.2, -0.1], 3: [-0.5, -0.2, -0.125]}
+    # baselines over the episodes still running: t0 = 1.6/4 = 0.4, t1 = (0.5 + 0.0 - 0.1)/3, t2 = (0.5 + 0.0)/2
+    t1 = 0.4 / 3
+    expected_by_turn = {0: [0.6], 1: [0.1, 0.5 - t1, 0.25], 2: [-0.2, 0.0 - t1], 3: [-0.5, -0.1 - t1, -0.25]}
     adv, real = out["advantages"], (out["completion_mask"] * out["tool_mask"]).bool()
     for block in range(3):
         for i in range(4):

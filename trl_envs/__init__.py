@@ -12,13 +12,23 @@ from .data_processing import (
     remove_constant_reward_groups,
     trajectory_to_data,
 )
-from .evaluation import EvalResult, evaluate
+from .evaluation import EvalResult, TagStats, evaluate, pass_at_k
 from .gym_env import GymDataset, GymDatasetBuilder, GymEnv, GymGroupBuilder  # gymnasium is imported on first use
 from .gym_evaluation import GymEvalResult, evaluate_gym, evaluate_policy
 from .gym_text import ActionParseError, ActionParser, ObservationFormatter
 from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .preference import PairStats, PreferencePair, make_preference_pairs
 from .problem_env import ProblemEnv, ProblemGroupBuilder
+from .registry import (
+    EnvKind,
+    EnvRowError,
+    UnknownEnvError,
+    get_env,
+    list_envs,
+    make_env_dataset,
+    make_env_group_builder,
+    register_env,
+)
 from .renderer import Message, ParsedResponse, Renderer
 from .rollouts import (
     FailFast,
@@ -56,6 +66,9 @@ _LAZY = {
     "EnvGRPOConfig": ".grpo_config", "EnvGRPOTrainer": ".grpo_trainer", "EnvDPOConfig": ".dpo_config",
     "EnvDPOTrainer": ".dpo_trainer", "DataCollatorForMaskedPreference": ".dpo_trainer",
     "EmptyPairsWarning": ".dpo_trainer",
+    "EnvRowDataset": ".env_datasets", "export_env_dataset": ".env_datasets", "load_env_dataset": ".env_datasets",
+    "rows_to_dataset": ".env_datasets",
+    "evaluate_model": ".model_eval", "push_folder_to_hub": ".hub", "plot_training_curves": ".plots",
 }
 
 
@@ -78,6 +91,16 @@ __all__ = [
     "run_rollout_batch", "run_rollout_batch_async", "trajectory_to_data",
     "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "PairStats",
     "PreferencePair", "make_preference_pairs",
+    "EnvKind", "EnvRowDataset", "EnvRowError", "export_env_dataset", "get_env", "list_envs", "load_env_dataset",
+    "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset", "UnknownEnvError",
+    "TagStats", "pass_at_k", "evaluate_model", "push_folder_to_hub", "plot_training_curves",
     "ActionParseError", "ActionParser", "GymDataset", "GymDatasetBuilder", "GymEnv", "GymEvalResult", "GymGroupBuilder",
     "ObservationFormatter", "TextPolicySampler", "evaluate_gym", "evaluate_policy",
 ]
+
+from .batching import parked  # noqa: E402
+from .judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards  # noqa: E402
+from .tools import CALCULATOR, Tool, ToolCall, parse_tool_calls, run_tool_call  # noqa: E402
+
+__all__ += ["CALCULATOR", "ModelJudge", "PairwiseJudgeGroupBuilder", "Tool", "ToolCall", "pairwise_rewards", "parked",
+            "parse_tool_calls", "run_tool_call"]

@@ -7,8 +7,11 @@ ONE call (in a worker thread, so env coroutines awaiting I/O keep running meanwh
 (I/O, grading) therefore cost their latency once per turn, not once per episode.
 
 ``max_wait_s`` is a safety valve: if some live episode does not ask for an action within that many seconds
-after the first pending request (an env stuck in a long step, or envs of one group waiting on each other), the
-requests already pending are sent without it.
+after the first pending request (an env stuck in a long step), the requests already pending are sent without it.
+
+Envs that wait on a sibling (the players of one game taking turns) say so with :func:`parked`: while an episode is
+inside ``async with parked():`` the batcher does not wait for it, so a turn-taking game runs at full speed instead
+of stalling ``max_wait_s`` per move.
 """
 
 from __future__ import annotations
@@ -25,10 +28,34 @@ from .sampler import SampleRequest, Sampler
 from .types import StopCondition, TokensWithLogprobs
 
 
+_current_batcher: contextvars.ContextVar[BatchingSampler | None] = contextvars.ContextVar(
+    "trl_envs_current_batcher", default=None)
+"""The batcher whose :meth:`BatchingSampler.episode` the calling coroutine is inside (``None`` elsewhere)."""
+
 rollout_clock: contextvars.ContextVar[Any] = contextvars.ContextVar("trl_envs_rollout_clock", default=None)
 """The per-rollout timeout clock of the calling episode (set by ``trl_envs.rollouts`` under ``RetryOnFailure``), with
 ``pause()`` / ``resume()``. It is paused while the episode's request waits for other episodes to join the batch: a
 rollout's timeout covers its own env, model and grading time, not time spent waiting on a stuck sibling."""
+
+
+class ParkedSlot:
+    """An episode parked in a :class:`BatchingSampler` (see :func:`parked`). :meth:`unpark` is idempotent."""
+
+    def __init__(self, batcher: BatchingSampler | None, clock: Any = None):
+        self._batcher, self._clock = batcher, clock
+        if batcher is not None:
+            batcher._parked += 1
+        if clock is not None:
+            clock.pause()
+
+    def unpark(self) -> None:
+        """Count the episode as live again: the batcher waits for its next request. Call it from the code that wakes
+        the episode, at the moment it does, so a sampling call cannot go out in between without it."""
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher._parked -= 1
+            if self._clock is not None:
+                self._clock.resume()
 
 
 @dataclass
@@ -45,27 +72,49 @@ class BatchingSampler:
         num_calls: how many times the underlying sampler was called.
         batch_sizes: the number of requests of each call.
         sampler_seconds: wall time spent inside the underlying sampler.
+        num_valve_flushes: how many calls the ``max_wait_s`` valve forced (some live episode had not asked);
+            0 in a healthy run, turn-taking games included.
     """
 
     def __init__(self, sampler: Sampler, *, max_wait_s: float | None = 30.0):
         self.sampler = sampler
         self.max_wait_s = max_wait_s
         self._live = 0
+        self._parked = 0
         self._pending: list[_Pending] = []
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
         self.num_calls = 0
         self.batch_sizes: list[int] = []
         self.sampler_seconds = 0.0
+        self.num_valve_flushes = 0
 
     @contextlib.asynccontextmanager
     async def episode(self) -> AsyncIterator[None]:
-        """Scope of one live episode: the batcher waits for it before each call while it is inside."""
+        """Scope of one live episode: the batcher waits for it before each call while it is inside (and not
+        :func:`parked`)."""
         self.join()
+        token = _current_batcher.set(self)
         try:
             yield
         finally:
+            _current_batcher.reset(token)
             self.leave()
+
+    @contextlib.asynccontextmanager
+    async def parked(self) -> AsyncIterator[ParkedSlot]:
+        """Scope in which the calling episode waits on a sibling and must not be waited for (see :func:`parked`)."""
+        slot = ParkedSlot(self, rollout_clock.get())
+        try:
+            self._maybe_flush()  # the others may be all we were waiting for
+            yield slot
+        finally:
+            slot.unpark()
+
+    @property
+    def num_parked(self) -> int:
+        """Episodes now inside :meth:`parked`."""
+        return self._parked
 
     def join(self) -> None:
         """Count one more participant to wait for (an episode, or a group still making its envs)."""
@@ -96,8 +145,10 @@ class BatchingSampler:
         self._pending = [p for p in self._pending if not p.future.done()]  # drop cancelled episodes' requests
         if self._busy or not self._pending:
             return
-        if not force and len(self._pending) < self._live:
+        if not force and len(self._pending) < self._live - self._parked:
             return
+        if force and self._pending and len(self._pending) < self._live - self._parked:
+            self.num_valve_flushes += 1
         batch, self._pending = self._pending, []
         if self._timer is not None:
             self._timer.cancel()
@@ -131,3 +182,26 @@ class BatchingSampler:
             if self._pending and self.max_wait_s is not None and self._timer is None:
                 self._timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._maybe_flush, True)
             self._maybe_flush()
+
+
+@contextlib.asynccontextmanager
+async def parked() -> AsyncIterator[ParkedSlot]:
+    """Wrap an env's wait on a sibling env of its group::
+
+        async with parked() as slot:
+            self.waiters.append(slot)         # the sibling calls slot.unpark() when it wakes us
+            await asyncio.wait_for(event.wait(), timeout)
+
+    While parked, the :class:`BatchingSampler` running the calling episode samples the other episodes without
+    waiting for this one, and the episode's ``RetryOnFailure`` timeout clock is paused (the wait is the sibling's
+    time, not this rollout's). The code that wakes the episode should call ``slot.unpark()`` right then (leaving the
+    block does it too, but later: a sampling call could go out in between, without the woken episode's request).
+    Bound the wait itself so a sibling that died cannot keep the episode here forever. Outside a batcher's
+    episode (a plain policy, a test) it does nothing.
+    """
+    batcher = _current_batcher.get()
+    if batcher is None:
+        yield ParkedSlot(None)
+        return
+    async with batcher.parked() as slot:
+        yield slot

@@ -5,22 +5,26 @@ the episode's total reward. Per-turn credit gives turn ``t`` of trajectory ``i``
 
     R[i, t] = sum over k >= t of gamma^(k - t) * r[i, k]      (the group reward counts as part of the last step's)
 
-minus a baseline shared by the group at the same turn index,
+minus a baseline shared by the group at the same turn index: the mean return-to-go of the trajectories still
+running at that turn,
 
-    b[t] = mean over all G trajectories j of R[j, t]           (R[j, t] = 0 once trajectory j has ended)
+    b[t] = mean over the trajectories j with more than t turns of R[j, t]
 
 scaled like GRPO (by the std of the group's returns from turn 0, ``R[j, 0]``, plus 1e-4) or not at all:
 
     A[i, t] = (R[i, t] - b[t]) / (std_j R[j, 0] + 1e-4)
 
-An ended trajectory counts 0 from its end because the episode has reached an absorbing state that earns nothing
-more; including it keeps the baseline an average over the group's situations at time ``t`` rather than over the
-survivors only (which would give the longest episode's last turns no signal at all). With ``gamma = 1`` and a
-single turn this is exactly GRPO's advantage. See docs/credit_assignment.md for the length-bias discussion.
+A turn is compared only with the other episodes that reached the same turn: "given the game is still on at turn
+t, did this move lead to more reward than the others' moves did?". Episodes that already ended are left out because
+their return from here on is 0 for a reason unrelated to the move being judged (they won, or lost, earlier);
+comparing with them would reward the late turns of a slow win for merely still being in play. A turn that only one
+episode reached has no comparison and gets 0. With ``gamma = 1`` and a single turn this is exactly GRPO's
+advantage. See docs/credit_assignment.md for the length-bias discussion.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 import torch
@@ -66,7 +70,7 @@ def turn_advantages(returns: Sequence[Sequence[float]], scale: Scaling = "group"
     if n < 2:
         return [[0.0] * len(r) for r in returns]
     horizon = max((len(r) for r in returns), default=0)
-    baseline = [sum(r[t] if t < len(r) else 0.0 for r in returns) / n for t in range(horizon)]
+    baseline = [statistics.fmean(r[t] for r in returns if t < len(r)) for t in range(horizon)]
     if scale == "group":
         denom = float(torch.tensor([r[0] if r else 0.0 for r in returns], dtype=torch.float64).std()) + STD_EPS
     elif scale == "batch":

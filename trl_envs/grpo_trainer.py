@@ -30,6 +30,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from .credit import first_turn_returns, row_token_advantages
+from .env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
 from .lockstep import LockstepSampler
 from .metrics import rollout_metrics
@@ -75,9 +76,12 @@ class EnvGRPOTrainer(GRPOTrainer):
     Args:
         model: model id, path, or ``PreTrainedModel``.
         args: :class:`~trl_envs.grpo_config.EnvGRPOConfig`.
-        env_dataset: the training envs: an :class:`RLDataset`, or an :class:`RLDatasetBuilder` (whose test split
-            becomes the evaluation envs unless ``eval_env_dataset`` is given).
-        eval_env_dataset: evaluation envs (optional); evaluation logs ``eval_env/...``.
+        env_dataset: the training envs: an :class:`RLDataset`, an :class:`RLDatasetBuilder` (whose test split
+            becomes the evaluation envs unless ``eval_env_dataset`` is given), or a ``datasets.Dataset`` /
+            ``IterableDataset`` of env row specs (one group of ``num_generations`` envs per row, see
+            :class:`~trl_envs.env_datasets.EnvRowDataset`).
+        eval_env_dataset: evaluation envs (optional; an ``RLDataset`` or a dataset of row specs); evaluation logs
+            ``eval_env/...``.
         processing_class: the tokenizer (must have a chat template; it must be the tokenizer the envs' renderer
             uses).
         peft_config: a PEFT config to train an adapter (then ``beta > 0`` uses the adapter-free model as reference).
@@ -93,11 +97,15 @@ class EnvGRPOTrainer(GRPOTrainer):
             template, or ``beta > 0`` with an in-memory model and no PEFT.
     """
 
-    def __init__(self, model, args: EnvGRPOConfig, env_dataset: RLDataset | RLDatasetBuilder,
-                 eval_env_dataset: RLDataset | None = None, processing_class=None, peft_config=None,
+    def __init__(self, model, args: EnvGRPOConfig, env_dataset: RLDataset | RLDatasetBuilder | Dataset,
+                 eval_env_dataset: RLDataset | Dataset | None = None, processing_class=None, peft_config=None,
                  sampler: Sampler | None = None, callbacks=None, optimizers=(None, None)):
         if not isinstance(args, EnvGRPOConfig):
             raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
+        env_dataset, eval_env_dataset, processing_class = resolve_row_datasets(  # datasets of env rows -> RLDatasets
+            env_dataset, eval_env_dataset, model=model, processing_class=processing_class,
+            group_size=args.num_generations, eval_group_size=args.num_generations_eval or args.num_generations,
+            groups_per_batch=max(args.generation_batch_size // args.num_generations, 1), owner="EnvGRPOTrainer")
         train_envs, eval_envs = _resolve_datasets(env_dataset, eval_env_dataset)
         _check_batch_geometry(args, eval_envs is not None)
         _check_reference_model(model, args, peft_config)
@@ -260,8 +268,8 @@ def _resolve_datasets(env_dataset, eval_env_dataset) -> tuple[RLDataset, RLDatas
         return train, eval_env_dataset if eval_env_dataset is not None else test
     if isinstance(env_dataset, RLDataset):
         return env_dataset, eval_env_dataset
-    raise TypeError(f"EnvGRPOTrainer: env_dataset must be an RLDataset or RLDatasetBuilder, got "
-                    f"{type(env_dataset).__name__}")
+    raise TypeError(f"EnvGRPOTrainer: env_dataset must be an RLDataset, RLDatasetBuilder or datasets.Dataset of env "
+                    f"rows, got {type(env_dataset).__name__}")
 
 
 def _check_launch(num_processes: int, environ) -> None:

@@ -224,36 +224,73 @@ async def _rollouts_with_retries(builder: EnvGroupBuilder, envs: list[Env], poli
                                  budget: RolloutBudget | None, strategy: RetryOnFailure, errors: Counter,
                                  after_start: Callable[[], None] | None = None) -> list[Trajectory]:
     retries_left = strategy.max_retries
+    units = _retry_units(builder, len(envs))
+    trajectories: list[Trajectory | None] = [None] * len(envs)
+    not_started = len(units)
 
-    async def one(index: int) -> Trajectory:
+    def unit_started() -> None:  # after_start once every unit's first episodes have registered with the batcher
+        nonlocal not_started
+        not_started -= 1
+        if not_started == 0 and after_start is not None:
+            after_start()
+
+    async def single(index: int) -> Trajectory:
+        async with _timeout(strategy.per_rollout_timeout) as deadline:
+            token = rollout_clock.set(_PausableClock(deadline) if deadline is not None else None)
+            try:
+                return await do_single_rollout(policy, envs[index], budget)
+            finally:
+                rollout_clock.reset(token)
+
+    async def one(unit: list[int]) -> None:
         nonlocal retries_left
+        started: Callable[[], None] | None = unit_started
         while True:
             try:
-                async with _timeout(strategy.per_rollout_timeout) as deadline:
-                    token = rollout_clock.set(_PausableClock(deadline) if deadline is not None else None)
-                    try:
-                        return await do_single_rollout(policy, envs[index], budget)
-                    finally:
-                        rollout_clock.reset(token)
+                results = await _gather_fail_fast([single(i) for i in unit], started)
+                started = None
+                for i, traj in zip(unit, results):
+                    trajectories[i] = traj
+                return
             except (asyncio.TimeoutError, TimeoutError):
+                started = None
                 errors["TimeoutError"] += 1
-                reason = f"rollout {index} timed out after {strategy.per_rollout_timeout}s"
+                reason = f"rollout {_unit_name(unit)} timed out after {strategy.per_rollout_timeout}s"
             except EnvContractError:
                 raise  # a broken env is a bug, not bad luck: retrying would hide it
             except Exception as e:  # noqa: BLE001 - counted, then retried or the group skipped
+                started = None
                 errors[type(e).__name__] += 1
-                reason = f"rollout {index} failed with {type(e).__name__}: {e}"
+                reason = f"rollout {_unit_name(unit)} failed with {type(e).__name__}: {e}"
             if retries_left <= 0:
                 raise GroupSkipped(f"{reason}; retry budget of {strategy.max_retries} used up")
             retries_left -= 1
-            logger.info("%s; retrying with a fresh env", reason)
+            logger.info("%s; retrying with fresh envs", reason)
             fresh = list(await builder.make_envs())
             if len(fresh) != len(envs):
                 raise EnvContractError(f"{type(builder).__name__}.make_envs returned {len(fresh)} envs on retry, "
                                        f"{len(envs)} the first time")
-            envs[index] = fresh[index]
+            for i in unit:  # coupled envs (one game's players) are replaced together, from the same make_envs call
+                envs[i] = fresh[i]
 
-    return await _gather_fail_fast([one(i) for i in range(len(envs))], after_start)
+    await _gather_fail_fast([one(u) for u in units])
+    return [t for t in trajectories if t is not None]
+
+
+def _retry_units(builder: EnvGroupBuilder, n: int) -> list[list[int]]:
+    """The sets of envs retried together: ``builder.coupled_envs()``, checked to cover each of the ``n`` envs once."""
+    coupled = builder.coupled_envs() if hasattr(builder, "coupled_envs") else None
+    if coupled is None:
+        return [[i] for i in range(n)]
+    units = [list(u) for u in coupled]
+    if sorted(i for u in units for i in u) != list(range(n)) or any(not u for u in units):
+        raise EnvContractError(f"{type(builder).__name__}.coupled_envs() must split the indices 0..{n - 1} of its "
+                               f"{n} envs into non-empty sets, each index once; got {coupled!r}")
+    return units
+
+
+def _unit_name(unit: list[int]) -> str:
+    return str(unit[0]) if len(unit) == 1 else "of coupled envs " + ", ".join(map(str, unit))
 
 
 def _timeout(seconds: float | None) -> contextlib.AbstractAsyncContextManager:
@@ -333,6 +370,7 @@ class RolloutBatchResult:
         error_counts: rollout errors by exception type (``GroupSkipped`` counts skipped groups).
         num_sampler_calls: calls made to the sampler; ``sampler_batch_sizes``: requests in each.
         wall_seconds: wall time of the whole batch; ``sampler_seconds``: the part spent inside the sampler.
+        num_valve_flushes: sampler calls forced by the ``max_wait_s`` valve (0 when no episode stalled the batch).
     """
 
     groups: list[TrajectoryGroup | None]
@@ -341,6 +379,7 @@ class RolloutBatchResult:
     sampler_batch_sizes: list[int] = field(default_factory=list)
     wall_seconds: float = 0.0
     sampler_seconds: float = 0.0
+    num_valve_flushes: int = 0
 
 
 async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: Sampler,
@@ -354,7 +393,7 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
     groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors) for b in builders],
                                      setup.release)
     return RolloutBatchResult(groups, dict(errors), batcher.num_calls, list(batcher.batch_sizes),
-                              time.perf_counter() - start, batcher.sampler_seconds)
+                              time.perf_counter() - start, batcher.sampler_seconds, batcher.num_valve_flushes)
 
 
 def run_rollout_batch(builders: Sequence[EnvGroupBuilder], sampler: Sampler, budget: RolloutBudget | None = None,

@@ -207,6 +207,16 @@ class EnvGroupBuilder(ABC):
         """
         return [(0.0, {}) for _ in trajectory_group]
 
+    def coupled_envs(self) -> list[list[int]] | None:
+        """Envs of the group that wait on each other (the players of one game), as lists of indices into
+        :meth:`make_envs`' result, covering every env once; ``None`` (default): every env runs on its own.
+
+        ``RetryOnFailure`` retries coupled envs together: when one fails, the others of its set are cancelled and
+        the whole set is replaced from a fresh :meth:`make_envs` call (one retry of the budget), so no player is
+        left waiting on an opponent that is never played.
+        """
+        return None
+
     async def cleanup(self) -> None:
         """Release what :meth:`make_envs` acquired. Always awaited: after success, error, timeout and cancellation."""
 

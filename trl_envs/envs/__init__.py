@@ -10,10 +10,16 @@ from ..types import RLDatasetBuilder
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .cartpole import CartPoleDatasetBuilder
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
+from .judged_arithmetic import JudgedArithmeticDatasetBuilder
+from .tic_tac_toe import TicTacToeDatasetBuilder
+from .tool_use import ToolUseDatasetBuilder
 
 BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "arithmetic": ArithmeticDatasetBuilder,
     "guess_number": GuessNumberDatasetBuilder,
+    "tic_tac_toe": TicTacToeDatasetBuilder,
+    "judged_arithmetic": JudgedArithmeticDatasetBuilder,
+    "tool_use": ToolUseDatasetBuilder,
     "cartpole": CartPoleDatasetBuilder,  # needs gymnasium (pip install "trl-envs[gym]")
 }
 
@@ -27,5 +33,6 @@ def make_dataset_builder(name: str, renderer: Renderer, **kwargs: Any) -> RLData
     return factory(renderer=renderer, **kwargs)
 
 
-__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "CartPoleDatasetBuilder", "GuessNumberDatasetBuilder",
-           "GuessNumberEnv", "make_dataset_builder"]
+__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "CartPoleDatasetBuilder",
+           "GuessNumberDatasetBuilder", "GuessNumberEnv", "JudgedArithmeticDatasetBuilder", "TicTacToeDatasetBuilder",
+           "ToolUseDatasetBuilder", "make_dataset_builder"]

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, ClassVar
 
 from ..problem_env import ProblemEnv, ProblemGroupBuilder
 from ..renderer import Message, Renderer
@@ -44,6 +45,25 @@ def sample_problem(rng: random.Random, max_operand: int) -> tuple[int, int]:
     return rng.randint(0, max_operand), rng.randint(0, max_operand)
 
 
+class ArithmeticGroupBuilder(ProblemGroupBuilder):
+    """``group_size`` copies of ``What is a + b?``. Also the env's row spec: ``{"env": "arithmetic", "a": 2, "b": 3}``
+    (optional ``format_coef``), see :meth:`from_row` / :meth:`to_row` and docs/envs_as_datasets.md."""
+
+    def __init__(self, renderer: Renderer, a: int, b: int, group_size: int, format_coef: float = 0.1):
+        super().__init__(partial(ArithmeticEnv, renderer, a, b, format_coef), group_size, dataset_name="arithmetic")
+        self.a, self.b, self.format_coef = a, b, format_coef
+
+    @classmethod
+    def from_row(cls, renderer: Renderer, group_size: int, *, a: int, b: int,
+                 format_coef: float = 0.1) -> ArithmeticGroupBuilder:
+        """The group of one row spec (the fields of ``{"env": "arithmetic", "a": 2, "b": 3}``)."""
+        return cls(renderer, a, b, group_size, format_coef)
+
+    def to_row(self) -> dict[str, Any]:
+        """This group's row spec, JSON-serializable (the inverse of :meth:`from_row`)."""
+        return {"env": "arithmetic", "a": self.a, "b": self.b, "format_coef": self.format_coef}
+
+
 class ArithmeticDataset(RLDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
@@ -58,8 +78,7 @@ class ArithmeticDataset(RLDataset):
         builders = []
         for _ in range(self.batch_size):
             a, b = sample_problem(rng, self.max_operand)
-            thunk = partial(ArithmeticEnv, self.renderer, a, b, self.format_coef)
-            builders.append(ProblemGroupBuilder(thunk, self.group_size, dataset_name="arithmetic"))
+            builders.append(ArithmeticGroupBuilder(self.renderer, a, b, self.group_size, self.format_coef))
         return builders
 
     def __len__(self) -> int:
@@ -68,7 +87,13 @@ class ArithmeticDataset(RLDataset):
 
 @dataclass
 class ArithmeticDatasetBuilder(RLDatasetBuilder):
-    """Train and test :class:`ArithmeticDataset` s (the test set uses another seed)."""
+    """Single turn: `What is a + b?`, answered with a bare integer.
+
+    Train and test :class:`ArithmeticDataset` s (the test set uses another seed). ``from_row`` gives the env its row
+    spec (see :mod:`trl_envs.registry`).
+    """
+
+    from_row: ClassVar = ArithmeticGroupBuilder.from_row
 
     renderer: Renderer
     batch_size: int = 4

@@ -6,6 +6,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
@@ -56,7 +57,9 @@ def reply_for(guess: int | None, target: int, low: int, high: int) -> str:
 
 
 class GuessNumberGroupBuilder(EnvGroupBuilder):
-    """``group_size`` games with the same hidden number."""
+    """``group_size`` games with the same hidden number. Also the env's row spec:
+    ``{"env": "guess_number", "target": 7, "low": 1, "high": 16, "max_guesses": 6}`` (all but ``target`` optional),
+    see :meth:`from_row` / :meth:`to_row` and docs/envs_as_datasets.md."""
 
     def __init__(self, renderer: Renderer, target: int, group_size: int, low: int = 1, high: int = 16,
                  max_guesses: int = 6):
@@ -69,6 +72,21 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
 
     def logging_tags(self) -> list[str]:
         return ["guess_number"]
+
+    @classmethod
+    def from_row(cls, renderer: Renderer, group_size: int, *, target: int, low: int = 1, high: int = 16,
+                 max_guesses: int = 6) -> GuessNumberGroupBuilder:
+        """The group of one row spec (the fields of ``{"env": "guess_number", "target": 7, ...}``)."""
+        if not low <= target <= high:
+            raise ValueError(f"target {target} is outside [low, high] = [{low}, {high}]")
+        if max_guesses < 1:
+            raise ValueError(f"max_guesses must be >= 1, got {max_guesses}")
+        return cls(renderer, target, group_size, low, high, max_guesses)
+
+    def to_row(self) -> dict[str, Any]:
+        """This group's row spec, JSON-serializable (the inverse of :meth:`from_row`)."""
+        return {"env": "guess_number", "target": self.target, "low": self.low, "high": self.high,
+                "max_guesses": self.max_guesses}
 
 
 class GuessNumberDataset(RLDataset):
@@ -91,7 +109,13 @@ class GuessNumberDataset(RLDataset):
 
 @dataclass
 class GuessNumberDatasetBuilder(RLDatasetBuilder):
-    """Train and test :class:`GuessNumberDataset` s (the test set uses another seed)."""
+    """Multi-turn: guess a hidden number; the env answers `Higher.` / `Lower.`.
+
+    Train and test :class:`GuessNumberDataset` s (the test set uses another seed). ``from_row`` gives the env its row
+    spec (see :mod:`trl_envs.registry`).
+    """
+
+    from_row: ClassVar = GuessNumberGroupBuilder.from_row
 
     renderer: Renderer
     batch_size: int = 4

@@ -1,0 +1,215 @@
+"""The ``trl-envs`` command: list, play (scripted stdin), eval (numbers equal a direct computation), help; pass@k."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trl_envs.cli import main
+from trl_envs.evaluation import pass_at_k, summarize_groups
+from trl_envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    """``python -m trl_envs ARGS`` from this checkout, as the ``trl-envs`` console script runs ``cli.main``."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run([sys.executable, "-m", "trl_envs", *args], input=stdin, capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=240)
+
+
+def test_console_script_is_declared():
+    text = (ROOT / "pyproject.toml").read_text()
+    scripts = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]  # tomllib needs Python 3.11
+    assert 'trl-envs = "trl_envs.cli:main"' in scripts.splitlines()
+    assert 'trl-envs-build-tiny-model = "trl_envs.tiny_model:main"' in scripts.splitlines()
+
+
+def test_list_shows_every_env_with_a_description(capsys):
+    from trl_envs.envs import BUILTIN_ENVS
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == sorted(BUILTIN_ENVS)
+    assert all(len(line.split()) > 2 for line in lines), lines  # a description follows each name
+    assert main(["list", "--json"]) == 0
+    assert sorted(json.loads(capsys.readouterr().out)) == sorted(BUILTIN_ENVS)
+
+
+@pytest.mark.parametrize("command,expected", [
+    (None, ["list", "play", "eval", "build-tiny-model"]),
+    ("list", ["--json"]),
+    ("play", ["--show_tokens", "--max_tokens", "env"]),
+    ("eval", ["--model", "--env", "--samples_per_problem", "--pass_k", "--num_problems", "--output", "--seed"]),
+    ("build-tiny-model", ["--output_dir", "--force"]),
+])
+def test_help_of_each_command(command, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(([command] if command else []) + ["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for word in expected:
+        assert word in out, f"{word!r} missing from the help of {command or 'trl-envs'}:\n{out}"
+
+
+def test_no_command_prints_help_and_fails(capsys):
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().out
+
+
+def test_play_guess_number_from_scripted_stdin(tiny_model_path):
+    proc = run_cli("play", "guess_number", "--model_name_or_path", tiny_model_path, stdin="8\n4\n6\n5\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert out.count("<|im_start|>assistant") == 4  # four turns, each observation shown as the model sees it
+    assert "Lower.<|im_end|>" in out and "Higher.<|im_end|>" in out  # the env's replies
+    assert "turn 3: reward +1.00" in out and "'win': 1.0" in out
+    assert out.rstrip().endswith("total reward +0.70")  # 3 wrong guesses (-0.1 each) then the right one (+1)
+
+
+def test_play_arithmetic_wrong_and_malformed_answers(tiny_model_path):
+    wrong = run_cli("play", "arithmetic", "--model_name_or_path", tiny_model_path, stdin="11\n")
+    assert wrong.returncode == 0, wrong.stderr[-3000:]
+    assert "What is 5 + 5?" in wrong.stdout and "total reward +0.00" in wrong.stdout
+    malformed = run_cli("play", "--model_name_or_path", tiny_model_path, "--show_tokens", stdin="ten\n")
+    assert "total reward -0.10" in malformed.stdout and "[action: [" in malformed.stdout
+
+
+def test_play_stops_cleanly_when_input_ends(tiny_model_path):
+    proc = run_cli("play", "guess_number", "--model_name_or_path", tiny_model_path, stdin="8\n")
+    assert proc.returncode == 1
+    assert "no more input: episode abandoned" in proc.stderr
+
+
+def test_play_unknown_env_names_the_known_ones(tiny_model_path):
+    proc = run_cli("play", "chess", "--model_name_or_path", tiny_model_path)
+    assert proc.returncode != 0
+    assert "unknown env 'chess'" in proc.stderr and "arithmetic" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_eval_numbers_equal_a_direct_computation_on_the_same_seeds(tmp_path, tiny_model_path, capsys):
+    """``trl-envs eval`` against the rollouts computed here by hand: same problems, same seed, same sampler."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+
+    from trl_envs import HFSampler, Renderer, RolloutBudget, run_rollout_batch
+    from trl_envs.envs import make_dataset_builder
+    from trl_envs.rollouts import run_sync
+
+    out = tmp_path / "eval.json"
+    args = ["eval", "--model", tiny_model_path, "--env", "arithmetic", "--env_kwargs", '{"max_operand": 3}',
+            "--num_problems", "3", "--samples_per_problem", "4", "--pass_k", "1", "2", "4", "--seed", "7",
+            "--max_tokens", "8", "--device", "cpu", "--no_progress", "--output", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+
+    # Direct: the env's test split with groups of 4, the same seed, an HFSampler at temperature 1.
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    builder = make_dataset_builder("arithmetic", Renderer(tokenizer), group_size=4, batch_size=3, num_test_batches=1,
+                                   max_operand=3)
+    _, test = run_sync(builder)
+    set_seed(7)
+    with torch.no_grad():
+        result = run_rollout_batch(test.get_batch(0)[:3], HFSampler(model, tokenizer, temperature=1.0),
+                                   RolloutBudget(max_turns=16, max_tokens_per_turn=8))
+    totals = [[t.step_reward + g for t, g in zip(group.trajectories, group.group_rewards)] for group in result.groups]
+    flat = np.array([r for group in totals for r in group])
+    solved = [[r > 0 for r in group] for group in totals]
+
+    def brute_pass_at(k):  # the definition: share of k-subsets of a problem's samples holding a solved one
+        return np.mean([np.mean([any(s[i] for i in subset) for subset in itertools.combinations(range(4), k)])
+                        for s in solved])
+
+    assert report["episode_rewards"] == pytest.approx(flat.tolist())
+    assert report["num_episodes"] == 12 and report["num_problems"] == 3
+    assert report["mean_reward"] == pytest.approx(flat.mean())
+    assert report["std_reward"] == pytest.approx(flat.std())  # population std, as SB3's evaluate_policy (np.std)
+    for k in (1, 2, 4):
+        assert report["pass_at_k"][str(k)] == pytest.approx(brute_pass_at(k)), k
+    assert report["per_tag"]["arithmetic"]["mean_reward"] == pytest.approx(flat.mean())
+    assert report["per_tag"]["all"]["num_episodes"] == 12
+    assert report["settings"]["seed"] == 7 and report["settings"]["env"] == "arithmetic"
+    assert f"{flat.mean():.3f} ± {flat.std():.3f}" in printed and "pass@4" in printed
+
+
+def test_eval_is_reproducible_and_the_seed_matters(tiny_model_path):
+    from trl_envs.model_eval import evaluate_model
+
+    def run(seed):
+        return evaluate_model(tiny_model_path, "arithmetic", num_problems=4, samples_per_problem=4, seed=seed,
+                              max_tokens=8, device="cpu").episode_rewards
+
+    first = run(1)
+    assert run(1) == first
+    assert any(run(seed) != first for seed in (2, 3))
+
+
+def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    from trl_envs import HFSampler, Renderer, evaluate
+    from trl_envs.envs import make_dataset_builder
+    from trl_envs.rollouts import run_sync
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    _, test = run_sync(make_dataset_builder("arithmetic", Renderer(tokenizer)))
+    with pytest.raises(ValueError, match="asked for 99 problems but the dataset"):
+        evaluate(HFSampler(None, tokenizer), test, num_problems=99)
+
+
+def _group(totals: list[float], tags: list[str]) -> TrajectoryGroup:
+    trajectories = [Trajectory([Transition([1], TokensWithLogprobs([2], None, "stop"), r, True)], [1, 2])
+                    for r in totals]
+    return TrajectoryGroup(trajectories, [0.0] * len(totals), [{}] * len(totals), tags=tags)
+
+
+def test_per_tag_stats_and_pass_at_k_of_played_groups():
+    groups = [_group([1.0, 0.0, 0.0], ["easy"]), _group([0.0, 0.0, -0.1], ["hard"]), None,
+              _group([1.0, 1.0, 0.5], ["easy"])]
+    result = summarize_groups(groups, {"ValueError": 1}, ks=[1, 3])
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.0, -0.1, 1.0, 1.0, 0.5]
+    assert result.num_episodes == 9 and result.num_problems == 3
+    assert result.mean_reward == pytest.approx(np.mean(rewards)) and result.std_reward == pytest.approx(np.std(rewards))
+    assert result.pass_at_k[1] == pytest.approx((1 / 3 + 0 + 1) / 3)
+    assert result.pass_at_k[3] == pytest.approx(2 / 3)
+    assert list(result.per_tag) == ["all", "easy", "hard"]
+    easy = result.per_tag["easy"]
+    assert (easy.num_episodes, easy.num_problems, easy.pass_at_k[3]) == (6, 2, 1.0)
+    assert easy.mean_reward == pytest.approx(3.5 / 6)
+    assert result.per_tag["hard"].pass_at_k == {1: 0.0, 3: 0.0}
+    assert result.metrics["env/all/skipped_groups"] == pytest.approx(0.25)
+    table = result.format_table()
+    assert table.splitlines()[0].split()[-2:] == ["pass@1", "pass@3"] and "hard" in table
+    assert json.loads(json.dumps(result.to_dict()))["pass_at_k"] == {"1": result.pass_at_k[1], "3": 2 / 3}
+    with pytest.raises(ValueError, match="smallest group has 3 envs"):
+        summarize_groups(groups, ks=[4])
+    thresholded = summarize_groups(groups, ks=[1], success_threshold=0.6)
+    assert thresholded.pass_at_k[1] == pytest.approx((1 / 3 + 0 + 2 / 3) / 3)
+
+
+@pytest.mark.parametrize("n,c,k", [(5, 0, 1), (5, 2, 1), (5, 2, 2), (5, 2, 4), (5, 5, 3), (6, 1, 6), (7, 3, 2)])
+def test_pass_at_k_is_the_share_of_k_subsets_with_a_solved_sample(n, c, k):
+    solved = [True] * c + [False] * (n - c)
+    brute = np.mean([any(solved[i] for i in s) for s in itertools.combinations(range(n), k)])
+    assert pass_at_k(n, c, k) == pytest.approx(brute)
+
+
+def test_pass_at_k_rejects_impossible_counts():
+    with pytest.raises(ValueError, match="n=3, c=4, k=1"):
+        pass_at_k(3, 4, 1)
+    with pytest.raises(ValueError, match="k=4"):
+        pass_at_k(3, 1, 4)

@@ -1,0 +1,121 @@
+"""``judged_arithmetic``: the example env for pairwise-judge group rewards (:mod:`trl_envs.judge`).
+
+The model answers ``What is a + b?``; the env itself gives no reward. A rule-based judge compares the answers of a
+group two by two: the answer closer to the true sum wins, a number beats a non-number, equally close answers tie.
+Each answer's reward is its mean of wins minus losses against the rest of the group.
+
+Why this example: it needs no second model, the tiny model's answers vary (it is right about a quarter of the time
+and near misses are common), and the judge ranks answers by degree — 7 for 3 + 5 beats 2 — which a pointwise
+right/wrong reward cannot. Swap :class:`CloserToJudge` for :class:`~trl_envs.judge.ModelJudge` (or any function of
+two answers) to train against a model's preferences instead.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..judge import PairwiseJudgeGroupBuilder
+from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
+from ..renderer import Message, ParsedResponse, Renderer
+from ..types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from .arithmetic import question, sample_problem
+
+_INTEGER = re.compile(r"^\s*(-?\d+)\s*$")
+
+
+def read_integer(text: str) -> int | None:
+    m = _INTEGER.match(text)
+    return int(m.group(1)) if m else None
+
+
+class CloserToJudge:
+    """Judge: the answer (a bare integer) closer to ``target`` wins; a number beats a non-number; else a tie."""
+
+    def __init__(self, target: int):
+        self.target = target
+
+    def __call__(self, a: str, b: str) -> float:
+        da, db = read_integer(a), read_integer(b)
+        if da is None or db is None:
+            return float(da is not None) - float(db is not None)
+        ea, eb = abs(da - self.target), abs(db - self.target)
+        return 1.0 if ea < eb else -1.0 if ea > eb else 0.0
+
+
+class QuestionEnv(MessageEnv):
+    """One question, one answer, no reward from the env (the group's judge gives it). Logs ``correct``."""
+
+    def __init__(self, text: str, answer: int):
+        self.text, self.answer = text, answer
+
+    async def initial_messages(self) -> list[Message]:
+        return [{"role": "user", "content": self.text}]
+
+    async def step(self, response: ParsedResponse) -> MessageStepResult:
+        value = read_integer(response.message["content"]) if response.ok else None
+        return MessageStepResult(0.0, True, [], {"correct": float(value == self.answer),
+                                                 "parse_ok": float(value is not None)})
+
+
+class QuestionGroupBuilder(EnvGroupBuilder):
+    """``group_size`` copies of one :class:`QuestionEnv`."""
+
+    def __init__(self, renderer: Renderer, a: int, b: int, group_size: int):
+        self.renderer, self.a, self.b, self.group_size = renderer, a, b, group_size
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [MessageTokenEnv(QuestionEnv(question(self.a, self.b), self.a + self.b), self.renderer)
+                for _ in range(self.group_size)]
+
+    def logging_tags(self) -> list[str]:
+        return ["judged_arithmetic"]
+
+
+class JudgedArithmeticDataset(RLDataset):
+    """``num_batches`` batches of ``batch_size`` judged groups; batch ``i`` is fixed by ``seed`` and ``i``."""
+
+    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int, max_operand: int = 9,
+                 seed: int = 0, both_orders: bool = False):
+        if group_size < 2:
+            raise ValueError(f"judged_arithmetic: group_size must be >= 2 to compare answers, got {group_size}")
+        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+        self.max_operand, self.seed, self.both_orders = max_operand, seed, both_orders
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < self.num_batches:
+            raise IndexError(f"JudgedArithmeticDataset: batch {index} out of range (0..{self.num_batches - 1})")
+        rng = random.Random(f"judged_arithmetic/{self.seed}/{index}")
+        out = []
+        for _ in range(self.batch_size):
+            a, b = sample_problem(rng, self.max_operand)
+            out.append(PairwiseJudgeGroupBuilder(QuestionGroupBuilder(self.renderer, a, b, self.group_size),
+                                                 CloserToJudge(a + b), self.renderer, both_orders=self.both_orders))
+        return out
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
+@dataclass
+class JudgedArithmeticDatasetBuilder(RLDatasetBuilder):
+    """Single turn: `What is a + b?`, rewarded by a pairwise judge (the answer closer to a + b wins).
+
+    Train and test :class:`JudgedArithmeticDataset` s (the test set uses another seed).
+    """
+
+    renderer: Renderer
+    batch_size: int = 4
+    group_size: int = 4
+    num_batches: int = 1000
+    num_test_batches: int = 2
+    max_operand: int = 9
+    seed: int = 0
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        return (JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
+                                        self.max_operand, self.seed),
+                JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
+                                        self.max_operand, self.seed + 10_000))
