@@ -376,3 +376,15 @@ def test_grpo_trains_on_cartpole_with_per_turn_rows_and_credit(tmp_path, tiny_mo
         assert h["rows/per_turn_fraction"] == 1.0  # current-state GymEnv: every turn its own row
         assert 1.0 <= h["env/cartpole/episode_length"] <= 5.0
         assert h["env/cartpole/episode_return"] == pytest.approx(h["env/cartpole/episode_length"])
+
+
+def test_cartpole_row_spec_makes_a_seeded_group(renderer):
+    from trl_envs import make_env_group_builder
+
+    builder = make_env_group_builder({"env": "cartpole", "seed": 3, "max_episode_steps": 7}, renderer, 2)
+    assert isinstance(builder, GymGroupBuilder) and builder.seed == 3
+    result = run_rollout_batch([builder], TextPolicySampler(renderer, lambda prompt: "1"))
+    for trajectory in result.groups[0].trajectories:  # always pushing right topples the pole only after step 7
+        assert len(trajectory.transitions) == 7 and trajectory.transitions[-1].metrics["truncated"] == 1.0
+    with pytest.raises(Exception, match="seed"):
+        make_env_group_builder({"env": "cartpole"}, renderer, 2)

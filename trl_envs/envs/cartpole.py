@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..gym_env import GymDatasetBuilder
+from ..gym_env import GymDatasetBuilder, GymGroupBuilder
 from ..renderer import Renderer
 
 ENV_ID = "CartPole-v1"
@@ -65,8 +65,24 @@ def CartPoleDatasetBuilder(renderer: Renderer, group_size: int = 4, batch_size: 
     one action (~9 steps) before it learned to read the state. A fixed push and a small penalty leave the state as
     the only thing worth learning (docs/benchmarks.md, CartPole).
     """
-    options: dict[str, Any] = dict(formatter=cartpole_text, action_names=ACTION_NAMES, mode="current_state",
-                                   invalid_action="default", invalid_action_penalty=-0.1, default_action=0)
-    options.update(env_kwargs)
     return GymDatasetBuilder(ENV_ID, renderer, batch_size=batch_size, group_size=group_size, num_batches=num_batches,
-                             num_test_batches=num_test_batches, seed=seed, tags=["cartpole"], env_kwargs=options)
+                             num_test_batches=num_test_batches, seed=seed, tags=["cartpole"],
+                             env_kwargs=_options(env_kwargs))
+
+
+def _options(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    return dict(formatter=cartpole_text, action_names=ACTION_NAMES, mode="current_state", invalid_action="default",
+                invalid_action_penalty=-0.1, default_action=0) | env_kwargs
+
+
+def cartpole_from_row(renderer: Renderer, group_size: int, *, seed: int,
+                      max_episode_steps: int | None = None) -> GymGroupBuilder:
+    """The group of one row spec, ``{"env": "cartpole", "seed": 3}``: ``group_size`` episodes reset with ``seed``
+    (``max_episode_steps`` caps them below CartPole-v1's 500)."""
+    if max_episode_steps is not None and max_episode_steps < 1:
+        raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+    return GymGroupBuilder(ENV_ID, renderer, seed, group_size, ["cartpole"],
+                           **_options({"max_episode_steps": max_episode_steps}))
+
+
+CartPoleDatasetBuilder.from_row = cartpole_from_row  # rows: docs/envs_as_datasets.md
