@@ -358,11 +358,12 @@ def test_tiny_model_plays_cartpole_without_crashing(tiny_model_path, tokenizer, 
 # -- training --------------------------------------------------------------------------------------------------
 
 
-def test_grpo_trains_on_cartpole_with_per_turn_rows_and_credit(tmp_path, tiny_model_path, tokenizer, renderer):
+@pytest.mark.parametrize("mode,per_turn", [("current_state", 1.0), ("full_history", 0.0)])
+def test_grpo_trains_on_cartpole_with_per_turn_credit(mode, per_turn, tmp_path, tiny_model_path, tokenizer, renderer):
     from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
 
     builder = make_dataset_builder("cartpole", renderer, group_size=4, batch_size=1, num_batches=2,
-                                   num_test_batches=0, max_episode_steps=5)
+                                   num_test_batches=0, max_episode_steps=5, mode=mode)
     config = EnvGRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                            gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=4, max_steps=2,
                            max_completion_length=4, max_turns=500, learning_rate=1e-3, logging_steps=1,
@@ -373,7 +374,7 @@ def test_grpo_trains_on_cartpole_with_per_turn_rows_and_credit(tmp_path, tiny_mo
     logged = [h for h in trainer.state.log_history if "env/cartpole/episode_return" in h]
     assert len(logged) == 2
     for h in logged:
-        assert h["rows/per_turn_fraction"] == 1.0  # current-state GymEnv: every turn its own row
+        assert h["rows/per_turn_fraction"] == per_turn  # current state: a row per turn; full history: per episode
         assert 1.0 <= h["env/cartpole/episode_length"] <= 5.0
         assert h["env/cartpole/episode_return"] == pytest.approx(h["env/cartpole/episode_length"])
 
