@@ -44,3 +44,9 @@ def test_nothing_to_plot_warns_and_writes_nothing(tmp_path):
     with pytest.warns(UserWarning, match="no reward .* or entropy was logged"):
         assert plot_training_curves([{"step": 1, "loss": 0.5}], png) is None
     assert not png.exists()
+
+
+def test_running_mean_averages_the_last_window_values():
+    from trl_envs.plots import running_mean
+
+    assert running_mean([1.0, 2.0, 3.0, 4.0, 10.0], 3) == pytest.approx([1.0, 1.5, 2.0, 3.0, 17 / 3])

@@ -33,9 +33,25 @@ def metric_series(log_history: Sequence[dict], keys: Sequence[str]) -> tuple[str
     return None
 
 
+def running_mean(values: Sequence[float], window: int) -> list[float]:
+    """The mean of the last ``window`` values at each position (fewer at the start).
+
+    >>> running_mean([1.0, 2.0, 3.0, 4.0], 2)
+    [1.0, 1.5, 2.5, 3.5]
+    """
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
 def plot_training_curves(log_history: Sequence[dict] | str | os.PathLike[str], path: str | os.PathLike[str],
                          title: str | None = None) -> str | None:
-    """Write a PNG of the reward (with the evaluation reward, if logged) and the policy entropy against steps.
+    """Write a PNG of the reward (with the evaluation reward, if logged) and the policy entropy against steps,
+    each with its running mean when there are 10 points or more.
 
     Args:
         log_history: ``trainer.state.log_history``, or the path of a JSON file holding it (the training scripts
@@ -70,7 +86,11 @@ def plot_training_curves(log_history: Sequence[dict] | str | os.PathLike[str], p
             if item is None:
                 continue
             key, steps, values = item
-            ax.plot(steps, values, style, markersize=3, label=key)
+            line, = ax.plot(steps, values, style, markersize=3, alpha=0.45 if len(values) >= 10 else 1.0, label=key)
+            if len(values) >= 10:  # noisy per-step values: the trend is what a reader looks for
+                window = max(len(values) // 10, 3)
+                ax.plot(steps, running_mean(values, window), "-", color=line.get_color(), linewidth=2,
+                        label=f"{key} (mean of last {window})")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
