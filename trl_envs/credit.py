@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .data_processing import STD_EPS, Scaling
+from .data_processing import Scaling, advantage_scale
 from .row_layout import RowPlan
 from .types import TrajectoryGroup
 
@@ -71,16 +71,7 @@ def turn_advantages(returns: Sequence[Sequence[float]], scale: Scaling = "group"
         return [[0.0] * len(r) for r in returns]
     horizon = max((len(r) for r in returns), default=0)
     baseline = [statistics.fmean(r[t] for r in returns if t < len(r)) for t in range(horizon)]
-    if scale == "group":
-        denom = float(torch.tensor([r[0] if r else 0.0 for r in returns], dtype=torch.float64).std()) + STD_EPS
-    elif scale == "batch":
-        if batch_std is None:
-            raise ValueError("turn_advantages: scale='batch' needs batch_std")
-        denom = batch_std + STD_EPS
-    elif scale == "none":
-        denom = 1.0
-    else:
-        raise ValueError(f"turn_advantages: scale must be 'group', 'batch' or 'none', got {scale!r}")
+    denom = advantage_scale(torch.tensor([r[0] if r else 0.0 for r in returns], dtype=torch.float64), scale, batch_std)
     return [[(r[t] - baseline[t]) / denom for t in range(len(r))] for r in returns]
 
 

@@ -54,15 +54,22 @@ def compute_advantages(trajectory_groups: Sequence[TrajectoryGroup], loss_fn: st
         if len(r) < 2:
             out.append(torch.zeros_like(r))
             continue
-        centred = r - r.mean()
-        if scale == "group":
-            centred = centred / (r.std() + STD_EPS)
-        elif scale == "batch":
-            centred = centred / (batch_std + STD_EPS)
-        elif scale != "none":
-            raise ValueError(f"compute_advantages: scale must be 'group', 'batch' or 'none', got {scale!r}")
-        out.append(centred)
+        out.append((r - r.mean()) / advantage_scale(r, scale, batch_std))
     return out
+
+
+def advantage_scale(group_values: torch.Tensor, scale: Scaling, batch_std: float | torch.Tensor | None = None) -> float:
+    """What centred rewards are divided by: ``"group"`` -> the group's Bessel-corrected std + 1e-4 (TRL's formula),
+    ``"batch"`` -> ``batch_std`` + 1e-4, ``"none"`` -> 1."""
+    if scale == "group":
+        return float(group_values.std()) + STD_EPS
+    if scale == "batch":
+        if batch_std is None:
+            raise ValueError("advantage_scale: scale='batch' needs the batch std")
+        return float(batch_std) + STD_EPS
+    if scale == "none":
+        return 1.0
+    raise ValueError(f"advantage scale must be 'group', 'batch' or 'none', got {scale!r}")
 
 
 def remove_constant_reward_groups(trajectory_groups: Sequence[TrajectoryGroup]) -> list[TrajectoryGroup]:
