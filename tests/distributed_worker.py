@@ -17,6 +17,8 @@ the same processes. Each rank writes ``DIR/rank<k>.json``, per scenario:
 Envs: ``guess_number``, ``arithmetic`` (built in), or ``uneven``: a test env whose groups last ``--short_turns`` turns
 in the first half of each batch and ``--long_turns`` turns in the second half. With 2 ranks and a per-rank generation
 batch of whole groups, rank 0 gets the short groups and rank 1 the long ones, so rank 0 finishes its episodes early.
+``uneven_turns`` is ``uneven`` trained with one row per turn and per-turn credit: rank 1 then has 5 times as many
+rows as rank 0 before padding.
 ``--collective_generate`` makes every generate call a collective even under DDP; ``--no_lockstep`` is the negative
 control (then such runs hang). ``--lockstep_checks`` first runs tests/lockstep_worker.py's model-free checks.
 """
@@ -219,6 +221,9 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
 
     env, _, scale = spec.partition(":")
     name = spec.replace(":", "_")
+    per_turn = {}
+    if env == "uneven_turns":
+        env, per_turn = "uneven", dict(training_rows="turn", credit_assignment="per_turn")
     vllm = {}
     if args.vllm_mode != "none":
         vllm = dict(use_vllm=True, vllm_mode=args.vllm_mode, vllm_server_port=args.vllm_server_port,
@@ -229,7 +234,7 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
         per_device_train_batch_size=args.per_device_batch, per_device_eval_batch_size=args.per_device_batch,
         max_steps=args.steps, max_completion_length=args.max_completion_length, max_turns=args.max_turns, learning_rate=1e-3,
         logging_steps=1, save_strategy="no", seed=args.seed, beta=0.0, scale_rewards=scale or "group",
-        disable_tqdm=True, ddp_timeout=600, **vllm,
+        disable_tqdm=True, ddp_timeout=600, **vllm, **per_turn,
     )
     world_size = config.world_size
     groups_per_batch = args.per_device_batch * world_size // args.num_generations

@@ -44,7 +44,7 @@ def ddp_ranks(tmp_path_factory, tiny_model_path) -> list[dict]:
     """One launch of accelerate_configs/cpu_2proc.yaml: the model-free lock-step checks, then guess_number, then the
     uneven env, in the same two processes (one launch: the imports dominate a run's time)."""
     tmp = tmp_path_factory.mktemp("ddp")
-    return run_worker(tmp, "cpu_2proc.yaml", ["guess_number:group", "uneven:batch"], world_size=2,
+    return run_worker(tmp, "cpu_2proc.yaml", ["guess_number:group", "uneven:batch", "uneven_turns:group"], world_size=2,
                       worker_args=["--collective_generate", "--lockstep_checks", "--evaluate"], model_path=tiny_model_path,
                       timeout_s=LAUNCH_TIMEOUT_S)
 
@@ -69,6 +69,21 @@ def test_two_processes_ddp_rank_finishing_early_does_not_hang(ddp_ranks):
     uneven = scenario(ddp_ranks, "uneven_batch")
     check_groups_rewards_advantages_metrics(uneven)
     check_uneven(uneven)
+
+
+def test_two_processes_per_turn_rows_pad_every_rank_to_the_same_rows(ddp_ranks):
+    """Rank 0's groups last 1 turn, rank 1's 5: with one row per turn rank 1 has 5 blocks per group, rank 0 one, and
+    rank 0 is padded with unscorable blocks so TRL can gather rewards across ranks."""
+    per_turn = scenario(ddp_ranks, "uneven_turns_group")
+    assert [r["mode"] for r in per_turn[0]["rollouts"]] == [r["mode"] for r in per_turn[1]["rollouts"]] == ["train"] * 2
+    for r0, r1 in zip(per_turn[0]["rollouts"], per_turn[1]["rollouts"], strict=True):
+        assert {t for g in r0["groups"] for t in g["turns"]} == {1} and {t for g in r1["groups"] for t in g["turns"]} == {5}
+        rows = len(r1["row_keys"]) * 5  # 5 blocks per group of G rows
+        assert len(r0["advantages"]) == len(r1["advantages"]) == rows
+        assert isinstance(r1["advantages"][0], list)  # per-token advantages (per-turn credit)
+        assert all(a == 0.0 for row in r0["advantages"][len(r0["row_keys"]):] for a in row)  # padding trains nothing
+    logged = [h for h in per_turn[0]["log_history"] if "rows/filler_fraction" in h]
+    assert logged and logged[0]["rows/filler_fraction"] == pytest.approx(0.4)  # 32 of rank 0's 40 rows, none of 1's
 
 
 # The lock-step and vLLM batching checks of tests/lockstep_worker.py, run on the same 2-process gloo group (no model;
