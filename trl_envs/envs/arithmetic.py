@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 from ..problem_env import ProblemEnv, ProblemGroupBuilder
 from ..renderer import Message, Renderer
-from ..types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..types import EnvGroupBuilder, RLDataset
+from ._builder import BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
 
@@ -86,7 +87,7 @@ class ArithmeticDataset(RLDataset):
 
 
 @dataclass
-class ArithmeticDatasetBuilder(RLDatasetBuilder):
+class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     """Single turn: `What is a + b?`, answered with a bare integer.
 
     Train and test :class:`ArithmeticDataset` s (the test set uses another seed). ``from_row`` gives the env its row
@@ -95,20 +96,10 @@ class ArithmeticDatasetBuilder(RLDatasetBuilder):
 
     from_row: ClassVar = ArithmeticGroupBuilder.from_row
 
-    renderer: Renderer
-    batch_size: int = 4
-    group_size: int = 4
-    num_batches: int = 1000
-    num_test_batches: int = 2
     max_operand: int = 9
-    seed: int = 0
 
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        train = ArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
-                                  self.max_operand, self.seed)
-        test = ArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                 self.max_operand, self.seed + 10_000)
-        return train, test
+    def dataset(self, num_batches: int, seed: int) -> ArithmeticDataset:
+        return ArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed)
 
 
 def demonstrations(num: int, seed: int = 0, max_operand: int = 9) -> list[list[Message]]:

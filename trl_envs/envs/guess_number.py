@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
-from ..types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..types import Env, EnvGroupBuilder, RLDataset
+from ._builder import BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
 
@@ -108,7 +109,7 @@ class GuessNumberDataset(RLDataset):
 
 
 @dataclass
-class GuessNumberDatasetBuilder(RLDatasetBuilder):
+class GuessNumberDatasetBuilder(BuiltinDatasetBuilder):
     """Multi-turn: guess a hidden number; the env answers `Higher.` / `Lower.`.
 
     Train and test :class:`GuessNumberDataset` s (the test set uses another seed). ``from_row`` gives the env its row
@@ -117,21 +118,13 @@ class GuessNumberDatasetBuilder(RLDatasetBuilder):
 
     from_row: ClassVar = GuessNumberGroupBuilder.from_row
 
-    renderer: Renderer
-    batch_size: int = 4
-    group_size: int = 4
-    num_batches: int = 1000
-    num_test_batches: int = 2
     low: int = 1
     high: int = 16
     max_guesses: int = 6
-    seed: int = 0
 
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        args = (self.low, self.high, self.max_guesses)
-        return (GuessNumberDataset(self.renderer, self.batch_size, self.group_size, self.num_batches, *args, self.seed),
-                GuessNumberDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches, *args,
-                                   self.seed + 10_000))
+    def dataset(self, num_batches: int, seed: int) -> GuessNumberDataset:
+        return GuessNumberDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.low, self.high,
+                                  self.max_guesses, seed)
 
 
 def demonstrations(num: int, seed: int = 0, low: int = 1, high: int = 16) -> list[list[Message]]:

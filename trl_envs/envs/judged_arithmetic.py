@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from ..judge import PairwiseJudgeGroupBuilder
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
-from ..types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..types import Env, EnvGroupBuilder, RLDataset
+from ._builder import BuiltinDatasetBuilder
 from .arithmetic import question, sample_problem
 
 _INTEGER = re.compile(r"^\s*(-?\d+)\s*$")
@@ -100,22 +101,14 @@ class JudgedArithmeticDataset(RLDataset):
 
 
 @dataclass
-class JudgedArithmeticDatasetBuilder(RLDatasetBuilder):
+class JudgedArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     """Single turn: `What is a + b?`, rewarded by a pairwise judge (the answer closer to a + b wins).
 
     Train and test :class:`JudgedArithmeticDataset` s (the test set uses another seed).
     """
 
-    renderer: Renderer
-    batch_size: int = 4
-    group_size: int = 4
-    num_batches: int = 1000
-    num_test_batches: int = 2
     max_operand: int = 9
-    seed: int = 0
 
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        return (JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
-                                        self.max_operand, self.seed),
-                JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                        self.max_operand, self.seed + 10_000))
+    def dataset(self, num_batches: int, seed: int) -> JudgedArithmeticDataset:
+        return JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches,
+                                       self.max_operand, seed)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
 from ..tools import CALCULATOR, Tool, parse_tool_calls, renderer_with_tools, run_tool_call, tools_system_prompt
-from ..types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..types import Env, EnvGroupBuilder, RLDataset
+from ._builder import BuiltinDatasetBuilder
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*\.?\s*$")
 
@@ -129,23 +130,15 @@ class ToolUseDataset(RLDataset):
 
 
 @dataclass
-class ToolUseDatasetBuilder(RLDatasetBuilder):
+class ToolUseDatasetBuilder(BuiltinDatasetBuilder):
     """Multi-turn tool use: call a calculator through the chat template's tool calls, then answer.
 
     Train and test :class:`ToolUseDataset` s (the test set uses another seed).
     """
 
-    renderer: Renderer
-    batch_size: int = 4
-    group_size: int = 4
-    num_batches: int = 1000
-    num_test_batches: int = 2
     max_operand: int = 30
     max_tool_calls: int = 4
-    seed: int = 0
 
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        args = (self.max_operand, self.max_tool_calls)
-        return (ToolUseDataset(self.renderer, self.batch_size, self.group_size, self.num_batches, *args, self.seed),
-                ToolUseDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches, *args,
-                               self.seed + 10_000))
+    def dataset(self, num_batches: int, seed: int) -> ToolUseDataset:
+        return ToolUseDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand,
+                              self.max_tool_calls, seed)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ...message_env import MessageTokenEnv
 from ...renderer import Renderer
-from ...types import Env, EnvGroupBuilder, Metrics, RLDataset, RLDatasetBuilder, Trajectory
+from ...types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
+from .._builder import TEST_SEED_OFFSET, BuiltinDatasetBuilder
 from .envs import TicTacToePlayerEnv, TicTacToeVsOpponentEnv
 from .match import TicTacToeMatch
 from .opponents import make_opponent
@@ -129,25 +130,20 @@ class TicTacToeVsOpponentDataset(RLDataset):
 
 
 @dataclass
-class TicTacToeDatasetBuilder(RLDatasetBuilder):
+class TicTacToeDatasetBuilder(BuiltinDatasetBuilder):
     """Self-play: two players of one group play each game; zero-sum group rewards.
 
     Self-play training games and a test set against ``test_opponent`` (``"random"`` or ``"perfect"``).
     """
 
-    renderer: Renderer
-    batch_size: int = 4
     group_size: int = 8
-    num_batches: int = 1000
-    num_test_batches: int = 2
     test_opponent: str = "random"
     illegal_move_penalty: float = 0.5
     move_timeout: float = 120.0
-    seed: int = 0
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train = TicTacToeSelfPlayDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
                                          self.illegal_move_penalty, self.move_timeout)
         test = TicTacToeVsOpponentDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                          self.test_opponent, self.seed + 10_000, self.illegal_move_penalty)
+                                          self.test_opponent, self.seed + TEST_SEED_OFFSET, self.illegal_move_penalty)
         return train, test

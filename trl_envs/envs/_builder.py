@@ -1,0 +1,34 @@
+"""The shared shape of the built-in envs' dataset builders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..renderer import Renderer
+from ..types import RLDataset, RLDatasetBuilder
+
+TEST_SEED_OFFSET = 10_000
+"""The test set of a built-in env is its training recipe with seed ``seed + TEST_SEED_OFFSET``."""
+
+
+@dataclass
+class BuiltinDatasetBuilder(RLDatasetBuilder):
+    """Train and test datasets of ``batch_size`` groups of ``group_size`` envs per batch: ``num_batches`` and
+    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``seed + TEST_SEED_OFFSET``.
+
+    Subclasses add their own fields (after these; ``seed`` is keyword-only) and define :meth:`dataset`.
+    """
+
+    renderer: Renderer
+    batch_size: int = 4
+    group_size: int = 4
+    num_batches: int = 1000
+    num_test_batches: int = 2
+    seed: int = field(default=0, kw_only=True)
+
+    def dataset(self, num_batches: int, seed: int) -> RLDataset:
+        raise NotImplementedError(f"{type(self).__name__} must define dataset(num_batches, seed)")
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        return (self.dataset(self.num_batches, self.seed),
+                self.dataset(self.num_test_batches, self.seed + TEST_SEED_OFFSET))
