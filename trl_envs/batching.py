@@ -142,12 +142,13 @@ class BatchingSampler:
     def _maybe_flush(self, force: bool = False) -> None:
         if force:
             self._timer = None
+        waiting_for = self._live - self._parked
+        if self._busy or (not force and len(self._pending) < waiting_for):
+            return  # checked before the O(n) sweep below: dropping cancelled requests only shortens the list
         self._pending = [p for p in self._pending if not p.future.done()]  # drop cancelled episodes' requests
-        if self._busy or not self._pending:
+        if not self._pending or (not force and len(self._pending) < waiting_for):
             return
-        if not force and len(self._pending) < self._live - self._parked:
-            return
-        if force and self._pending and len(self._pending) < self._live - self._parked:
+        if force and len(self._pending) < waiting_for:
             self.num_valve_flushes += 1
         batch, self._pending = self._pending, []
         if self._timer is not None:
