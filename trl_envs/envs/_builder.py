@@ -1,14 +1,34 @@
-"""The shared shape of the built-in envs' dataset builders."""
+"""The shared shape of the built-in envs' datasets and dataset builders."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..renderer import Renderer
-from ..types import RLDataset, RLDatasetBuilder
+from ..types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 TEST_SEED_OFFSET = 10_000
 """The test set of a built-in env is its training recipe with seed ``seed + TEST_SEED_OFFSET``."""
+
+
+class BuiltinDataset(RLDataset):
+    """``num_batches`` batches of ``batch_size`` groups of ``group_size`` envs; subclasses define :meth:`make_batch`,
+    called with an index already checked to be in range."""
+
+    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int):
+        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        raise NotImplementedError(f"{type(self).__name__} must define make_batch(index)")
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < self.num_batches:
+            raise IndexError(f"{type(self).__name__}: batch {index} out of range (0..{self.num_batches - 1})")
+        return self.make_batch(index)
+
+    def __len__(self) -> int:
+        return self.num_batches
 
 
 @dataclass

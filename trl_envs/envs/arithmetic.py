@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 from ..problem_env import ProblemEnv, ProblemGroupBuilder
 from ..renderer import Message, Renderer
-from ..types import EnvGroupBuilder, RLDataset
-from ._builder import BuiltinDatasetBuilder
+from ..types import EnvGroupBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
 
@@ -65,25 +65,21 @@ class ArithmeticGroupBuilder(ProblemGroupBuilder):
         return {"env": "arithmetic", "a": self.a, "b": self.b, "format_coef": self.format_coef}
 
 
-class ArithmeticDataset(RLDataset):
+class ArithmeticDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
                  max_operand: int = 9, seed: int = 0, format_coef: float = 0.1):
-        self.renderer = renderer
-        self.batch_size, self.group_size, self.num_batches = batch_size, group_size, num_batches
+        super().__init__(renderer, batch_size, group_size, num_batches)
         self.max_operand, self.seed, self.format_coef = max_operand, seed, format_coef
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"arithmetic/{self.seed}/{index}")
         builders = []
         for _ in range(self.batch_size):
             a, b = sample_problem(rng, self.max_operand)
             builders.append(ArithmeticGroupBuilder(self.renderer, a, b, self.group_size, self.format_coef))
         return builders
-
-    def __len__(self) -> int:
-        return self.num_batches
 
 
 @dataclass

@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
-from ..types import Env, EnvGroupBuilder, RLDataset
-from ._builder import BuiltinDatasetBuilder
+from ..types import Env, EnvGroupBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
 
@@ -90,22 +90,19 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
                 "max_guesses": self.max_guesses}
 
 
-class GuessNumberDataset(RLDataset):
+class GuessNumberDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
                  low: int = 1, high: int = 16, max_guesses: int = 6, seed: int = 0):
-        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+        super().__init__(renderer, batch_size, group_size, num_batches)
         self.low, self.high, self.max_guesses, self.seed = low, high, max_guesses, seed
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"guess_number/{self.seed}/{index}")
         return [GuessNumberGroupBuilder(self.renderer, rng.randint(self.low, self.high), self.group_size,
                                         self.low, self.high, self.max_guesses)
                 for _ in range(self.batch_size)]
-
-    def __len__(self) -> int:
-        return self.num_batches
 
 
 @dataclass

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
 from ..tools import CALCULATOR, Tool, parse_tool_calls, renderer_with_tools, run_tool_call, tools_system_prompt
-from ..types import Env, EnvGroupBuilder, RLDataset
-from ._builder import BuiltinDatasetBuilder
+from ..types import Env, EnvGroupBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*\.?\s*$")
 
@@ -98,7 +98,7 @@ class ToolUseGroupBuilder(EnvGroupBuilder):
         return ["tool_use"]
 
 
-class ToolUseDataset(RLDataset):
+class ToolUseDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``.
 
     Tool definitions reach the model through the template when it renders ``tools`` (the renderer is then a copy
@@ -108,15 +108,12 @@ class ToolUseDataset(RLDataset):
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int, max_operand: int = 30,
                  max_tool_calls: int = 4, seed: int = 0, tools: Sequence[Tool] = (CALCULATOR,)):
-        self.batch_size, self.group_size, self.num_batches = batch_size, group_size, num_batches
         self.max_operand, self.max_tool_calls, self.seed, self.tools = max_operand, max_tool_calls, seed, list(tools)
         tool_renderer = renderer_with_tools(renderer, self.tools)
-        self.renderer = tool_renderer or renderer
+        super().__init__(tool_renderer or renderer, batch_size, group_size, num_batches)
         self.system_prompt = None if tool_renderer is not None else tools_system_prompt(self.tools)
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        if not 0 <= index < self.num_batches:
-            raise IndexError(f"ToolUseDataset: batch {index} out of range (0..{self.num_batches - 1})")
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"tool_use/{self.seed}/{index}")
         out = []
         for _ in range(self.batch_size):
@@ -124,9 +121,6 @@ class ToolUseDataset(RLDataset):
             out.append(ToolUseGroupBuilder(self.renderer, question, answer, self.group_size, self.system_prompt,
                                            self.max_tool_calls, self.tools))
         return out
-
-    def __len__(self) -> int:
-        return self.num_batches
 
 
 @dataclass
