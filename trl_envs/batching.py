@@ -168,7 +168,8 @@ class BatchingSampler:
             self.num_calls += 1
             self.batch_sizes.append(len(batch))
             if len(results) != len(batch):
-                raise RuntimeError(f"sampler returned {len(results)} results for {len(batch)} requests")
+                raise RuntimeError(f"BatchingSampler: {type(self.sampler).__name__}.sample returned {len(results)} "
+                                   f"results for {len(batch)} requests; a Sampler returns one per request, in order")
             for p, r in zip(batch, results):
                 if not p.future.done():
                     p.future.set_result(r)
