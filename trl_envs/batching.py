@@ -111,11 +111,6 @@ class BatchingSampler:
         finally:
             slot.unpark()
 
-    @property
-    def num_parked(self) -> int:
-        """Episodes now inside :meth:`parked`."""
-        return self._parked
-
     def join(self) -> None:
         """Count one more participant to wait for (an episode, or a group still making its envs)."""
         self._live += 1
