@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from ..renderer import Renderer
 from ..types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
-TEST_SEED_OFFSET = 10_000
-"""The test set of a built-in env is its training recipe with seed ``seed + TEST_SEED_OFFSET``."""
+BUILTIN_TEST_SEED_OFFSET = 10_000
+"""The test set of a built-in env is its training recipe with seed ``seed + BUILTIN_TEST_SEED_OFFSET`` (the
+Gymnasium datasets of :mod:`trl_envs.gym_env` have their own ``TEST_SEED_OFFSET``)."""
 
 
 class BuiltinDataset(RLDataset):
@@ -17,7 +18,8 @@ class BuiltinDataset(RLDataset):
     called with an index already checked to be in range."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int):
-        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+        self.renderer, self.batch_size = renderer, batch_size
+        self.group_size, self.num_batches = group_size, num_batches
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         raise NotImplementedError(f"{type(self).__name__} must define make_batch(index)")
@@ -34,7 +36,7 @@ class BuiltinDataset(RLDataset):
 @dataclass
 class BuiltinDatasetBuilder(RLDatasetBuilder):
     """Train and test datasets of ``batch_size`` groups of ``group_size`` envs per batch: ``num_batches`` and
-    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``seed + TEST_SEED_OFFSET``.
+    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``seed + BUILTIN_TEST_SEED_OFFSET``.
 
     Subclasses add their own fields (after these; ``seed`` is keyword-only) and define :meth:`dataset`.
     """
@@ -51,4 +53,4 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         return (self.dataset(self.num_batches, self.seed),
-                self.dataset(self.num_test_batches, self.seed + TEST_SEED_OFFSET))
+                self.dataset(self.num_test_batches, self.seed + BUILTIN_TEST_SEED_OFFSET))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ...message_env import MessageTokenEnv
 from ...renderer import Renderer
 from ...types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
-from .._builder import TEST_SEED_OFFSET, BuiltinDataset, BuiltinDatasetBuilder
+from .._builder import BUILTIN_TEST_SEED_OFFSET, BuiltinDataset, BuiltinDatasetBuilder
 from .envs import TicTacToePlayerEnv, TicTacToeVsOpponentEnv
 from .match import TicTacToeMatch
 from .opponents import make_opponent
@@ -135,5 +135,6 @@ class TicTacToeDatasetBuilder(BuiltinDatasetBuilder):
         train = TicTacToeSelfPlayDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
                                          self.illegal_move_penalty, self.move_timeout)
         test = TicTacToeVsOpponentDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                          self.test_opponent, self.seed + TEST_SEED_OFFSET, self.illegal_move_penalty)
+                                          self.test_opponent, self.seed + BUILTIN_TEST_SEED_OFFSET,
+                                          self.illegal_move_penalty)
         return train, test
