@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
-from ..tools import CALCULATOR, Tool, parse_tool_calls, renderer_with_tools, run_tool_call, tools_system_prompt
+from ..tools import (CALCULATOR, Tool, ToolCall, parse_tool_calls, renderer_with_tools, run_tool_call,
+                     tools_system_prompt)
 from ..types import Env, EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
@@ -61,11 +62,10 @@ class ToolUseEnv(MessageEnv):
         replies, all_ok = [], True
         for call in calls:
             self.tool_calls += 1
-            if self.tool_calls > self.max_tool_calls:
-                reply, ok = {"role": "tool", "name": call.name or "unknown", "content": "Error: no tool calls left "
-                             f"(at most {self.max_tool_calls}); give your final answer."}, False
-            else:
-                reply, ok = run_tool_call(call, self.tools)
+            if self.tool_calls > self.max_tool_calls:  # answered like any unusable call: an Error: tool message
+                call = ToolCall(call.name, error=f"no tool calls left (at most {self.max_tool_calls}); give your "
+                                "final answer")
+            reply, ok = run_tool_call(call, self.tools)
             self.tool_errors += not ok
             all_ok = all_ok and ok
             replies.append(reply)
