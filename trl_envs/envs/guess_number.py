@@ -95,6 +95,8 @@ class GuessNumberDataset(BuiltinDataset):
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
                  low: int = 1, high: int = 16, max_guesses: int = 6, seed: int = 0):
+        if low > high:  # else get_batch fails with random's "empty range"
+            raise ValueError(f"guess_number: low must be <= high, got low={low}, high={high}")
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.low, self.high, self.max_guesses, self.seed = low, high, max_guesses, seed
 
