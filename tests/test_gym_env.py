@@ -380,12 +380,12 @@ def test_grpo_trains_on_cartpole_with_per_turn_credit(mode, per_turn, tmp_path, 
 
 
 def test_cartpole_row_spec_makes_a_seeded_group(renderer):
-    from trl_envs import make_env_group_builder
+    from trl_envs import EnvRowError, make_env_group_builder
 
     builder = make_env_group_builder({"env": "cartpole", "seed": 3, "max_episode_steps": 7}, renderer, 2)
     assert isinstance(builder, GymGroupBuilder) and builder.seed == 3
     result = run_rollout_batch([builder], TextPolicySampler(renderer, lambda prompt: "1"))
     for trajectory in result.groups[0].trajectories:  # always pushing right topples the pole only after step 7
         assert len(trajectory.transitions) == 7 and trajectory.transitions[-1].metrics["truncated"] == 1.0
-    with pytest.raises(Exception, match="seed"):
+    with pytest.raises(EnvRowError, match="seed"):
         make_env_group_builder({"env": "cartpole"}, renderer, 2)

@@ -9,8 +9,7 @@ from trl_envs import TokensWithLogprobs, run_rollout_batch
 from trl_envs.envs.judged_arithmetic import CloserToJudge, QuestionGroupBuilder
 from trl_envs.judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards
 from trl_envs.rollouts import run_sync
-
-from text_policies import TextSampler
+from trl_envs.text_policy import TextPolicySampler
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -76,8 +75,7 @@ def test_judged_group_rollout_adds_the_judges_reward(tokenizer, renderer):
     answers = iter(["8", "7", "x", "7"])  # 3 + 4 = 7
     inner = QuestionGroupBuilder(renderer, 3, 4, group_size=4)
     builder = PairwiseJudgeGroupBuilder(inner, CloserToJudge(7), renderer)
-    result = run_rollout_batch([builder], TextSampler(tokenizer, lambda text: next(answers),
-                                                      renderer.end_of_turn_token_id))
+    result = run_rollout_batch([builder], TextPolicySampler(renderer, lambda text: next(answers)))
     group = result.groups[0]
     by_answer = {builder.completion(t): r for t, r in zip(group.trajectories, group.get_total_rewards())}
     assert by_answer == pytest.approx({"8": -1 / 3, "7": 2 / 3, "x": -1.0})

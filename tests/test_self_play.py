@@ -23,8 +23,9 @@ from trl_envs.envs.tic_tac_toe import (
 )
 from trl_envs.envs.tic_tac_toe.rules import EMPTY_BOARD, parse_move, place, show, winner
 from trl_envs.rollouts import run_sync
+from trl_envs.text_policy import TextPolicySampler
 
-from text_policies import TextSampler, free_cells
+from text_policies import free_cells
 
 pytestmark = pytest.mark.timeout(300)
 BUDGET = RolloutBudget(max_turns=9, max_tokens_per_turn=8)
@@ -38,10 +39,6 @@ def random_player(seed=0, illegal_rate=0.0):
             return "banana"
         return str(rng.choice(free_cells(text) or [1]))  # no board shown: the opponent forfeited at once
     return respond
-
-
-def sampler(tokenizer, renderer, respond):
-    return TextSampler(tokenizer, respond, renderer.end_of_turn_token_id)
 
 
 # -- rules -----------------------------------------------------------------------------------------------------
@@ -65,7 +62,7 @@ def test_rules_winner_and_move_parsing():
 
 def test_self_play_rewards_are_zero_sum_and_both_players_are_trained(tokenizer, renderer):
     builders = [TicTacToeSelfPlayGroupBuilder(renderer, num_games=4) for _ in range(2)]
-    result = run_rollout_batch(builders, sampler(tokenizer, renderer, random_player(1, illegal_rate=0.1)), BUDGET)
+    result = run_rollout_batch(builders, TextPolicySampler(renderer, random_player(1, illegal_rate=0.1)), BUDGET)
     outcomes = set()
     for group in result.groups:
         assert len(group.trajectories) == 8
@@ -88,7 +85,7 @@ def test_self_play_rewards_are_zero_sum_and_both_players_are_trained(tokenizer, 
 def test_players_see_each_others_moves_in_one_growing_conversation(tokenizer, renderer):
     moves = iter(["5", "1", "9", "3", "2", "8", "4", "6", "7"])  # X: 5 9 2 4 7, O: 1 3 8 6 -> draw
     result = run_rollout_batch([TicTacToeSelfPlayGroupBuilder(renderer, 1)],
-                               sampler(tokenizer, renderer, lambda text: next(moves)), BUDGET)
+                               TextPolicySampler(renderer, lambda text: next(moves)), BUDGET)
     x, o = result.groups[0].trajectories
     assert len(x.transitions) == 5 and len(o.transitions) == 4
     assert result.groups[0].group_rewards == [0.0, 0.0]
@@ -105,7 +102,7 @@ def test_turn_taking_never_waits_for_the_valve(tokenizer, renderer):
 
     async def go():
         return await asyncio.wait_for(
-            run_rollout_batch_async(builders, sampler(tokenizer, renderer, random_player(2)), BUDGET, max_wait_s=2.0),
+            run_rollout_batch_async(builders, TextPolicySampler(renderer, random_player(2)), BUDGET, max_wait_s=2.0),
             timeout=60)
 
     start = time.perf_counter()
@@ -184,13 +181,13 @@ def test_a_failing_player_fails_the_group_fast_under_fail_fast(tokenizer, render
     def respond(text):
         calls["n"] += 1
         if "You are O" in text and text.count("X played") >= 2:  # O's second move: the sampler blows up for that row
-            return RuntimeError("sampler died on O")
+            raise RuntimeError("sampler died on O")
         return inner(text)
 
     async def go():
         return await asyncio.wait_for(
             run_rollout_batch_async([TicTacToeSelfPlayGroupBuilder(renderer, 1, move_timeout=30)],
-                                    sampler(tokenizer, renderer, respond), BUDGET, FailFast()), timeout=20)
+                                    TextPolicySampler(renderer, respond), BUDGET, FailFast()), timeout=20)
 
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="sampler died on O"):
@@ -216,7 +213,7 @@ def test_retry_replays_the_whole_game_when_one_player_fails(tokenizer, renderer)
 
     async def go():
         return await asyncio.wait_for(
-            run_rollout_batch_async([FlakyO(renderer, 2, move_timeout=30)], sampler(tokenizer, renderer, inner),
+            run_rollout_batch_async([FlakyO(renderer, 2, move_timeout=30)], TextPolicySampler(renderer, inner),
                                     BUDGET, RetryOnFailure(max_retries=1)), timeout=20)
 
     result = run_sync(go)
@@ -234,7 +231,7 @@ def test_perfect_opponent_never_loses_and_random_play_wins_sometimes_against_ran
     def play(opponent):
         builders = [TicTacToeVsOpponentGroupBuilder(renderer, 8, opponent, mark, seed=10 * i)
                     for i, mark in enumerate(["X", "O", "X", "O"])]
-        result = run_rollout_batch(builders, sampler(tokenizer, renderer, random_player(5)), BUDGET)
+        result = run_rollout_batch(builders, TextPolicySampler(renderer, random_player(5)), BUDGET)
         finals = [t.transitions[-1].metrics for g in result.groups for t in g.trajectories]
         return {k: sum(f[k] for f in finals) for k in ("win", "draw", "loss")}, result
 
@@ -297,7 +294,7 @@ def test_rollout_timeout_does_not_count_time_spent_waiting_on_the_opponent(token
 
     async def go():
         return await asyncio.wait_for(
-            run_rollout_batch_async([TicTacToeSelfPlayGroupBuilder(renderer, 1)], sampler(tokenizer, renderer, slow),
+            run_rollout_batch_async([TicTacToeSelfPlayGroupBuilder(renderer, 1)], TextPolicySampler(renderer, slow),
                                     BUDGET, RetryOnFailure(max_retries=0, per_rollout_timeout=1.0)), timeout=30)
 
     start = time.perf_counter()

@@ -10,12 +10,12 @@ import re
 import pytest
 
 from trl_envs import Renderer, run_rollout_batch, trajectory_to_data
-from trl_envs.envs.tool_use import ToolUseDataset, ToolUseEnv, ToolUseGroupBuilder
+from trl_envs.envs.tool_use import ToolUseDataset, ToolUseEnv
 from trl_envs.renderer import ParsedResponse
 from trl_envs.rollouts import run_sync
+from trl_envs.text_policy import TextPolicySampler
 from trl_envs.tools import CALCULATOR, ToolCall, evaluate_expression, parse_tool_calls, run_tool_call, tools_system_prompt
 
-from text_policies import TextSampler
 
 pytestmark = pytest.mark.timeout(300)
 TOOLS = {"calculator": CALCULATOR}
@@ -89,15 +89,14 @@ def scripted_tool_user(text: str) -> str:
     return re.findall(r"-?\d+(?:\.\d+)?", last_message)[-1]
 
 
-def run_episodes(tokenizer, renderer, dataset):
-    sampler = TextSampler(tokenizer, scripted_tool_user, renderer.end_of_turn_token_id)
-    return run_rollout_batch(dataset.get_batch(0), sampler)
+def run_episodes(renderer, dataset):
+    return run_rollout_batch(dataset.get_batch(0), TextPolicySampler(renderer, scripted_tool_user))
 
 
 def test_episodes_with_a_chatml_template_without_tool_support(tokenizer, renderer):
     dataset = ToolUseDataset(renderer, batch_size=2, group_size=2, num_batches=1)
     assert dataset.renderer is renderer and dataset.system_prompt == tools_system_prompt([CALCULATOR])
-    result = run_episodes(tokenizer, renderer, dataset)
+    result = run_episodes(renderer, dataset)
     for group in result.groups:
         for traj in group.trajectories:
             assert len(traj.transitions) == 2 and traj.step_reward == 1.0
@@ -131,7 +130,7 @@ def test_episodes_with_a_qwen_style_template_that_renders_tools(tokenizer):
     renderer = Renderer(qwen_like)
     dataset = ToolUseDataset(renderer, batch_size=1, group_size=2, num_batches=1)
     assert dataset.renderer is not renderer and dataset.system_prompt is None  # tools go through the template
-    result = run_episodes(qwen_like, renderer, dataset)
+    result = run_episodes(renderer, dataset)
     traj = result.groups[0].trajectories[0]
     text = qwen_like.decode(traj.final_ob)
     assert '<tools>\n{"type": "function", "function": {"name": "calculator"' in text

@@ -111,11 +111,6 @@ class BatchingSampler:
         finally:
             slot.unpark()
 
-    @property
-    def num_parked(self) -> int:
-        """Episodes now inside :meth:`parked`."""
-        return self._parked
-
     def join(self) -> None:
         """Count one more participant to wait for (an episode, or a group still making its envs)."""
         self._live += 1
@@ -142,12 +137,13 @@ class BatchingSampler:
     def _maybe_flush(self, force: bool = False) -> None:
         if force:
             self._timer = None
+        waiting_for = self._live - self._parked
+        if self._busy or (not force and len(self._pending) < waiting_for):
+            return  # checked before the O(n) sweep below: dropping cancelled requests only shortens the list
         self._pending = [p for p in self._pending if not p.future.done()]  # drop cancelled episodes' requests
-        if self._busy or not self._pending:
+        if not self._pending or (not force and len(self._pending) < waiting_for):
             return
-        if not force and len(self._pending) < self._live - self._parked:
-            return
-        if force and self._pending and len(self._pending) < self._live - self._parked:
+        if force and len(self._pending) < waiting_for:
             self.num_valve_flushes += 1
         batch, self._pending = self._pending, []
         if self._timer is not None:
@@ -167,7 +163,8 @@ class BatchingSampler:
             self.num_calls += 1
             self.batch_sizes.append(len(batch))
             if len(results) != len(batch):
-                raise RuntimeError(f"sampler returned {len(results)} results for {len(batch)} requests")
+                raise RuntimeError(f"BatchingSampler: {type(self.sampler).__name__}.sample returned {len(results)} "
+                                   f"results for {len(batch)} requests; a Sampler returns one per request, in order")
             for p, r in zip(batch, results):
                 if not p.future.done():
                     p.future.set_result(r)

@@ -17,14 +17,12 @@ import asyncio
 import inspect
 import itertools
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .renderer import Renderer
 from .sampler import SampleRequest, Sampler
 from .types import Env, EnvGroupBuilder, Metrics, Trajectory
-
-Judge = Callable[[Any, Any], "float | Awaitable[float]"]
 
 
 async def judge_pairs(judge: Any, pairs: Sequence[tuple[Any, Any]]) -> list[float]:

@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 from ..problem_env import ProblemEnv, ProblemGroupBuilder
 from ..renderer import Message, Renderer
-from ..types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..types import EnvGroupBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
 
@@ -64,16 +65,15 @@ class ArithmeticGroupBuilder(ProblemGroupBuilder):
         return {"env": "arithmetic", "a": self.a, "b": self.b, "format_coef": self.format_coef}
 
 
-class ArithmeticDataset(RLDataset):
+class ArithmeticDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
                  max_operand: int = 9, seed: int = 0, format_coef: float = 0.1):
-        self.renderer = renderer
-        self.batch_size, self.group_size, self.num_batches = batch_size, group_size, num_batches
+        super().__init__(renderer, batch_size, group_size, num_batches)
         self.max_operand, self.seed, self.format_coef = max_operand, seed, format_coef
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"arithmetic/{self.seed}/{index}")
         builders = []
         for _ in range(self.batch_size):
@@ -81,12 +81,9 @@ class ArithmeticDataset(RLDataset):
             builders.append(ArithmeticGroupBuilder(self.renderer, a, b, self.group_size, self.format_coef))
         return builders
 
-    def __len__(self) -> int:
-        return self.num_batches
-
 
 @dataclass
-class ArithmeticDatasetBuilder(RLDatasetBuilder):
+class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     """Single turn: `What is a + b?`, answered with a bare integer.
 
     Train and test :class:`ArithmeticDataset` s (the test set uses another seed). ``from_row`` gives the env its row
@@ -95,20 +92,10 @@ class ArithmeticDatasetBuilder(RLDatasetBuilder):
 
     from_row: ClassVar = ArithmeticGroupBuilder.from_row
 
-    renderer: Renderer
-    batch_size: int = 4
-    group_size: int = 4
-    num_batches: int = 1000
-    num_test_batches: int = 2
     max_operand: int = 9
-    seed: int = 0
 
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        train = ArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
-                                  self.max_operand, self.seed)
-        test = ArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                 self.max_operand, self.seed + 10_000)
-        return train, test
+    def dataset(self, num_batches: int, seed: int) -> ArithmeticDataset:
+        return ArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed)
 
 
 def demonstrations(num: int, seed: int = 0, max_operand: int = 9) -> list[list[Message]]:

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
-from ..types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..types import Env, EnvGroupBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
 
@@ -89,26 +90,25 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
                 "max_guesses": self.max_guesses}
 
 
-class GuessNumberDataset(RLDataset):
+class GuessNumberDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
                  low: int = 1, high: int = 16, max_guesses: int = 6, seed: int = 0):
-        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+        if low > high:  # else get_batch fails with random's "empty range"
+            raise ValueError(f"guess_number: low must be <= high, got low={low}, high={high}")
+        super().__init__(renderer, batch_size, group_size, num_batches)
         self.low, self.high, self.max_guesses, self.seed = low, high, max_guesses, seed
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"guess_number/{self.seed}/{index}")
         return [GuessNumberGroupBuilder(self.renderer, rng.randint(self.low, self.high), self.group_size,
                                         self.low, self.high, self.max_guesses)
                 for _ in range(self.batch_size)]
 
-    def __len__(self) -> int:
-        return self.num_batches
-
 
 @dataclass
-class GuessNumberDatasetBuilder(RLDatasetBuilder):
+class GuessNumberDatasetBuilder(BuiltinDatasetBuilder):
     """Multi-turn: guess a hidden number; the env answers `Higher.` / `Lower.`.
 
     Train and test :class:`GuessNumberDataset` s (the test set uses another seed). ``from_row`` gives the env its row
@@ -117,21 +117,13 @@ class GuessNumberDatasetBuilder(RLDatasetBuilder):
 
     from_row: ClassVar = GuessNumberGroupBuilder.from_row
 
-    renderer: Renderer
-    batch_size: int = 4
-    group_size: int = 4
-    num_batches: int = 1000
-    num_test_batches: int = 2
     low: int = 1
     high: int = 16
     max_guesses: int = 6
-    seed: int = 0
 
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        args = (self.low, self.high, self.max_guesses)
-        return (GuessNumberDataset(self.renderer, self.batch_size, self.group_size, self.num_batches, *args, self.seed),
-                GuessNumberDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches, *args,
-                                   self.seed + 10_000))
+    def dataset(self, num_batches: int, seed: int) -> GuessNumberDataset:
+        return GuessNumberDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.low, self.high,
+                                  self.max_guesses, seed)
 
 
 def demonstrations(num: int, seed: int = 0, low: int = 1, high: int = 16) -> list[list[Message]]:

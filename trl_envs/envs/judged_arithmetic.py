@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from ..judge import PairwiseJudgeGroupBuilder
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
-from ..types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..types import Env, EnvGroupBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 from .arithmetic import question, sample_problem
 
 _INTEGER = re.compile(r"^\s*(-?\d+)\s*$")
@@ -74,19 +75,17 @@ class QuestionGroupBuilder(EnvGroupBuilder):
         return ["judged_arithmetic"]
 
 
-class JudgedArithmeticDataset(RLDataset):
+class JudgedArithmeticDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` judged groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int, max_operand: int = 9,
                  seed: int = 0, both_orders: bool = False):
         if group_size < 2:
             raise ValueError(f"judged_arithmetic: group_size must be >= 2 to compare answers, got {group_size}")
-        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+        super().__init__(renderer, batch_size, group_size, num_batches)
         self.max_operand, self.seed, self.both_orders = max_operand, seed, both_orders
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        if not 0 <= index < self.num_batches:
-            raise IndexError(f"JudgedArithmeticDataset: batch {index} out of range (0..{self.num_batches - 1})")
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"judged_arithmetic/{self.seed}/{index}")
         out = []
         for _ in range(self.batch_size):
@@ -95,27 +94,16 @@ class JudgedArithmeticDataset(RLDataset):
                                                  CloserToJudge(a + b), self.renderer, both_orders=self.both_orders))
         return out
 
-    def __len__(self) -> int:
-        return self.num_batches
-
 
 @dataclass
-class JudgedArithmeticDatasetBuilder(RLDatasetBuilder):
+class JudgedArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     """Single turn: `What is a + b?`, rewarded by a pairwise judge (the answer closer to a + b wins).
 
     Train and test :class:`JudgedArithmeticDataset` s (the test set uses another seed).
     """
 
-    renderer: Renderer
-    batch_size: int = 4
-    group_size: int = 4
-    num_batches: int = 1000
-    num_test_batches: int = 2
     max_operand: int = 9
-    seed: int = 0
 
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        return (JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
-                                        self.max_operand, self.seed),
-                JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                        self.max_operand, self.seed + 10_000))
+    def dataset(self, num_batches: int, seed: int) -> JudgedArithmeticDataset:
+        return JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches,
+                                       self.max_operand, seed)

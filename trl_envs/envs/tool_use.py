@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..renderer import Message, ParsedResponse, Renderer
-from ..tools import CALCULATOR, Tool, parse_tool_calls, renderer_with_tools, run_tool_call, tools_system_prompt
-from ..types import Env, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..tools import (CALCULATOR, Tool, ToolCall, parse_tool_calls, renderer_with_tools, run_tool_call,
+                     tools_system_prompt)
+from ..types import Env, EnvGroupBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*\.?\s*$")
 
@@ -60,11 +62,10 @@ class ToolUseEnv(MessageEnv):
         replies, all_ok = [], True
         for call in calls:
             self.tool_calls += 1
-            if self.tool_calls > self.max_tool_calls:
-                reply, ok = {"role": "tool", "name": call.name or "unknown", "content": "Error: no tool calls left "
-                             f"(at most {self.max_tool_calls}); give your final answer."}, False
-            else:
-                reply, ok = run_tool_call(call, self.tools)
+            if self.tool_calls > self.max_tool_calls:  # answered like any unusable call: an Error: tool message
+                call = ToolCall(call.name, error=f"no tool calls left (at most {self.max_tool_calls}); give your "
+                                "final answer")
+            reply, ok = run_tool_call(call, self.tools)
             self.tool_errors += not ok
             all_ok = all_ok and ok
             replies.append(reply)
@@ -97,7 +98,7 @@ class ToolUseGroupBuilder(EnvGroupBuilder):
         return ["tool_use"]
 
 
-class ToolUseDataset(RLDataset):
+class ToolUseDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``.
 
     Tool definitions reach the model through the template when it renders ``tools`` (the renderer is then a copy
@@ -107,15 +108,12 @@ class ToolUseDataset(RLDataset):
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int, max_operand: int = 30,
                  max_tool_calls: int = 4, seed: int = 0, tools: Sequence[Tool] = (CALCULATOR,)):
-        self.batch_size, self.group_size, self.num_batches = batch_size, group_size, num_batches
         self.max_operand, self.max_tool_calls, self.seed, self.tools = max_operand, max_tool_calls, seed, list(tools)
         tool_renderer = renderer_with_tools(renderer, self.tools)
-        self.renderer = tool_renderer or renderer
+        super().__init__(tool_renderer or renderer, batch_size, group_size, num_batches)
         self.system_prompt = None if tool_renderer is not None else tools_system_prompt(self.tools)
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        if not 0 <= index < self.num_batches:
-            raise IndexError(f"ToolUseDataset: batch {index} out of range (0..{self.num_batches - 1})")
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"tool_use/{self.seed}/{index}")
         out = []
         for _ in range(self.batch_size):
@@ -124,28 +122,17 @@ class ToolUseDataset(RLDataset):
                                            self.max_tool_calls, self.tools))
         return out
 
-    def __len__(self) -> int:
-        return self.num_batches
-
 
 @dataclass
-class ToolUseDatasetBuilder(RLDatasetBuilder):
+class ToolUseDatasetBuilder(BuiltinDatasetBuilder):
     """Multi-turn tool use: call a calculator through the chat template's tool calls, then answer.
 
     Train and test :class:`ToolUseDataset` s (the test set uses another seed).
     """
 
-    renderer: Renderer
-    batch_size: int = 4
-    group_size: int = 4
-    num_batches: int = 1000
-    num_test_batches: int = 2
     max_operand: int = 30
     max_tool_calls: int = 4
-    seed: int = 0
 
-    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        args = (self.max_operand, self.max_tool_calls)
-        return (ToolUseDataset(self.renderer, self.batch_size, self.group_size, self.num_batches, *args, self.seed),
-                ToolUseDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches, *args,
-                               self.seed + 10_000))
+    def dataset(self, num_batches: int, seed: int) -> ToolUseDataset:
+        return ToolUseDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand,
+                              self.max_tool_calls, seed)

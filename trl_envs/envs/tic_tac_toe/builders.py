@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ...message_env import MessageTokenEnv
 from ...renderer import Renderer
-from ...types import Env, EnvGroupBuilder, Metrics, RLDataset, RLDatasetBuilder, Trajectory
+from ...types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
+from .._builder import BUILTIN_TEST_SEED_OFFSET, BuiltinDataset, BuiltinDatasetBuilder
 from .envs import TicTacToePlayerEnv, TicTacToeVsOpponentEnv
 from .match import TicTacToeMatch
 from .opponents import make_opponent
@@ -85,7 +86,7 @@ class TicTacToeVsOpponentGroupBuilder(EnvGroupBuilder):
         return [f"tic_tac_toe_vs_{self.opponent}", f"tic_tac_toe_vs_{self.opponent}_as_{self.mark}"]
 
 
-class TicTacToeSelfPlayDataset(RLDataset):
+class TicTacToeSelfPlayDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` self-play groups of ``group_size`` envs (``group_size / 2`` games)."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
@@ -93,61 +94,47 @@ class TicTacToeSelfPlayDataset(RLDataset):
         if group_size < 2 or group_size % 2:
             raise ValueError(f"tic_tac_toe: group_size (num_generations) must be even and >= 2 — a group is "
                              f"group_size / 2 games of two players — got {group_size}")
-        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+        super().__init__(renderer, batch_size, group_size, num_batches)
         self.illegal_move_penalty, self.move_timeout = illegal_move_penalty, move_timeout
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        if not 0 <= index < self.num_batches:
-            raise IndexError(f"TicTacToeSelfPlayDataset: batch {index} out of range (0..{self.num_batches - 1})")
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         return [TicTacToeSelfPlayGroupBuilder(self.renderer, self.group_size // 2, self.illegal_move_penalty,
                                               self.move_timeout) for _ in range(self.batch_size)]
 
-    def __len__(self) -> int:
-        return self.num_batches
 
-
-class TicTacToeVsOpponentDataset(RLDataset):
+class TicTacToeVsOpponentDataset(BuiltinDataset):
     """Evaluation games against a scripted opponent; groups alternate the model's mark (X, O, X, ...), and every
     game's opponent seed is fixed by ``seed``, the batch and the group, so evaluations are reproducible."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
                  opponent: str = "random", seed: int = 0, illegal_move_penalty: float = 0.5):
         make_opponent(opponent)
-        self.renderer, self.batch_size, self.group_size, self.num_batches = renderer, batch_size, group_size, num_batches
+        super().__init__(renderer, batch_size, group_size, num_batches)
         self.opponent, self.seed, self.illegal_move_penalty = opponent, seed, illegal_move_penalty
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        if not 0 <= index < self.num_batches:
-            raise IndexError(f"TicTacToeVsOpponentDataset: batch {index} out of range (0..{self.num_batches - 1})")
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"tic_tac_toe/{self.opponent}/{self.seed}/{index}")
         return [TicTacToeVsOpponentGroupBuilder(self.renderer, self.group_size, self.opponent, "XO"[g % 2],
                                                 rng.randrange(2**31), self.illegal_move_penalty)
                 for g in range(self.batch_size)]
 
-    def __len__(self) -> int:
-        return self.num_batches
-
 
 @dataclass
-class TicTacToeDatasetBuilder(RLDatasetBuilder):
+class TicTacToeDatasetBuilder(BuiltinDatasetBuilder):
     """Self-play: two players of one group play each game; zero-sum group rewards.
 
     Self-play training games and a test set against ``test_opponent`` (``"random"`` or ``"perfect"``).
     """
 
-    renderer: Renderer
-    batch_size: int = 4
     group_size: int = 8
-    num_batches: int = 1000
-    num_test_batches: int = 2
     test_opponent: str = "random"
     illegal_move_penalty: float = 0.5
     move_timeout: float = 120.0
-    seed: int = 0
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train = TicTacToeSelfPlayDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
                                          self.illegal_move_penalty, self.move_timeout)
         test = TicTacToeVsOpponentDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                          self.test_opponent, self.seed + 10_000, self.illegal_move_penalty)
+                                          self.test_opponent, self.seed + BUILTIN_TEST_SEED_OFFSET,
+                                          self.illegal_move_penalty)
         return train, test

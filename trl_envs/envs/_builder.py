@@ -1,0 +1,56 @@
+"""The shared shape of the built-in envs' datasets and dataset builders."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..renderer import Renderer
+from ..types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+
+BUILTIN_TEST_SEED_OFFSET = 10_000
+"""The test set of a built-in env is its training recipe with seed ``seed + BUILTIN_TEST_SEED_OFFSET`` (the
+Gymnasium datasets of :mod:`trl_envs.gym_env` have their own ``TEST_SEED_OFFSET``)."""
+
+
+class BuiltinDataset(RLDataset):
+    """``num_batches`` batches of ``batch_size`` groups of ``group_size`` envs; subclasses define :meth:`make_batch`,
+    called with an index already checked to be in range."""
+
+    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int):
+        self.renderer, self.batch_size = renderer, batch_size
+        self.group_size, self.num_batches = group_size, num_batches
+
+    def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        raise NotImplementedError(f"{type(self).__name__} must define make_batch(index)")
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < self.num_batches:
+            raise IndexError(f"{type(self).__name__}: batch {index} out of range (0..{self.num_batches - 1})")
+        return self.make_batch(index)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
+@dataclass
+class BuiltinDatasetBuilder(RLDatasetBuilder):
+    """Train and test datasets of ``batch_size`` groups of ``group_size`` envs per batch: ``num_batches`` and
+    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``seed + BUILTIN_TEST_SEED_OFFSET``.
+
+    Subclasses add their own fields (after these; ``seed`` is keyword-only) and define :meth:`dataset`.
+    """
+
+    renderer: Renderer
+    batch_size: int = 4
+    group_size: int = 4
+    num_batches: int = 1000
+    num_test_batches: int = 2
+    seed: int = field(default=0, kw_only=True)
+
+    def dataset(self, num_batches: int, seed: int) -> RLDataset:
+        raise NotImplementedError(f"{type(self).__name__} must define dataset(num_batches, seed)")
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        return (self.dataset(self.num_batches, self.seed),
+                self.dataset(self.num_test_batches, self.seed + BUILTIN_TEST_SEED_OFFSET))
