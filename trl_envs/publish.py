@@ -114,6 +114,7 @@ def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], pu
                                             title=f"{algorithm.upper()} on {', '.join(envs) or 'preference data'}")
     _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push)
 
+    repo_id = args.hub_model_id or Path(output_dir).absolute().name
     env = publish_args.card_eval_env or eval_env or (envs[0] if envs else None)
     settings: dict[str, Any] = {}
     if publish_args.card_eval and env is None:
@@ -121,9 +122,8 @@ def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], pu
     elif publish_args.card_eval:
         kwargs = env_kwargs if env in envs else None
         result.eval_before, result.eval_after, settings = _evaluate_before_after(
-            trainer, base_model, output_dir, env, kwargs, publish_args)
+            trainer, base_model, output_dir, repo_id, env, kwargs, publish_args)
 
-    repo_id = args.hub_model_id or Path(output_dir).absolute().name
     info = ModelCardInfo(
         model_name=repo_id.split("/")[-1], base_model=base_model, algorithm=algorithm, envs=list(envs),
         is_adapter=is_adapter, repo_id=repo_id, eval_env=env if result.eval_after is not None else None,
@@ -147,7 +147,8 @@ def _card_hyperparameters(args) -> dict[str, Any]:
     return shown
 
 
-def _evaluate_before_after(trainer, base_model: str, output_dir: str, env: str, env_kwargs, publish_args):
+def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: str, env: str, env_kwargs,
+                           publish_args):
     from .model_eval import evaluate_model
 
     args = trainer.args
@@ -157,7 +158,6 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, env: str, 
         temperature = getattr(args, "temperature", 1.0)
     settings = {"problems": publish_args.card_eval_problems, "samples per problem": publish_args.card_eval_samples,
                 "temperature": temperature, "seed": publish_args.card_eval_seed}
-    repo_id = args.hub_model_id or Path(output_dir).absolute().name
     command = ["trl-envs", "eval", "--model", repo_id, "--env", env]
     if env_kwargs:
         command += ["--env_kwargs", json.dumps(env_kwargs)]
