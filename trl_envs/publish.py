@@ -189,7 +189,8 @@ def _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, scr
     config = {
         "algorithm": algorithm, "base_model": base_model, "envs": list(envs), "env_kwargs": env_kwargs,
         "push_to_hub": push,
-        "script_args": dataclasses.asdict(script_args) if dataclasses.is_dataclass(script_args) else script_args,
+        **{name: dataclasses.asdict(a) if dataclasses.is_dataclass(a) else a
+           for name, a in (("script_args", script_args), ("model_args", model_args))},
         "training_args": json.loads(args.to_json_string()),
     }
     with open(os.path.join(output_dir, "training_config.json"), "w", encoding="utf-8") as f:
