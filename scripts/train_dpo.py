@@ -147,10 +147,9 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | R
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
-    env_kwargs = json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
     return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
                                   groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  **env_kwargs)
+                                  **_env_kwargs(args))
 
 
 def main() -> None:
