@@ -36,7 +36,8 @@ def evaluate_model(model_name_or_path: str, env: str, *, env_kwargs: dict[str, A
     label).
 
     Raises:
-        ValueError: for an unknown env or split, or a split with fewer problems than asked for.
+        UnknownEnvError: (a ``KeyError``) for an unknown env. ValueError: for an unknown or missing split, or a split
+        with fewer problems than asked for.
     """
     if split not in ("train", "test"):
         raise ValueError(f"evaluate_model: split must be 'train' or 'test', got {split!r}")
