@@ -19,7 +19,7 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset, load_from_disk
 
-from .registry import ENV_FIELD, _accepted_kwargs, get_env, make_env_group_builder, validate_row
+from .registry import ENV_FIELD, _accepted_kwargs, get_env, make_env_dataset, make_env_group_builder, validate_row
 from .renderer import Renderer
 from .types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
@@ -129,7 +129,8 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
 
     Raises:
         ValueError: an env without a by-name factory, an unknown ``split``, fewer than ``n`` groups available.
-        TypeError: the env's group builders have no ``to_row()``, or its factory takes no ``seed``.
+        TypeError: the env's group builders have no ``to_row()``, or its factory takes no ``seed`` or returns neither
+            an ``RLDataset`` nor an ``RLDatasetBuilder``.
     """
     from .rollouts import run_sync
 
@@ -141,18 +142,11 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
     if kind.dataset_builder is None:
         raise ValueError(f"export_env_dataset: env {name!r} ({kind.source}) has no by-name dataset to export")
     accepted = _accepted_kwargs(kind.dataset_builder)
-    room = {"group_size": 1, "num_batches": n if split == "train" else 1, "num_test_batches": n, "seed": seed}
     if accepted is not None and "seed" not in accepted and seed != 0:
         raise TypeError(f"export_env_dataset: env {name!r}'s factory takes no seed")
-    room = {k: v for k, v in room.items() if accepted is None or k in accepted}
-    made = kind.dataset_builder(renderer=None, **{**room, **kwargs})
-    if isinstance(made, RLDatasetBuilder):
-        train, test = run_sync(made)
-    elif isinstance(made, RLDataset):
-        train, test = made, None
-    else:
-        raise TypeError(f"export_env_dataset: env {name!r}'s factory returned {type(made).__name__}, not an "
-                        "RLDataset or RLDatasetBuilder")
+    made = make_env_dataset(name, None, group_size=1, num_batches=n if split == "train" else 1,
+                            defaults={"num_test_batches": n, "seed": seed}, **kwargs)
+    train, test = run_sync(made) if isinstance(made, RLDatasetBuilder) else (made, None)
     dataset = train if split == "train" else test
     if dataset is None:
         raise ValueError(f"export_env_dataset: env {name!r} has no test split")
