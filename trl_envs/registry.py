@@ -33,7 +33,7 @@ import types as pytypes
 import typing
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any
 
@@ -101,7 +101,7 @@ class EnvKind:
     def from_factory(cls, name: str, factory: Any, source: str) -> EnvKind:
         """The kind of a :data:`~trl_envs.envs.BUILTIN_ENVS`-style factory (or an ``EnvKind``, renamed)."""
         if isinstance(factory, EnvKind):
-            return EnvKind(name, factory.description, factory.dataset_builder, factory.from_row, source)
+            return replace(factory, name=name, source=source)
         if not callable(factory):
             raise TypeError(f"env {name!r} ({source}): expected an EnvKind or a callable dataset-builder factory, got "
                             f"{type(factory).__name__}")
