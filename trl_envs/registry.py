@@ -181,11 +181,9 @@ def list_envs() -> dict[str, str]:
     out: dict[str, str] = {}
     for name in sorted(_known_names()):
         try:
-            kind = get_env(name)
+            out[name] = get_env(name).description
         except Exception as e:  # a broken plugin must not hide the others
             out[name] = f"(failed to load: {type(e).__name__}: {e})"
-            continue
-        out[name] = kind.description
     return out
 
 
@@ -361,14 +359,11 @@ def _import_kind(ref: str) -> EnvKind:
 def _row_fields(from_row: Callable[..., Any]) -> dict[str, tuple[Any, Any]]:
     try:
         return _ROW_FIELDS_CACHE[from_row]
-    except (KeyError, TypeError):
-        pass
-    fields = _read_row_fields(from_row)
-    try:
-        _ROW_FIELDS_CACHE[from_row] = fields
-    except TypeError:  # unhashable callable
-        pass
-    return fields
+    except KeyError:
+        fields = _ROW_FIELDS_CACHE[from_row] = _read_row_fields(from_row)
+        return fields
+    except TypeError:  # unhashable callable: not cached
+        return _read_row_fields(from_row)
 
 
 _ROW_FIELDS_CACHE: dict[Any, dict[str, tuple[Any, Any]]] = {}
