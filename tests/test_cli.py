@@ -69,6 +69,15 @@ def test_no_command_prints_help_and_fails(capsys):
     assert "COMMAND" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", ["eval", "play"])
+def test_bad_env_kwargs_name_the_option(command, capsys):
+    for text, expected in (("{bad", "invalid JSON '{bad'"), ("[1]", "expected a JSON object")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--env_kwargs", text])
+        assert exit_info.value.code == 2
+        assert f"argument --env_kwargs: {expected}" in capsys.readouterr().err
+
+
 def test_play_guess_number_from_scripted_stdin(tiny_model_path):
     proc = run_cli("play", "guess_number", "--model_name_or_path", tiny_model_path, stdin="8\n4\n6\n5\n")
     assert proc.returncode == 0, proc.stderr[-3000:]
