@@ -179,6 +179,8 @@ def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
     _, test = run_sync(make_dataset_builder("arithmetic", Renderer(tokenizer)))
     with pytest.raises(ValueError, match="asked for 99 problems but the dataset"):
         evaluate(HFSampler(None, tokenizer), test, num_problems=99)
+    with pytest.raises(ValueError, match="num_problems must be >= 1, got 0"):
+        evaluate(HFSampler(None, tokenizer), test, num_problems=0)
 
 
 def _group(totals: list[float], tags: list[str]) -> TrajectoryGroup:
@@ -207,6 +209,8 @@ def test_per_tag_stats_and_pass_at_k_of_played_groups():
     assert json.loads(json.dumps(result.to_dict()))["pass_at_k"] == {"1": result.pass_at_k[1], "3": 2 / 3}
     with pytest.raises(ValueError, match="smallest group has 3 envs"):
         summarize_groups(groups, ks=[4])
+    with pytest.raises(RuntimeError, match=r"all 2 groups were skipped .*\{'ValueError': 2\}"):
+        summarize_groups([None, None], {"ValueError": 2})
     thresholded = summarize_groups(groups, ks=[1], success_threshold=0.6)
     assert thresholded.pass_at_k[1] == pytest.approx((1 / 3 + 0 + 2 / 3) / 3)
 
