@@ -38,7 +38,7 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
-from trl_envs.env_datasets import EnvRowDataset, load_env_dataset
+from trl_envs.env_datasets import EnvRowDataset, is_saved_to_disk, load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry import make_env_dataset as make_named_env_dataset
 from trl_envs.preference_data import load_preference_dataset
@@ -120,7 +120,7 @@ def load_preference_splits(args: ScriptArguments):
     name = args.dataset_name
     if name is None:
         return load_preference_dataset()
-    if os.path.isdir(name) and any(os.path.exists(os.path.join(name, f)) for f in ("dataset_dict.json", "state.json")):
+    if is_saved_to_disk(name):
         return load_from_disk(name)
     if os.path.isfile(name):
         return load_dataset(_builder_for([name]), data_files={args.dataset_train_split: [name]})

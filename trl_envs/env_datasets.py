@@ -165,6 +165,11 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
     raise ValueError(f"export_env_dataset: env {name!r}'s {split} split has only {len(rows)} groups, asked for {n}")
 
 
+def is_saved_to_disk(path: str) -> bool:
+    """Whether ``path`` is a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    return any(os.path.isfile(os.path.join(path, f)) for f in ("dataset_dict.json", "state.json"))
+
+
 def load_env_dataset(source: str, split: str = "train", *, config_name: str | None = None,
                      streaming: bool = False) -> Dataset | IterableDataset:
     """Load a dataset of row specs, as the scripts' ``--env_dataset`` does.
@@ -173,8 +178,7 @@ def load_env_dataset(source: str, split: str = "train", *, config_name: str | No
     (:data:`DATA_FILE_BUILDERS`), or anything ``datasets.load_dataset`` takes: a Hub id or a folder of data files.
     ``split`` picks the split (a single data file is that split).
     """
-    if os.path.isdir(source) and any(os.path.exists(os.path.join(source, f))
-                                     for f in ("dataset_dict.json", "state.json")):
+    if is_saved_to_disk(source):
         data = load_from_disk(source)
         if isinstance(data, DatasetDict):
             if split not in data:
