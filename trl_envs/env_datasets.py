@@ -48,6 +48,7 @@ class EnvRowDataset(RLDataset):
     Raises:
         ValueError: no rows, a ``DatasetDict`` (pick a split), a non-positive size, or an
             :class:`~trl_envs.registry.EnvRowError` for a bad row.
+        TypeError: ``rows`` is none of the above.
     """
 
     def __init__(self, rows: Dataset | IterableDataset | Sequence[Mapping[str, Any]], renderer: Renderer,
