@@ -43,7 +43,7 @@ from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry import make_env_dataset as make_named_env_dataset
 from trl_envs.preference_data import load_preference_dataset
 from trl_envs.progress import RewardProgressCallback
-from trl_envs.publish import PublishArguments, publish_run, take_over_push
+from trl_envs.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -196,12 +196,7 @@ def main() -> None:
     trainer.train()
 
     # 4. Save the model (or adapter) and the metrics.
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(training_args.output_dir)
-        with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
-            json.dump(trainer.state.log_history, f, indent=1)
-        print(f"saved to {training_args.output_dir}")
+    save_run(trainer, tokenizer)
 
     # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
     builtin_data = not (script_args.env_name or script_args.dataset_name or script_args.data_files)

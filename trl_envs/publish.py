@@ -1,10 +1,11 @@
 """After training: evaluate before/after, plot the training curves, write the config and the model card, push.
 
-The training scripts call :func:`take_over_push` before building the trainer and :func:`publish_run` after saving
-the model. Everything lands in ``output_dir`` first, so the folder on disk is exactly what is pushed:
+The training scripts call :func:`take_over_push` before building the trainer, then :func:`save_run` and
+:func:`publish_run` after training. Everything lands in ``output_dir`` first, so the folder on disk is exactly what
+is pushed:
 
-* the model or LoRA adapter and the tokenizer (saved by the script),
-* ``log_history.json`` (the logged metrics) and ``training_curves.png`` (reward and entropy against steps),
+* the model or LoRA adapter, the tokenizer and ``log_history.json`` (the logged metrics), by :func:`save_run`,
+* ``training_curves.png`` (reward and entropy against steps),
 * ``training_config.json`` (training, model and script settings; tokens masked),
 * ``eval_results.json`` (the env evaluation of the base model and of the trained one, same problems and seeds),
 * ``README.md``, the model card.
@@ -80,6 +81,18 @@ def take_over_push(training_args) -> bool:
                              "be pushed; unset HF_HUB_OFFLINE or drop --push_to_hub")
     training_args.push_to_hub = False
     return push
+
+
+def save_run(trainer, tokenizer) -> None:
+    """Save the model (or adapter; on every process, as ``save_model`` needs) and, on the main process, the tokenizer
+    and ``log_history.json`` into ``trainer.args.output_dir``: what the scripts do before :func:`publish_run`."""
+    output_dir = trainer.args.output_dir
+    trainer.save_model(output_dir)
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(output_dir)
+        with open(os.path.join(output_dir, "log_history.json"), "w") as f:
+            json.dump(trainer.state.log_history, f, indent=1)
+        print(f"saved to {output_dir}")
 
 
 def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], push: bool,
