@@ -40,7 +40,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
 from trl_envs.env_datasets import EnvRowDataset, is_saved_to_disk, load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry import make_env_dataset as make_named_env_dataset
+from trl_envs.registry import ENV_FIELD, make_env_dataset as make_named_env_dataset
 from trl_envs.preference_data import load_preference_dataset
 from trl_envs.progress import RewardProgressCallback
 from trl_envs.publish import PublishArguments, publish_run, save_run, take_over_push
@@ -199,9 +199,11 @@ def main() -> None:
     save_run(trainer, tokenizer)
 
     # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
-    builtin_data = not (script_args.env_name or script_args.dataset_name or script_args.data_files)
-    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args,
-                envs=[script_args.env_name] if script_args.env_name else [],
+    builtin_data = not (env_mode or script_args.dataset_name or script_args.data_files)
+    envs = [script_args.env_name] if script_args.env_name else []
+    if script_args.env_dataset:  # the card names (and evaluates) the env kinds of the rows, as train_grpo.py's
+        envs = sorted(set(datasets["env_dataset"].rows[ENV_FIELD]))
+    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args, envs=envs,
                 env_kwargs=_env_kwargs(script_args), eval_env="arithmetic" if builtin_data else None,
                 datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
                     script_args.dataset_name) else None, script_args=script_args, model_args=model_args)

@@ -333,6 +333,7 @@ def test_train_dpo_script_on_an_env_dataset_and_a_module_factory(tmp_path, tiny_
                                       "--output_dir", str(tmp_path / "a")])
     script.main()
     assert "round  1/1 | env reward" in capsys.readouterr().out
+    assert "env:arithmetic" in (tmp_path / "a" / "README.md").read_text()  # the card names the rows' env kind
     args = script.ScriptArguments(env_name="trl_envs.envs.guess_number:GuessNumberDatasetBuilder", group_size=2,
                                   groups_per_round=3)
     envs = script.make_env_dataset(args, Renderer(script.AutoTokenizer.from_pretrained(tiny_model_path)))
