@@ -146,12 +146,9 @@ def _play(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from .model_eval import evaluate_model
+    from .tiny_model import build_tiny_model
 
-    model = args.model
-    if model is None:
-        from .tiny_model import build_tiny_model
-
-        model = build_tiny_model()
+    model = args.model or build_tiny_model()
     result = evaluate_model(
         model, args.env, env_kwargs=args.env_kwargs, split=args.split, num_problems=args.num_problems,
         samples_per_problem=args.samples_per_problem, ks=args.pass_k, temperature=args.temperature, top_p=args.top_p,

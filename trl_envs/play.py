@@ -102,13 +102,9 @@ def play(args: argparse.Namespace) -> TrajectoryGroup:
     from transformers import AutoTokenizer
 
     from .registry import make_env_dataset
+    from .tiny_model import build_tiny_model
 
-    model = args.model_name_or_path
-    if model is None:
-        from .tiny_model import build_tiny_model
-
-        model = build_tiny_model()
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model())
     renderer = Renderer(tokenizer)
     envs = make_env_dataset(args.env, renderer, group_size=1, groups_per_batch=1, num_batches=args.index + 1,
                             defaults={"seed": args.seed}, **(args.env_kwargs or {}))
