@@ -14,7 +14,7 @@ import json
 import math
 import os
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -155,26 +155,18 @@ def evaluate(sampler: Sampler, dataset: RLDataset, num_batches: int | None = Non
         from transformers import set_seed
 
         set_seed(seed)
-    groups: list[TrajectoryGroup | None] = []
-    errors: dict[str, int] = defaultdict(int)
-    step = chunk_size or len(builders)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(builders), unit="problem", desc="evaluate")
-    try:
+    groups: list[TrajectoryGroup | None] = []
+    errors: Counter[str] = Counter()
+    step = chunk_size or len(builders)
+    with tqdm(total=len(builders), unit="problem", desc="evaluate", disable=not progress) as bar:
         for start in range(0, len(builders), step):
             chunk = builders[start:start + step]
             result = run_rollout_batch(chunk, sampler, budget, strategy, max_wait_s)
             groups.extend(result.groups)
-            for name, count in result.error_counts.items():
-                errors[name] += count
-            if bar is not None:
-                bar.update(len(chunk))
-    finally:
-        if bar is not None:
-            bar.close()
+            errors.update(result.error_counts)
+            bar.update(len(chunk))
     return summarize_groups(groups, dict(errors), ks=ks, success_threshold=success_threshold, is_success=is_success)
 
 
