@@ -18,7 +18,8 @@ Where names come from, in order of precedence:
 2. the built-in envs, :data:`trl_envs.envs.BUILTIN_ENVS` (a factory there gains row support by having a
    ``from_row`` attribute; its description is the first line of its docstring);
 3. other installed packages, through the entry-point group ``trl_envs.envs`` (see :data:`ENTRY_POINT_GROUP`),
-   read lazily with :mod:`importlib.metadata` the first time a name is not found above, and by :func:`list_envs`;
+   read lazily with :mod:`importlib.metadata` (cached, and read again whenever a name is found neither above nor in
+   the cache, and by :func:`list_envs`);
 4. for training by name only, ``"package.module:attr"``, imported on demand (never for rows: a dataset cannot make
    trl_envs import code).
 
