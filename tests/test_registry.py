@@ -206,7 +206,7 @@ def test_export_gives_the_groups_the_env_trains_on_by_name(renderer):
 def test_row_builders_and_datasets_pickle(renderer):
     ds = EnvRowDataset(rows_to_dataset([GOOD, {"env": "guess_number", "target": 5}]), renderer, 2, 2)
     copy = pickle.loads(pickle.dumps(ds))
-    for original, restored in zip(ds.get_batch(0), pickle.loads(pickle.dumps(list(copy.get_batch(0))))):
+    for original, restored in zip(ds.get_batch(0), pickle.loads(pickle.dumps(list(copy.get_batch(0)))), strict=True):
         assert first_observation(original) == first_observation(restored)
 
 
