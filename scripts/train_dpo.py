@@ -38,12 +38,12 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
-from trl_envs.env_datasets import EnvRowDataset, load_env_dataset
+from trl_envs.env_datasets import EnvRowDataset, is_saved_to_disk, load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry import make_env_dataset as make_named_env_dataset
+from trl_envs.registry import ENV_FIELD, make_env_dataset as make_named_env_dataset
 from trl_envs.preference_data import load_preference_dataset
 from trl_envs.progress import RewardProgressCallback
-from trl_envs.publish import PublishArguments, publish_run, take_over_push
+from trl_envs.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -120,7 +120,7 @@ def load_preference_splits(args: ScriptArguments):
     name = args.dataset_name
     if name is None:
         return load_preference_dataset()
-    if os.path.isdir(name) and any(os.path.exists(os.path.join(name, f)) for f in ("dataset_dict.json", "state.json")):
+    if is_saved_to_disk(name):
         return load_from_disk(name)
     if os.path.isfile(name):
         return load_dataset(_builder_for([name]), data_files={args.dataset_train_split: [name]})
@@ -147,10 +147,9 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | R
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
-    env_kwargs = json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
     return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
                                   groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  **env_kwargs)
+                                  **_env_kwargs(args))
 
 
 def main() -> None:
@@ -197,17 +196,14 @@ def main() -> None:
     trainer.train()
 
     # 4. Save the model (or adapter) and the metrics.
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(training_args.output_dir)
-        with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
-            json.dump(trainer.state.log_history, f, indent=1)
-        print(f"saved to {training_args.output_dir}")
+    save_run(trainer, tokenizer)
 
     # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
-    builtin_data = not (script_args.env_name or script_args.dataset_name or script_args.data_files)
-    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args,
-                envs=[script_args.env_name] if script_args.env_name else [],
+    builtin_data = not (env_mode or script_args.dataset_name or script_args.data_files)
+    envs = [script_args.env_name] if script_args.env_name else []
+    if script_args.env_dataset:  # the card names (and evaluates) the env kinds of the rows, as train_grpo.py's
+        envs = sorted(set(datasets["env_dataset"].rows[ENV_FIELD]))
+    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args, envs=envs,
                 env_kwargs=_env_kwargs(script_args), eval_env="arithmetic" if builtin_data else None,
                 datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
                     script_args.dataset_name) else None, script_args=script_args, model_args=model_args)

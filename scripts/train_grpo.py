@@ -18,7 +18,6 @@ evaluation); ``--push_to_hub`` uploads it (docs/hub_and_eval.md).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -30,7 +29,7 @@ from trl_envs.env_datasets import load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry import ENV_FIELD, make_env_dataset
 from trl_envs.progress import RewardProgressCallback
-from trl_envs.publish import PublishArguments, publish_run, take_over_push
+from trl_envs.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 
@@ -121,12 +120,7 @@ def main() -> None:
     trainer.train()
 
     # 4. Save the model (or adapter) and the metrics.
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(training_args.output_dir)
-        with open(os.path.join(training_args.output_dir, "log_history.json"), "w") as f:
-            json.dump(trainer.state.log_history, f, indent=1)
-        print(f"saved to {training_args.output_dir}")
+    save_run(trainer, tokenizer)
 
     # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
     publish_run(trainer, base_model=model_path, algorithm="grpo", envs=env_names, push=push,

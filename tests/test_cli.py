@@ -59,13 +59,23 @@ def test_help_of_each_command(command, expected, capsys):
         main(([command] if command else []) + ["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for word in expected:
-        assert word in out, f"{word!r} missing from the help of {command or 'trl-envs'}:\n{out}"
+    entries = {line.split()[0] for line in out.splitlines() if line.strip()}  # what each help line starts with
+    for word in expected:  # a help entry, not a word in some description ("play" is in the top-level one)
+        assert word in entries, f"{word!r} missing from the help of {command or 'trl-envs'}:\n{out}"
 
 
 def test_no_command_prints_help_and_fails(capsys):
     assert main([]) == 2
     assert "COMMAND" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["eval", "play"])
+def test_bad_env_kwargs_name_the_option(command, capsys):
+    for text, expected in (("{bad", "invalid JSON '{bad'"), ("[1]", "expected a JSON object")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--env_kwargs", text])
+        assert exit_info.value.code == 2
+        assert f"argument --env_kwargs: {expected}" in capsys.readouterr().err
 
 
 def test_play_guess_number_from_scripted_stdin(tiny_model_path):
@@ -169,6 +179,8 @@ def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
     _, test = run_sync(make_dataset_builder("arithmetic", Renderer(tokenizer)))
     with pytest.raises(ValueError, match="asked for 99 problems but the dataset"):
         evaluate(HFSampler(None, tokenizer), test, num_problems=99)
+    with pytest.raises(ValueError, match="num_problems must be >= 1, got 0"):
+        evaluate(HFSampler(None, tokenizer), test, num_problems=0)
 
 
 def _group(totals: list[float], tags: list[str]) -> TrajectoryGroup:
@@ -197,6 +209,8 @@ def test_per_tag_stats_and_pass_at_k_of_played_groups():
     assert json.loads(json.dumps(result.to_dict()))["pass_at_k"] == {"1": result.pass_at_k[1], "3": 2 / 3}
     with pytest.raises(ValueError, match="smallest group has 3 envs"):
         summarize_groups(groups, ks=[4])
+    with pytest.raises(RuntimeError, match=r"all 2 groups were skipped .*\{'ValueError': 2\}"):
+        summarize_groups([None, None], {"ValueError": 2})
     thresholded = summarize_groups(groups, ks=[1], success_threshold=0.6)
     assert thresholded.pass_at_k[1] == pytest.approx((1 / 3 + 0 + 2 / 3) / 3)
 

@@ -225,6 +225,8 @@ def test_train_grpo_script_pushes_its_output_folder(tmp_path, tiny_model_path):
 def test_card_eval_false_skips_the_evaluation_cleanly(tmp_path, tiny_model_path):
     from types import SimpleNamespace
 
+    from trl import ModelConfig
+
     from trl_envs import EnvGRPOConfig
     from trl_envs.publish import PublishArguments, publish_run
 
@@ -234,9 +236,12 @@ def test_card_eval_false_skips_the_evaluation_cleanly(tmp_path, tiny_model_path)
     trainer = SimpleNamespace(args=args, accelerator=SimpleNamespace(is_main_process=True, device="cpu"),
                               state=SimpleNamespace(log_history=[{"step": 1, "env/all/reward/total": 0.5}]))
     result = publish_run(trainer, base_model=tiny_model_path, algorithm="grpo", envs=["guess_number"], push=False,
-                         publish_args=PublishArguments(card_eval=False))
+                         publish_args=PublishArguments(card_eval=False),
+                         model_args=ModelConfig(model_name_or_path=tiny_model_path))
     assert result.eval_before is None and result.eval_after is None and result.repo_url is None
     assert sorted(os.listdir(args.output_dir)) == ["README.md", "training_config.json", "training_curves.png"]
     card = (tmp_path / "run" / "README.md").read_text()
     assert "Not evaluated at the end of training." in card and "fine-tuned version of" in card
     assert "library_name: transformers" in card and "env:guess_number" in card
+    config = json.loads((tmp_path / "run" / "training_config.json").read_text())
+    assert config["model_args"]["model_name_or_path"] == tiny_model_path

@@ -206,7 +206,7 @@ def test_export_gives_the_groups_the_env_trains_on_by_name(renderer):
 def test_row_builders_and_datasets_pickle(renderer):
     ds = EnvRowDataset(rows_to_dataset([GOOD, {"env": "guess_number", "target": 5}]), renderer, 2, 2)
     copy = pickle.loads(pickle.dumps(ds))
-    for original, restored in zip(ds.get_batch(0), pickle.loads(pickle.dumps(list(copy.get_batch(0))))):
+    for original, restored in zip(ds.get_batch(0), pickle.loads(pickle.dumps(list(copy.get_batch(0)))), strict=True):
         assert first_observation(original) == first_observation(restored)
 
 
@@ -333,6 +333,7 @@ def test_train_dpo_script_on_an_env_dataset_and_a_module_factory(tmp_path, tiny_
                                       "--output_dir", str(tmp_path / "a")])
     script.main()
     assert "round  1/1 | env reward" in capsys.readouterr().out
+    assert "env:arithmetic" in (tmp_path / "a" / "README.md").read_text()  # the card names the rows' env kind
     args = script.ScriptArguments(env_name="trl_envs.envs.guess_number:GuessNumberDatasetBuilder", group_size=2,
                                   groups_per_round=3)
     envs = script.make_env_dataset(args, Renderer(script.AutoTokenizer.from_pretrained(tiny_model_path)))

@@ -81,13 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
+    from .play import json_object
     from .registry import list_envs
 
     p.add_argument("--model", default=None, help="model or adapter: a directory or Hub id (default: the offline "
                                                  "tiny model)")
     p.add_argument("--env", default="arithmetic",
                    help=f"env: {', '.join(list_envs())} or 'package.module:factory' (default: arithmetic)")
-    p.add_argument("--env_kwargs", default=None, help="env dataset options, a JSON object, e.g. '{\"max_operand\": 3}'")
+    p.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object, e.g. '{\"max_operand\": 3}'")
     p.add_argument("--split", default="test", choices=["test", "train"], help="which split to play (default: test)")
     p.add_argument("--num_problems", type=int, default=None,
                    help="problems (env groups) to play (default: the whole split as the env makes it)")
@@ -145,15 +146,11 @@ def _play(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from .model_eval import evaluate_model
+    from .tiny_model import build_tiny_model
 
-    model = args.model
-    if model is None:
-        from .tiny_model import build_tiny_model
-
-        model = build_tiny_model()
-    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else None
+    model = args.model or build_tiny_model()
     result = evaluate_model(
-        model, args.env, env_kwargs=env_kwargs, split=args.split, num_problems=args.num_problems,
+        model, args.env, env_kwargs=args.env_kwargs, split=args.split, num_problems=args.num_problems,
         samples_per_problem=args.samples_per_problem, ks=args.pass_k, temperature=args.temperature, top_p=args.top_p,
         max_tokens=args.max_tokens, max_turns=args.max_turns,
         max_tokens_per_trajectory=args.max_tokens_per_trajectory, seed=args.seed,

@@ -19,7 +19,7 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset, load_from_disk
 
-from .registry import ENV_FIELD, _accepted_kwargs, get_env, make_env_group_builder, validate_row
+from .registry import ENV_FIELD, _accepted_kwargs, get_env, make_env_dataset, make_env_group_builder, validate_row
 from .renderer import Renderer
 from .types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
@@ -48,6 +48,7 @@ class EnvRowDataset(RLDataset):
     Raises:
         ValueError: no rows, a ``DatasetDict`` (pick a split), a non-positive size, or an
             :class:`~trl_envs.registry.EnvRowError` for a bad row.
+        TypeError: ``rows`` is none of the above.
     """
 
     def __init__(self, rows: Dataset | IterableDataset | Sequence[Mapping[str, Any]], renderer: Renderer,
@@ -129,7 +130,8 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
 
     Raises:
         ValueError: an env without a by-name factory, an unknown ``split``, fewer than ``n`` groups available.
-        TypeError: the env's group builders have no ``to_row()``, or its factory takes no ``seed``.
+        TypeError: the env's group builders have no ``to_row()``, or its factory takes no ``seed`` or returns neither
+            an ``RLDataset`` nor an ``RLDatasetBuilder``.
     """
     from .rollouts import run_sync
 
@@ -141,18 +143,11 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
     if kind.dataset_builder is None:
         raise ValueError(f"export_env_dataset: env {name!r} ({kind.source}) has no by-name dataset to export")
     accepted = _accepted_kwargs(kind.dataset_builder)
-    room = {"group_size": 1, "num_batches": n if split == "train" else 1, "num_test_batches": n, "seed": seed}
     if accepted is not None and "seed" not in accepted and seed != 0:
         raise TypeError(f"export_env_dataset: env {name!r}'s factory takes no seed")
-    room = {k: v for k, v in room.items() if accepted is None or k in accepted}
-    made = kind.dataset_builder(renderer=None, **{**room, **kwargs})
-    if isinstance(made, RLDatasetBuilder):
-        train, test = run_sync(made)
-    elif isinstance(made, RLDataset):
-        train, test = made, None
-    else:
-        raise TypeError(f"export_env_dataset: env {name!r}'s factory returned {type(made).__name__}, not an "
-                        "RLDataset or RLDatasetBuilder")
+    made = make_env_dataset(name, None, group_size=1, num_batches=n if split == "train" else 1,
+                            defaults={"num_test_batches": n, "seed": seed}, **kwargs)
+    train, test = run_sync(made) if isinstance(made, RLDatasetBuilder) else (made, None)
     dataset = train if split == "train" else test
     if dataset is None:
         raise ValueError(f"export_env_dataset: env {name!r} has no test split")
@@ -171,6 +166,11 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
     raise ValueError(f"export_env_dataset: env {name!r}'s {split} split has only {len(rows)} groups, asked for {n}")
 
 
+def is_saved_to_disk(path: str) -> bool:
+    """Whether ``path`` is a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    return any(os.path.isfile(os.path.join(path, f)) for f in ("dataset_dict.json", "state.json"))
+
+
 def load_env_dataset(source: str, split: str = "train", *, config_name: str | None = None,
                      streaming: bool = False) -> Dataset | IterableDataset:
     """Load a dataset of row specs, as the scripts' ``--env_dataset`` does.
@@ -179,8 +179,7 @@ def load_env_dataset(source: str, split: str = "train", *, config_name: str | No
     (:data:`DATA_FILE_BUILDERS`), or anything ``datasets.load_dataset`` takes: a Hub id or a folder of data files.
     ``split`` picks the split (a single data file is that split).
     """
-    if os.path.isdir(source) and any(os.path.exists(os.path.join(source, f))
-                                     for f in ("dataset_dict.json", "state.json")):
+    if is_saved_to_disk(source):
         data = load_from_disk(source)
         if isinstance(data, DatasetDict):
             if split not in data:

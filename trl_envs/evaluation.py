@@ -14,7 +14,7 @@ import json
 import math
 import os
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -155,26 +155,18 @@ def evaluate(sampler: Sampler, dataset: RLDataset, num_batches: int | None = Non
         from transformers import set_seed
 
         set_seed(seed)
-    groups: list[TrajectoryGroup | None] = []
-    errors: dict[str, int] = defaultdict(int)
-    step = chunk_size or len(builders)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(builders), unit="problem", desc="evaluate")
-    try:
+    groups: list[TrajectoryGroup | None] = []
+    errors: Counter[str] = Counter()
+    step = chunk_size or len(builders)
+    with tqdm(total=len(builders), unit="problem", desc="evaluate", disable=not progress) as bar:
         for start in range(0, len(builders), step):
             chunk = builders[start:start + step]
             result = run_rollout_batch(chunk, sampler, budget, strategy, max_wait_s)
             groups.extend(result.groups)
-            for name, count in result.error_counts.items():
-                errors[name] += count
-            if bar is not None:
-                bar.update(len(chunk))
-    finally:
-        if bar is not None:
-            bar.close()
+            errors.update(result.error_counts)
+            bar.update(len(chunk))
     return summarize_groups(groups, dict(errors), ks=ks, success_threshold=success_threshold, is_success=is_success)
 
 
@@ -184,7 +176,8 @@ def summarize_groups(groups: Sequence[TrajectoryGroup | None], error_counts: dic
     """The :class:`EvalResult` of already played groups (what :func:`evaluate` returns after playing)."""
     played = [g for g in groups if g is not None]
     if not played:
-        raise RuntimeError("evaluate: every group was skipped after errors; nothing to report")
+        raise RuntimeError(f"evaluate: all {len(groups)} groups were skipped after errors "
+                           f"(error counts: {error_counts or {}}); nothing to report")
     smallest = min(len(g.trajectories) for g in played)
     ks = sorted(set(ks)) if ks is not None else sorted({1, smallest})
     if not ks or ks[0] < 1 or ks[-1] > smallest:
@@ -216,6 +209,8 @@ def _tag_stats(entries: list[tuple[list[float], int]], ks: Sequence[int]) -> Tag
 
 
 def _select_builders(dataset: RLDataset, num_batches: int | None, num_problems: int | None) -> list[EnvGroupBuilder]:
+    if num_problems is not None and num_problems < 1:
+        raise ValueError(f"evaluate: num_problems must be >= 1, got {num_problems}")
     n = len(dataset) if num_batches is None else min(num_batches, len(dataset))
     builders: list[EnvGroupBuilder] = []
     for i in range(n):
@@ -223,7 +218,7 @@ def _select_builders(dataset: RLDataset, num_batches: int | None, num_problems: 
             break
         builders.extend(dataset.get_batch(i))
     if num_problems is not None:
-        if num_problems < 1 or len(builders) < num_problems:
+        if len(builders) < num_problems:
             raise ValueError(f"evaluate: asked for {num_problems} problems but the dataset "
                              f"({type(dataset).__name__}, {n} batches) holds {len(builders)}")
         builders = builders[:num_problems]

@@ -36,7 +36,8 @@ def evaluate_model(model_name_or_path: str, env: str, *, env_kwargs: dict[str, A
     label).
 
     Raises:
-        ValueError: for an unknown env or split, or a split with fewer problems than asked for.
+        UnknownEnvError: (a ``KeyError``) for an unknown env. ValueError: for an unknown or missing split, or a split
+        with fewer problems than asked for.
     """
     if split not in ("train", "test"):
         raise ValueError(f"evaluate_model: split must be 'train' or 'test', got {split!r}")
@@ -53,15 +54,10 @@ def evaluate_model(model_name_or_path: str, env: str, *, env_kwargs: dict[str, A
         batches = math.ceil(num_problems / batch_size)
         offered |= {"batch_size": batch_size, "num_test_batches" if split == "test" else "num_batches": batches}
     envs = make_env_dataset(env, renderer, defaults=offered, **(env_kwargs or {}))
-    if isinstance(envs, RLDatasetBuilder):
-        train, test = run_sync(envs)
-        dataset = train if split == "train" else test
-        if dataset is None:
-            raise ValueError(f"evaluate_model: env {env!r} has no test split; use split='train'")
-    elif split == "test":
-        raise ValueError(f"evaluate_model: env {env!r} makes a single RLDataset, no test split; use split='train'")
-    else:
-        dataset = envs
+    train, test = run_sync(envs) if isinstance(envs, RLDatasetBuilder) else (envs, None)
+    dataset = train if split == "train" else test
+    if dataset is None:
+        raise ValueError(f"evaluate_model: env {env!r} has no test split; use split='train'")
     sampler = HFSampler(model, tokenizer, temperature=temperature, top_p=top_p)
     budget = RolloutBudget(max_turns=max_turns, max_tokens_per_turn=max_tokens,
                            max_tokens_per_trajectory=max_tokens_per_trajectory)

@@ -40,10 +40,10 @@ def load_policy(name_or_path: str, *, device: str | None = None, dtype: str | No
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     kwargs = {"revision": revision, "dtype": dtype or "auto"}
     if is_adapter(name_or_path, revision):
-        from peft import AutoPeftModelForCausalLM, PeftConfig
+        from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(name_or_path, **kwargs)
-        base = PeftConfig.from_pretrained(name_or_path, revision=revision).base_model_name_or_path
+        base = model.active_peft_config.base_model_name_or_path
         tokenizer = _tokenizer(name_or_path, revision) or AutoTokenizer.from_pretrained(base)
     else:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)

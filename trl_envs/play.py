@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> N
         parser.add_argument("env", nargs="?", default="arithmetic", help=env_help)
     else:
         parser.add_argument("--env", default="arithmetic", help=env_help)
-    parser.add_argument("--env_kwargs", default=None, help="env dataset options, a JSON object")
+    parser.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object")
     parser.add_argument("--model_name_or_path", default=None,
                         help="whose tokenizer and chat template to use (default: the offline tiny model)")
     parser.add_argument("--seed", type=int, default=0, help="dataset seed")
@@ -86,22 +86,28 @@ def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> N
     parser.add_argument("--show_tokens", action="store_true", help="also print the token ids")
 
 
+def json_object(text: str) -> dict:
+    """The ``--env_kwargs`` argument type: a JSON object, else an error naming the option (argparse adds it)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"invalid JSON {text!r}: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"max_operand\": 3}}', got {text!r}")
+    return value
+
+
 def play(args: argparse.Namespace) -> TrajectoryGroup:
     """Play one episode of ``args.env`` (problem ``args.index`` of its training split) and print the report."""
     from transformers import AutoTokenizer
 
     from .registry import make_env_dataset
+    from .tiny_model import build_tiny_model
 
-    model = args.model_name_or_path
-    if model is None:
-        from .tiny_model import build_tiny_model
-
-        model = build_tiny_model()
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model())
     renderer = Renderer(tokenizer)
-    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     envs = make_env_dataset(args.env, renderer, group_size=1, groups_per_batch=1, num_batches=args.index + 1,
-                            defaults={"seed": args.seed}, **env_kwargs)
+                            defaults={"seed": args.seed}, **(args.env_kwargs or {}))
     train = run_sync(envs)[0] if isinstance(envs, RLDatasetBuilder) else envs
     builder = _problem(train, args.index, args.env)
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)

@@ -86,8 +86,9 @@ def plot_training_curves(log_history: Sequence[dict] | str | os.PathLike[str], p
             if item is None:
                 continue
             key, steps, values = item
-            line, = ax.plot(steps, values, style, markersize=3, alpha=0.45 if len(values) >= 10 else 1.0, label=key)
-            if len(values) >= 10:  # noisy per-step values: the trend is what a reader looks for
+            smooth = len(values) >= 10  # noisy per-step values: the trend is what a reader looks for
+            line, = ax.plot(steps, values, style, markersize=3, alpha=0.45 if smooth else 1.0, label=key)
+            if smooth:
                 window = max(len(values) // 10, 3)
                 ax.plot(steps, running_mean(values, window), "-", color=line.get_color(), linewidth=2,
                         label=f"{key} (mean of last {window})")

@@ -1,10 +1,11 @@
 """After training: evaluate before/after, plot the training curves, write the config and the model card, push.
 
-The training scripts call :func:`take_over_push` before building the trainer and :func:`publish_run` after saving
-the model. Everything lands in ``output_dir`` first, so the folder on disk is exactly what is pushed:
+The training scripts call :func:`take_over_push` before building the trainer, then :func:`save_run` and
+:func:`publish_run` after training. Everything lands in ``output_dir`` first, so the folder on disk is exactly what
+is pushed:
 
-* the model or LoRA adapter and the tokenizer (saved by the script),
-* ``log_history.json`` (the logged metrics) and ``training_curves.png`` (reward and entropy against steps),
+* the model or LoRA adapter, the tokenizer and ``log_history.json`` (the logged metrics), by :func:`save_run`,
+* ``training_curves.png`` (reward and entropy against steps),
 * ``training_config.json`` (training, model and script settings; tokens masked),
 * ``eval_results.json`` (the env evaluation of the base model and of the trained one, same problems and seeds),
 * ``README.md``, the model card.
@@ -82,6 +83,18 @@ def take_over_push(training_args) -> bool:
     return push
 
 
+def save_run(trainer, tokenizer) -> None:
+    """Save the model (or adapter; on every process, as ``save_model`` needs) and, on the main process, the tokenizer
+    and ``log_history.json`` into ``trainer.args.output_dir``: what the scripts do before :func:`publish_run`."""
+    output_dir = trainer.args.output_dir
+    trainer.save_model(output_dir)
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(output_dir)
+        with open(os.path.join(output_dir, "log_history.json"), "w") as f:
+            json.dump(trainer.state.log_history, f, indent=1)
+        print(f"saved to {output_dir}")
+
+
 def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], push: bool,
                 publish_args: PublishArguments | None = None, env_kwargs: dict[str, Any] | None = None,
                 eval_env: str | None = None, datasets: list[str] | None = None,
@@ -114,6 +127,7 @@ def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], pu
                                             title=f"{algorithm.upper()} on {', '.join(envs) or 'preference data'}")
     _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push)
 
+    repo_id = args.hub_model_id or Path(output_dir).absolute().name
     env = publish_args.card_eval_env or eval_env or (envs[0] if envs else None)
     settings: dict[str, Any] = {}
     if publish_args.card_eval and env is None:
@@ -121,9 +135,8 @@ def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], pu
     elif publish_args.card_eval:
         kwargs = env_kwargs if env in envs else None
         result.eval_before, result.eval_after, settings = _evaluate_before_after(
-            trainer, base_model, output_dir, env, kwargs, publish_args)
+            trainer, base_model, output_dir, repo_id, env, kwargs, publish_args)
 
-    repo_id = args.hub_model_id or Path(output_dir).absolute().name
     info = ModelCardInfo(
         model_name=repo_id.split("/")[-1], base_model=base_model, algorithm=algorithm, envs=list(envs),
         is_adapter=is_adapter, repo_id=repo_id, eval_env=env if result.eval_after is not None else None,
@@ -147,7 +160,8 @@ def _card_hyperparameters(args) -> dict[str, Any]:
     return shown
 
 
-def _evaluate_before_after(trainer, base_model: str, output_dir: str, env: str, env_kwargs, publish_args):
+def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: str, env: str, env_kwargs,
+                           publish_args):
     from .model_eval import evaluate_model
 
     args = trainer.args
@@ -157,7 +171,6 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, env: str, 
         temperature = getattr(args, "temperature", 1.0)
     settings = {"problems": publish_args.card_eval_problems, "samples per problem": publish_args.card_eval_samples,
                 "temperature": temperature, "seed": publish_args.card_eval_seed}
-    repo_id = args.hub_model_id or Path(output_dir).absolute().name
     command = ["trl-envs", "eval", "--model", repo_id, "--env", env]
     if env_kwargs:
         command += ["--env_kwargs", json.dumps(env_kwargs)]
@@ -189,7 +202,8 @@ def _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, scr
     config = {
         "algorithm": algorithm, "base_model": base_model, "envs": list(envs), "env_kwargs": env_kwargs,
         "push_to_hub": push,
-        "script_args": dataclasses.asdict(script_args) if dataclasses.is_dataclass(script_args) else script_args,
+        **{name: dataclasses.asdict(a) if dataclasses.is_dataclass(a) else a
+           for name, a in (("script_args", script_args), ("model_args", model_args))},
         "training_args": json.loads(args.to_json_string()),
     }
     with open(os.path.join(output_dir, "training_config.json"), "w", encoding="utf-8") as f:

@@ -18,7 +18,8 @@ Where names come from, in order of precedence:
 2. the built-in envs, :data:`trl_envs.envs.BUILTIN_ENVS` (a factory there gains row support by having a
    ``from_row`` attribute; its description is the first line of its docstring);
 3. other installed packages, through the entry-point group ``trl_envs.envs`` (see :data:`ENTRY_POINT_GROUP`),
-   read lazily with :mod:`importlib.metadata` the first time a name is not found above, and by :func:`list_envs`;
+   read lazily with :mod:`importlib.metadata` (cached, and read again whenever a name is found neither above nor in
+   the cache, and by :func:`list_envs`);
 4. for training by name only, ``"package.module:attr"``, imported on demand (never for rows: a dataset cannot make
    trl_envs import code).
 
@@ -33,7 +34,7 @@ import types as pytypes
 import typing
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import Any
 
@@ -101,7 +102,7 @@ class EnvKind:
     def from_factory(cls, name: str, factory: Any, source: str) -> EnvKind:
         """The kind of a :data:`~trl_envs.envs.BUILTIN_ENVS`-style factory (or an ``EnvKind``, renamed)."""
         if isinstance(factory, EnvKind):
-            return EnvKind(name, factory.description, factory.dataset_builder, factory.from_row, source)
+            return replace(factory, name=name, source=source)
         if not callable(factory):
             raise TypeError(f"env {name!r} ({source}): expected an EnvKind or a callable dataset-builder factory, got "
                             f"{type(factory).__name__}")
@@ -181,11 +182,9 @@ def list_envs() -> dict[str, str]:
     out: dict[str, str] = {}
     for name in sorted(_known_names()):
         try:
-            kind = get_env(name)
+            out[name] = get_env(name).description
         except Exception as e:  # a broken plugin must not hide the others
             out[name] = f"(failed to load: {type(e).__name__}: {e})"
-            continue
-        out[name] = kind.description
     return out
 
 
@@ -361,14 +360,11 @@ def _import_kind(ref: str) -> EnvKind:
 def _row_fields(from_row: Callable[..., Any]) -> dict[str, tuple[Any, Any]]:
     try:
         return _ROW_FIELDS_CACHE[from_row]
-    except (KeyError, TypeError):
-        pass
-    fields = _read_row_fields(from_row)
-    try:
-        _ROW_FIELDS_CACHE[from_row] = fields
-    except TypeError:  # unhashable callable
-        pass
-    return fields
+    except KeyError:
+        fields = _ROW_FIELDS_CACHE[from_row] = _read_row_fields(from_row)
+        return fields
+    except TypeError:  # unhashable callable: not cached
+        return _read_row_fields(from_row)
 
 
 _ROW_FIELDS_CACHE: dict[Any, dict[str, tuple[Any, Any]]] = {}
