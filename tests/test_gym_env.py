@@ -359,16 +359,14 @@ def test_tiny_model_plays_cartpole_without_crashing(tiny_model_path, tokenizer, 
 
 
 @pytest.mark.parametrize("mode,per_turn", [("current_state", 1.0), ("full_history", 0.0)])
-def test_grpo_trains_on_cartpole_with_per_turn_credit(mode, per_turn, tmp_path, tiny_model_path, tokenizer, renderer):
-    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
+def test_grpo_trains_on_cartpole_with_per_turn_credit(mode, per_turn, cpu_grpo_config, tiny_model_path, tokenizer,
+                                                     renderer):
+    from trl_envs import EnvGRPOTrainer
 
     builder = make_dataset_builder("cartpole", renderer, group_size=4, batch_size=1, num_batches=2,
                                    num_test_batches=0, max_episode_steps=5, mode=mode)
-    config = EnvGRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                           gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=4, max_steps=2,
-                           max_completion_length=4, max_turns=500, learning_rate=1e-3, logging_steps=1,
-                           save_strategy="no", seed=0, beta=0.0, training_rows="auto", credit_assignment="per_turn",
-                           credit_gamma=0.95)
+    config = cpu_grpo_config(per_device_train_batch_size=4, max_steps=2, max_completion_length=4, max_turns=500,
+                             training_rows="auto", credit_assignment="per_turn", credit_gamma=0.95)
     trainer = EnvGRPOTrainer(tiny_model_path, config, builder, processing_class=tokenizer)
     trainer.train()
     logged = [h for h in trainer.state.log_history if "env/cartpole/episode_return" in h]

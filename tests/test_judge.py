@@ -84,14 +84,11 @@ def test_judged_group_rollout_adds_the_judges_reward(tokenizer, renderer):
         PairwiseJudgeGroupBuilder(inner, CloserToJudge(7))
 
 
-def test_judged_arithmetic_trains_with_env_grpo_trainer(tmp_path, tiny_model_path, tokenizer, renderer):
-    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
+def test_judged_arithmetic_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
+    from trl_envs import EnvGRPOTrainer
     from trl_envs.envs import make_dataset_builder
 
-    args = EnvGRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                         gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=8, max_steps=1,
-                         max_completion_length=6, max_turns=1, learning_rate=1e-3, logging_steps=1,
-                         save_strategy="no", seed=0, beta=0.0)
+    args = cpu_grpo_config(max_completion_length=6, max_turns=1)
     env = make_dataset_builder("judged_arithmetic", renderer, group_size=4, batch_size=2, num_batches=4)
     trainer = EnvGRPOTrainer(tiny_model_path, args, env, processing_class=tokenizer)
     trainer.train()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trl_envs import (EnvGRPOConfig, EnvGRPOTrainer, EnvGroupBuilder, ListRLDataset, NonExtendingObservationError,
+from trl_envs import (EnvGRPOTrainer, EnvGroupBuilder, ListRLDataset, NonExtendingObservationError,
                       StepResult, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition)
 from trl_envs.credit import group_returns, rewards_to_go, row_token_advantages, turn_advantages
 from trl_envs.data_processing import trajectory_to_data, trajectory_to_turn_rows
@@ -172,19 +172,15 @@ class FreshBoardBuilder(EnvGroupBuilder):
         return [FreshBoardEnv(self.renderer, n, list(r), self.declare) for n, r in zip(self.TURNS, self.REWARDS)]
 
 
-def _trainer(tmp_path, tiny_model_path, tokenizer, renderer, declare=True, **overrides):
-    kwargs = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                  gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=8, max_steps=2,
-                  max_completion_length=6, max_turns=4, learning_rate=1e-3, logging_steps=1, save_strategy="no",
-                  seed=0, beta=0.0)
-    kwargs.update(overrides)
+def _trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer, declare=True, **overrides):
     dataset = ListRLDataset([FreshBoardBuilder(renderer, declare) for _ in range(8)], batch_size=2)
-    return EnvGRPOTrainer(tiny_model_path, EnvGRPOConfig(**kwargs), dataset, processing_class=tokenizer)
+    config = cpu_grpo_config(**{"max_steps": 2, "max_completion_length": 6, **overrides})
+    return EnvGRPOTrainer(tiny_model_path, config, dataset, processing_class=tokenizer)
 
 
 @pytest.mark.parametrize("declare", [True, False], ids=["declared", "detected"])
-def test_non_extending_env_trains_one_row_per_turn(declare, tmp_path, tiny_model_path, tokenizer, renderer):
-    trainer = _trainer(tmp_path, tiny_model_path, tokenizer, renderer, declare=declare)
+def test_non_extending_env_trains_one_row_per_turn(declare, cpu_grpo_config, tiny_model_path, tokenizer, renderer):
+    trainer = _trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer, declare=declare)
     trainer.model.train()
     keys = trainer.train_dataset["prompt"][:2]
     out = trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])
@@ -216,16 +212,16 @@ def test_non_extending_env_trains_one_row_per_turn(declare, tmp_path, tiny_model
     assert logged and logged[0]["rows/per_turn_fraction"] >= 0.75
 
 
-def test_trajectory_rows_setting_refuses_a_non_extending_env(tmp_path, tiny_model_path, tokenizer, renderer):
-    trainer = _trainer(tmp_path, tiny_model_path, tokenizer, renderer, declare=False, training_rows="trajectory")
+def test_trajectory_rows_setting_refuses_a_non_extending_env(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
+    trainer = _trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer, declare=False, training_rows="trajectory")
     trainer.model.train()
     keys = trainer.train_dataset["prompt"][:2]
     with pytest.raises(NonExtendingObservationError, match=r"FreshBoardBuilder \(row train/0/0\), trajectory 1"):
         trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])
 
 
-def test_per_turn_credit_reaches_trls_loss_as_per_token_advantages(tmp_path, tiny_model_path, tokenizer, renderer):
-    trainer = _trainer(tmp_path, tiny_model_path, tokenizer, renderer, credit_assignment="per_turn",
+def test_per_turn_credit_reaches_trls_loss_as_per_token_advantages(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
+    trainer = _trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer, credit_assignment="per_turn",
                        scale_rewards="none", steps_per_generation=2)
     trainer.model.train()
     keys = trainer.train_dataset["prompt"][:2]

@@ -139,14 +139,11 @@ def test_episodes_with_a_qwen_style_template_that_renders_tools(tokenizer):
     trajectory_to_data(traj)
 
 
-def test_tool_use_trains_with_env_grpo_trainer(tmp_path, tiny_model_path, tokenizer, renderer):
-    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
+def test_tool_use_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
+    from trl_envs import EnvGRPOTrainer
     from trl_envs.envs import make_dataset_builder
 
-    args = EnvGRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                         gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=8, max_steps=1,
-                         max_completion_length=16, max_turns=3, learning_rate=1e-3, logging_steps=1,
-                         save_strategy="no", seed=0, beta=0.0)
+    args = cpu_grpo_config(max_completion_length=16, max_turns=3)
     env = make_dataset_builder("tool_use", renderer, group_size=4, batch_size=2, num_batches=4)
     trainer = EnvGRPOTrainer(tiny_model_path, args, env, processing_class=tokenizer)
     trainer.train()
