@@ -29,7 +29,6 @@ training env, on ``arithmetic`` for the built-in preference data, or ``--card_ev
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -40,7 +39,8 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
 from trl_envs.env_datasets import EnvRowDataset, is_saved_to_disk, load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry import ENV_FIELD, make_env_dataset as make_named_env_dataset
+from trl_envs.registry import ENV_FIELD, parse_env_kwargs
+from trl_envs.registry import make_env_dataset as make_named_env_dataset
 from trl_envs.preference_data import load_preference_dataset
 from trl_envs.progress import RewardProgressCallback
 from trl_envs.publish import PublishArguments, publish_run, save_run, take_over_push
@@ -210,7 +210,10 @@ def main() -> None:
 
 
 def _env_kwargs(args: ScriptArguments) -> dict:
-    return json.loads(args.env_kwargs) if isinstance(args.env_kwargs, str) else dict(args.env_kwargs or {})
+    try:
+        return parse_env_kwargs(args.env_kwargs)
+    except ValueError as e:
+        raise SystemExit(f"train_dpo.py: {e}") from None
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ evaluation); ``--push_to_hub`` uploads it (docs/hub_and_eval.md).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +26,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
 from trl_envs.env_datasets import load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry import ENV_FIELD, make_env_dataset
+from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
 from trl_envs.progress import RewardProgressCallback
 from trl_envs.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
@@ -97,15 +96,16 @@ def main() -> None:
     else:
         env_name = script_args.env_name or "arithmetic"
         env_names = [env_name]
-        env_kwargs = script_args.env_kwargs
-        if env_kwargs is None:
+        if script_args.env_kwargs is None:
             env_kwargs = DEFAULT_ENV_KWARGS.get(env_name, {})
-        elif isinstance(env_kwargs, str):
-            env_kwargs = json.loads(env_kwargs)
+        else:
+            try:
+                env_kwargs = parse_env_kwargs(script_args.env_kwargs)
+            except ValueError as e:
+                parser.error(str(e))
         env_builder = make_env_dataset(
             env_name, Renderer(tokenizer), group_size=training_args.num_generations,
-            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches,
-            **(env_kwargs or {}))
+            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches, **env_kwargs)
 
     # 3. GRPO on it.
     trainer = EnvGRPOTrainer(

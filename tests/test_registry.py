@@ -339,3 +339,14 @@ def test_train_dpo_script_on_an_env_dataset_and_a_module_factory(tmp_path, tiny_
     envs = script.make_env_dataset(args, Renderer(script.AutoTokenizer.from_pretrained(tiny_model_path)))
     train, _ = run_sync(envs)
     assert len(train.get_batch(0)) == 3 and len(first_observation(train.get_batch(0)[0])) == 2
+
+
+def test_env_kwargs_from_a_command_line_or_a_yaml_mapping():
+    from trl_envs.registry import parse_env_kwargs
+
+    assert parse_env_kwargs('{"max_operand": 3}') == parse_env_kwargs({"max_operand": 3}) == {"max_operand": 3}
+    assert parse_env_kwargs(None) == {}
+    with pytest.raises(ValueError, match=r"--env_kwargs: invalid JSON"):
+        parse_env_kwargs("{max_operand: 3}")
+    with pytest.raises(ValueError, match=r"--env_kwargs: expected a JSON object"):
+        parse_env_kwargs("[3]")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 
 from .renderer import Renderer
@@ -88,13 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> N
 
 def json_object(text: str) -> dict:
     """The ``--env_kwargs`` argument type: a JSON object, else an error naming the option (argparse adds it)."""
+    from .registry import parse_env_kwargs
+
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"invalid JSON {text!r}: {e}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"max_operand\": 3}}', got {text!r}")
-    return value
+        return parse_env_kwargs(text, option="")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(": ")) from None
 
 
 def play(args: argparse.Namespace) -> TrajectoryGroup:

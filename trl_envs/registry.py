@@ -29,6 +29,7 @@ Row format, errors and design: docs/envs_as_datasets.md.
 from __future__ import annotations
 
 import importlib
+import json
 import inspect
 import types as pytypes
 import typing
@@ -445,3 +446,20 @@ def _accepted_kwargs(fn: Callable[..., Any]) -> set[str] | None:
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
     return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def parse_env_kwargs(value: str | Mapping[str, Any] | None, option: str = "--env_kwargs") -> dict[str, Any]:
+    """An env's options as given on a command line (a JSON object) or in a YAML config (a mapping); ``None`` is ``{}``.
+
+    Raises ``ValueError`` naming ``option`` for invalid JSON or anything but an object.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{option}: invalid JSON {value!r}: {e}") from None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{option}: expected a JSON object such as '{{\"max_operand\": 3}}', got {value!r}")
+    return dict(value)
