@@ -92,26 +92,27 @@ def parse(doc: str) -> list[Block]:
     return blocks
 
 
-def shell_command(block: Block) -> str:
+def _with_subs(block: Block) -> str:
+    """The block's code with its ``sub`` directives applied (none in a full run)."""
     code = block.code
     if not FULL:
         for sub in block.directives.get("sub", []):
             old, sep, new = sub.partition(" => ")
             assert sep and old in code, f"{block.where}: sub {sub!r} does not apply"
             code = code.replace(old, new)
-        if block.get("append"):
-            code = code.rstrip("\n") + " " + block.get("append") + "\n"
+    return code
+
+
+def shell_command(block: Block) -> str:
+    code = _with_subs(block)
+    if not FULL and block.get("append"):
+        code = code.rstrip("\n") + " " + block.get("append") + "\n"
     return code
 
 
 def python_code(block: Block) -> str:
     """A python block (or a file block) with its ``sub`` directives applied."""
-    code = block.code
-    if not FULL:
-        for sub in block.directives.get("sub", []):
-            old, sep, new = sub.partition(" => ")
-            assert sep and old in code, f"{block.where}: sub {sub!r} does not apply"
-            code = code.replace(old, new)
+    code = _with_subs(block)
     assert FULL or not block.get("append"), f"{block.where}: append is for shell blocks; use sub"
     return code
 
