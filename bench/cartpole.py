@@ -34,8 +34,8 @@ from transformers import PrinterCallback, TrainerCallback
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer
 from trl_envs.envs import make_dataset_builder
 from trl_envs.envs.cartpole import ACTION_NAMES, ENV_ID, cartpole_text, lean_policy
-from trl_envs.gym_evaluation import GymEvalResult, evaluate_gym
-from trl_envs.text_policy import TextPolicySampler
+from trl_envs.gym.evaluation import GymEvalResult, evaluate_gym
+from trl_envs.samplers.text_policy import TextPolicySampler
 
 SOLVED = 475.0
 

@@ -23,8 +23,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget
 from trl_envs.envs import make_dataset_builder
-from trl_envs.evaluation import evaluate
-from trl_envs.rollouts import run_sync
+from trl_envs.rollout.evaluation import evaluate
+from trl_envs.rollout.engine import run_sync
 from trl_envs.tiny_model import build_tiny_model
 
 MAX_TURNS = 6

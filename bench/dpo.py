@@ -31,8 +31,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, s
 
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer  # noqa: E402
 from trl_envs.envs import make_dataset_builder  # noqa: E402
-from trl_envs.evaluation import evaluate  # noqa: E402
-from trl_envs.rollouts import RolloutBudget, run_sync  # noqa: E402
+from trl_envs.rollout.evaluation import evaluate  # noqa: E402
+from trl_envs.rollout.engine import RolloutBudget, run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 COMMON = dict(use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False, disable_tqdm=True,

@@ -26,8 +26,8 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget  # noqa: E402
 from trl_envs.envs import make_dataset_builder  # noqa: E402
-from trl_envs.evaluation import evaluate  # noqa: E402
-from trl_envs.rollouts import run_sync  # noqa: E402
+from trl_envs.rollout.evaluation import evaluate  # noqa: E402
+from trl_envs.rollout.engine import run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 MAX_TURNS = {"arithmetic": 1, "guess_number": 6}

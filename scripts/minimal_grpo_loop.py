@@ -41,8 +41,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_envs import HFSampler, Renderer, RolloutBudget, TrainingRow, assemble_training_data, compute_advantages
 from trl_envs import run_rollout_batch
 from trl_envs.envs import make_dataset_builder
-from trl_envs.evaluation import evaluate
-from trl_envs.rollouts import run_sync
+from trl_envs.rollout.evaluation import evaluate
+from trl_envs.rollout.engine import run_sync
 from trl_envs.tiny_model import build_tiny_model
 
 

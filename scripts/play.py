@@ -5,10 +5,10 @@
     python scripts/play.py --env guess_number
     printf '8\\n4\\n6\\n' | python scripts/play.py --env guess_number    # answers read from a pipe
 
-See ``trl_envs/play.py`` for what is shown and how your answer becomes the action.
+See ``trl_envs/cli/play.py`` for what is shown and how your answer becomes the action.
 """
 
-from trl_envs.play import main
+from trl_envs.cli.play import main
 
 if __name__ == "__main__":
     main()

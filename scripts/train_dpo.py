@@ -37,13 +37,13 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
-from trl_envs.env_datasets import EnvRowDataset, is_saved_to_disk, load_env_dataset
+from trl_envs.registry.env_datasets import EnvRowDataset, is_saved_to_disk, load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry import ENV_FIELD, parse_env_kwargs
-from trl_envs.registry import make_env_dataset as make_named_env_dataset
-from trl_envs.preference_data import load_preference_dataset
-from trl_envs.progress import RewardProgressCallback
-from trl_envs.publish import PublishArguments, publish_run, save_run, take_over_push
+from trl_envs.registry.names import ENV_FIELD, parse_env_kwargs
+from trl_envs.registry.names import make_env_dataset as make_named_env_dataset
+from trl_envs.training_data.preference_data import load_preference_dataset
+from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}

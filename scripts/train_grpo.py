@@ -24,11 +24,11 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
-from trl_envs.env_datasets import load_env_dataset
+from trl_envs.registry.env_datasets import load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
-from trl_envs.progress import RewardProgressCallback
-from trl_envs.publish import PublishArguments, publish_run, save_run, take_over_push
+from trl_envs.registry.names import ENV_FIELD, make_env_dataset, parse_env_kwargs
+from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
 

@@ -129,9 +129,9 @@ def _uneven_dataset(renderer, group_size: int, groups_per_batch: int, short_turn
 
 def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = True) -> None:
     """Record, per generation round, what this rank rolled out and trained on (see the module docstring)."""
-    import trl_envs.grpo_trainer as grpo_module
-    from trl_envs.lockstep import LockstepSampler
-    from trl_envs.metrics import rollout_metrics
+    import trl_envs.trainers.grpo as grpo_module
+    from trl_envs.rollout.lockstep import LockstepSampler
+    from trl_envs.rollout.metrics import rollout_metrics
 
     made: list[LockstepSampler] = []
 
@@ -181,8 +181,8 @@ def _make_generate_collective() -> None:
     import torch
     import torch.distributed as dist
 
-    import trl_envs.grpo_trainer as grpo_module
-    from trl_envs.sampler import HFSampler
+    import trl_envs.trainers.grpo as grpo_module
+    from trl_envs.samplers.hf import HFSampler
 
     class CollectiveHFSampler(HFSampler):
         def sample(self, requests):

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trl_envs.cli import main
-from trl_envs.evaluation import pass_at_k, summarize_groups
-from trl_envs.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from trl_envs.cli.commands import main
+from trl_envs.rollout.evaluation import pass_at_k, summarize_groups
+from trl_envs.core.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -32,7 +32,7 @@ def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
 def test_console_script_is_declared():
     text = (ROOT / "pyproject.toml").read_text()
     scripts = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]  # tomllib needs Python 3.11
-    assert 'trl-envs = "trl_envs.cli:main"' in scripts.splitlines()
+    assert 'trl-envs = "trl_envs.cli.commands:main"' in scripts.splitlines()
     assert 'trl-envs-build-tiny-model = "trl_envs.tiny_model:main"' in scripts.splitlines()
 
 
@@ -116,7 +116,7 @@ def test_eval_numbers_equal_a_direct_computation_on_the_same_seeds(tmp_path, tin
 
     from trl_envs import HFSampler, Renderer, RolloutBudget, run_rollout_batch
     from trl_envs.envs import make_dataset_builder
-    from trl_envs.rollouts import run_sync
+    from trl_envs.rollout.engine import run_sync
 
     out = tmp_path / "eval.json"
     args = ["eval", "--model", tiny_model_path, "--env", "arithmetic", "--env_kwargs", '{"max_operand": 3}',
@@ -157,7 +157,7 @@ def test_eval_numbers_equal_a_direct_computation_on_the_same_seeds(tmp_path, tin
 
 
 def test_eval_is_reproducible_and_the_seed_matters(tiny_model_path):
-    from trl_envs.model_eval import evaluate_model
+    from trl_envs.hub.model_eval import evaluate_model
 
     def run(seed):
         return evaluate_model(tiny_model_path, "arithmetic", num_problems=4, samples_per_problem=4, seed=seed,
@@ -173,7 +173,7 @@ def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
 
     from trl_envs import HFSampler, Renderer, evaluate
     from trl_envs.envs import make_dataset_builder
-    from trl_envs.rollouts import run_sync
+    from trl_envs.rollout.engine import run_sync
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     _, test = run_sync(make_dataset_builder("arithmetic", Renderer(tokenizer)))

@@ -22,7 +22,7 @@ from trl_envs import (
     make_preference_pairs,
 )
 from trl_envs.envs import make_dataset_builder
-from trl_envs.preference_data import arithmetic_preference_rows, build_preference_dataset, load_preference_dataset
+from trl_envs.training_data.preference_data import arithmetic_preference_rows, build_preference_dataset, load_preference_dataset
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parent.parent

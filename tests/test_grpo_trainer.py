@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, ListRLDataset
 from trl_envs.envs import make_dataset_builder
-from trl_envs.rollouts import run_sync
+from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 

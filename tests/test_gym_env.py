@@ -10,10 +10,10 @@ import pytest
 from trl_envs import RolloutBudget, do_single_rollout, run_rollout_batch
 from trl_envs.envs import make_dataset_builder
 from trl_envs.envs.cartpole import ACTION_NAMES, cartpole_text, lean_policy
-from trl_envs.gym_env import GymDataset, GymEnv, GymGroupBuilder
-from trl_envs.gym_evaluation import evaluate_gym, evaluate_policy
-from trl_envs.gym_text import ActionParseError, ActionParser, ObservationFormatter, default_action
-from trl_envs.text_policy import TextPolicySampler
+from trl_envs.gym.env import GymDataset, GymEnv, GymGroupBuilder
+from trl_envs.gym.evaluation import evaluate_gym, evaluate_policy
+from trl_envs.gym.text import ActionParseError, ActionParser, ObservationFormatter, default_action
+from trl_envs.samplers.text_policy import TextPolicySampler
 
 
 def _reply(renderer, text: str, end: bool = True) -> list[int]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hub_stand_in import TOKEN, USER, HubStandIn
-from trl_envs.hub import files_to_push, push_folder_to_hub
+from trl_envs.hub.push import files_to_push, push_folder_to_hub
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -38,7 +38,7 @@ def published(tmp_path_factory, tiny_model_path, tokenizer, renderer):
 
     from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
     from trl_envs.envs import make_dataset_builder
-    from trl_envs.publish import PublishArguments, publish_run, take_over_push
+    from trl_envs.hub.publish import PublishArguments, publish_run, take_over_push
 
     output_dir = tmp_path_factory.mktemp("run") / "tiny-grpo-arithmetic"
     args = EnvGRPOConfig(
@@ -130,7 +130,7 @@ def test_the_cards_eval_command_reproduces_the_after_column(published, tmp_path)
     """The 'after' column is what anyone gets from the pushed folder with the command the card shows."""
     import shlex
 
-    from trl_envs.cli import main
+    from trl_envs.cli.commands import main
 
     _, result, _, output_dir = published
     command = json.loads((output_dir / "eval_results.json").read_text())["settings"]["command"]
@@ -188,7 +188,7 @@ def test_push_is_refused_in_offline_mode_before_training(tmp_path, monkeypatch):
     import huggingface_hub.constants
 
     from trl_envs import EnvGRPOConfig
-    from trl_envs.publish import take_over_push
+    from trl_envs.hub.publish import take_over_push
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     args = EnvGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", push_to_hub=True,
@@ -228,7 +228,7 @@ def test_card_eval_false_skips_the_evaluation_cleanly(tmp_path, tiny_model_path)
     from trl import ModelConfig
 
     from trl_envs import EnvGRPOConfig
-    from trl_envs.publish import PublishArguments, publish_run
+    from trl_envs.hub.publish import PublishArguments, publish_run
 
     args = EnvGRPOConfig(output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, report_to="none",
                          num_generations=2, per_device_train_batch_size=2)

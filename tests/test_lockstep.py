@@ -19,9 +19,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_lockstep_is_a_pass_through_without_a_process_group():
-    from trl_envs.lockstep import LockstepSampler
-    from trl_envs.sampler import SampleRequest
-    from trl_envs.types import TokensWithLogprobs
+    from trl_envs.rollout.lockstep import LockstepSampler
+    from trl_envs.samplers.hf import SampleRequest
+    from trl_envs.core.types import TokensWithLogprobs
 
     class Echo:
         def __init__(self):
@@ -69,14 +69,14 @@ class _FakeColocateGeneration:
 
 
 def _vllm_sampler(gen):
-    from trl_envs.vllm_sampler import VLLMSampler
+    from trl_envs.samplers.vllm import VLLMSampler
 
     tokenizer = types.SimpleNamespace(eos_token_id=7, decode=lambda ids, **kw: "")
     return VLLMSampler(types.SimpleNamespace(vllm_generation=gen, _tokenizer=tokenizer))
 
 
 def test_vllm_colocate_cuts_each_request_at_its_own_stop_and_budget():
-    from trl_envs.sampler import SampleRequest
+    from trl_envs.samplers.hf import SampleRequest
 
     gen = _FakeColocateGeneration()
     out = _vllm_sampler(gen).sample([SampleRequest([1], [103], 6), SampleRequest([2], [], 2),
@@ -90,7 +90,7 @@ def test_vllm_colocate_cuts_each_request_at_its_own_stop_and_budget():
 
 
 def test_vllm_logprobs_flat_per_token_with_nan_for_missing():
-    from trl_envs.sampler import SampleRequest
+    from trl_envs.samplers.hf import SampleRequest
 
     for with_ids in (True, False):
         out = _vllm_sampler(_FakeColocateGeneration(logprob_ids=with_ids)).sample([SampleRequest([1], [], 3)])
@@ -101,7 +101,7 @@ def test_vllm_logprobs_flat_per_token_with_nan_for_missing():
 
 
 def test_vllm_sampler_refuses_a_completion_count_mismatch():
-    from trl_envs.sampler import SampleRequest
+    from trl_envs.samplers.hf import SampleRequest
 
     gen = _FakeColocateGeneration()
     gen.generate = lambda prompts, images, num_generations: (prompts, [[1]], [[[0.0]]], None)
@@ -110,7 +110,7 @@ def test_vllm_sampler_refuses_a_completion_count_mismatch():
 
 
 def test_sampled_logprob_and_settings_agreement_single_process():
-    from trl_envs.vllm_sampler import agree_sampling_settings, sampled_logprob
+    from trl_envs.samplers.vllm import agree_sampling_settings, sampled_logprob
 
     assert sampled_logprob([-0.1, -2.0], [5, 9], 9) == -2.0
     assert sampled_logprob([-0.1], None, 9) == -0.1
@@ -119,7 +119,7 @@ def test_sampled_logprob_and_settings_agreement_single_process():
 
 
 def test_launched_processes_that_did_not_join_one_job_are_refused():
-    from trl_envs.grpo_trainer import _check_launch
+    from trl_envs.trainers.grpo import _check_launch
 
     _check_launch(1, {})
     _check_launch(2, {"WORLD_SIZE": "2"})

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM
 from trl_envs import (EnvGRPOConfig, EnvGRPOTrainer, HFSampler, ListRLDataset, RolloutBudget, assemble_training_data,
                       compute_advantages, run_rollout_batch)
 from trl_envs.envs import make_dataset_builder
-from trl_envs.rollouts import run_sync
+from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 

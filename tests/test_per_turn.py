@@ -7,10 +7,10 @@ import torch
 
 from trl_envs import (EnvGRPOTrainer, EnvGroupBuilder, ListRLDataset, NonExtendingObservationError,
                       StepResult, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition)
-from trl_envs.credit import group_returns, rewards_to_go, row_token_advantages, turn_advantages
-from trl_envs.data_processing import trajectory_to_data, trajectory_to_turn_rows
-from trl_envs.row_layout import plan_rows
-from trl_envs.types import Env
+from trl_envs.training_data.credit import group_returns, rewards_to_go, row_token_advantages, turn_advantages
+from trl_envs.training_data.rows import trajectory_to_data, trajectory_to_turn_rows
+from trl_envs.training_data.row_layout import plan_rows
+from trl_envs.core.types import Env
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trl_envs.plots import metric_series, plot_training_curves
+from trl_envs.hub.plots import metric_series, plot_training_curves
 
 # As the Trainer logs it for EnvGRPOTrainer: a dict per logging step, evaluation logs and a final summary.
 LOG_HISTORY = [
@@ -47,6 +47,6 @@ def test_nothing_to_plot_warns_and_writes_nothing(tmp_path):
 
 
 def test_running_mean_averages_the_last_window_values():
-    from trl_envs.plots import running_mean
+    from trl_envs.hub.plots import running_mean
 
     assert running_mean([1.0, 2.0, 3.0, 4.0, 10.0], 3) == pytest.approx([1.0, 1.5, 2.0, 3.0, 17 / 3])

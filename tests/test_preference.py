@@ -138,7 +138,7 @@ def test_collator_rejects_a_mask_of_the_wrong_length():
 
 def test_builtin_preference_dataset(tmp_path):
     from trl_envs.envs.arithmetic import ArithmeticEnv
-    from trl_envs.preference_data import arithmetic_preference_rows, build_preference_dataset, load_preference_dataset
+    from trl_envs.training_data.preference_data import arithmetic_preference_rows, build_preference_dataset, load_preference_dataset
 
     path = build_preference_dataset(str(tmp_path / "prefs"), num_train=32, num_test=8)
     assert build_preference_dataset(str(tmp_path / "prefs")) == path  # cached: reused as is

@@ -17,10 +17,10 @@ import torch
 from datasets import Dataset, DatasetDict, load_dataset
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer, registry
-from trl_envs.env_datasets import EnvRowDataset, export_env_dataset, load_env_dataset, rows_to_dataset
+from trl_envs.registry.env_datasets import EnvRowDataset, export_env_dataset, load_env_dataset, rows_to_dataset
 from trl_envs.envs import BUILTIN_ENVS, make_dataset_builder
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticGroupBuilder
-from trl_envs.registry import (
+from trl_envs.registry.names import (
     EnvRowError,
     get_env,
     list_envs,
@@ -29,7 +29,7 @@ from trl_envs.registry import (
     register_env,
     unregister_env,
 )
-from trl_envs.rollouts import run_sync
+from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -342,7 +342,7 @@ def test_train_dpo_script_on_an_env_dataset_and_a_module_factory(tmp_path, tiny_
 
 
 def test_env_kwargs_from_a_command_line_or_a_yaml_mapping():
-    from trl_envs.registry import parse_env_kwargs
+    from trl_envs.registry.names import parse_env_kwargs
 
     assert parse_env_kwargs('{"max_operand": 3}') == parse_env_kwargs({"max_operand": 3}) == {"max_operand": 3}
     assert parse_env_kwargs(None) == {}

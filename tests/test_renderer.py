@@ -6,9 +6,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from trl_envs import EnvContractError, MessageEnv, MessageStepResult, MessageTokenEnv, Renderer, TokensWithLogprobs
-from trl_envs.data_processing import trajectory_to_data
+from trl_envs.training_data.rows import trajectory_to_data
 from trl_envs.envs.guess_number import GuessNumberEnv
-from trl_envs.types import Trajectory, Transition
+from trl_envs.core.types import Trajectory, Transition
 
 
 def _full(tokenizer, messages, add_generation_prompt):

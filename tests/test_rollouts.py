@@ -25,7 +25,7 @@ from trl_envs import (
     trajectory_to_data,
 )
 from trl_envs.envs.guess_number import GuessNumberEnv, GuessNumberGroupBuilder
-from trl_envs.message_env import MessageTokenEnv
+from trl_envs.core.message_env import MessageTokenEnv
 
 EOT = 2  # stop token used by the scripted token-level envs below
 
@@ -587,7 +587,7 @@ def test_training_row_masks_env_tokens_and_aligns_logprobs(renderer, tokenizer):
 
 
 def test_metrics_of_a_batch(renderer, tokenizer):
-    from trl_envs.metrics import rollout_metrics, summarize
+    from trl_envs.rollout.metrics import rollout_metrics, summarize
 
     builders = [GuessNumberGroupBuilder(renderer, target=t, group_size=2) for t in (1, 2)]
     result = run_rollout_batch(builders, ScriptedSampler(counting_guesser(tokenizer)))

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from trl_envs import FailFast, RetryOnFailure, RolloutBudget, run_rollout_batch, run_rollout_batch_async, trajectory_to_data
-from trl_envs.batching import BatchingSampler, parked
+from trl_envs.rollout.batching import BatchingSampler, parked
 from trl_envs.envs.tic_tac_toe import (
     OpponentAbandoned,
     OpponentTimeout,
@@ -22,8 +22,8 @@ from trl_envs.envs.tic_tac_toe import (
     TicTacToeVsOpponentGroupBuilder,
 )
 from trl_envs.envs.tic_tac_toe.rules import EMPTY_BOARD, parse_move, place, show, winner
-from trl_envs.rollouts import run_sync
-from trl_envs.text_policy import TextPolicySampler
+from trl_envs.rollout.engine import run_sync
+from trl_envs.samplers.text_policy import TextPolicySampler
 
 from text_policies import free_cells
 

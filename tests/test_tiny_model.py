@@ -143,7 +143,7 @@ def test_chat_template_marks_assistant_turns_for_the_loss(tokenizer):
 
 
 def test_renderer_accepts_the_tokenizer(tokenizer):
-    from trl_envs.renderer import Renderer
+    from trl_envs.core.renderer import Renderer
 
     renderer = Renderer(tokenizer)
     assert renderer.end_of_turn_token_id == tokenizer.eos_token_id

@@ -11,10 +11,10 @@ import pytest
 
 from trl_envs import Renderer, run_rollout_batch, trajectory_to_data
 from trl_envs.envs.tool_use import ToolUseDataset, ToolUseEnv
-from trl_envs.renderer import ParsedResponse
-from trl_envs.rollouts import run_sync
-from trl_envs.text_policy import TextPolicySampler
-from trl_envs.tools import CALCULATOR, ToolCall, evaluate_expression, parse_tool_calls, run_tool_call, tools_system_prompt
+from trl_envs.core.renderer import ParsedResponse
+from trl_envs.rollout.engine import run_sync
+from trl_envs.samplers.text_policy import TextPolicySampler
+from trl_envs.core.tools import CALCULATOR, ToolCall, evaluate_expression, parse_tool_calls, run_tool_call, tools_system_prompt
 
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,4 +1,4 @@
-"""Helpers for scripted tic-tac-toe players (played through :class:`trl_envs.text_policy.TextPolicySampler`):
+"""Helpers for scripted tic-tac-toe players (played through :class:`trl_envs.samplers.text_policy.TextPolicySampler`):
 reading the last board of a prompt's text."""
 
 from __future__ import annotations

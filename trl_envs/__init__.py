@@ -3,8 +3,8 @@
 The public API is what this module exports; see docs/DESIGN.md for how the pieces fit.
 """
 
-from .batching import BatchingSampler
-from .data_processing import (
+from .rollout.batching import BatchingSampler
+from .training_data.rows import (
     NonExtendingObservationError,
     TrainingRow,
     assemble_training_data,
@@ -12,14 +12,14 @@ from .data_processing import (
     remove_constant_reward_groups,
     trajectory_to_data,
 )
-from .evaluation import EvalResult, TagStats, evaluate, pass_at_k
-from .gym_env import GymDataset, GymDatasetBuilder, GymEnv, GymGroupBuilder  # gymnasium is imported on first use
-from .gym_evaluation import GymEvalResult, evaluate_gym, evaluate_policy
-from .gym_text import ActionParseError, ActionParser, ObservationFormatter
-from .message_env import MessageEnv, MessageStepResult, MessageTokenEnv
-from .preference import PairStats, PreferencePair, make_preference_pairs
-from .problem_env import ProblemEnv, ProblemGroupBuilder
-from .registry import (
+from .rollout.evaluation import EvalResult, TagStats, evaluate, pass_at_k
+from .gym.env import GymDataset, GymDatasetBuilder, GymEnv, GymGroupBuilder  # gymnasium is imported on first use
+from .gym.evaluation import GymEvalResult, evaluate_gym, evaluate_policy
+from .gym.text import ActionParseError, ActionParser, ObservationFormatter
+from .core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
+from .training_data.preference import PairStats, PreferencePair, make_preference_pairs
+from .core.problem_env import ProblemEnv, ProblemGroupBuilder
+from .registry.names import (
     EnvKind,
     EnvRowError,
     UnknownEnvError,
@@ -29,8 +29,8 @@ from .registry import (
     make_env_group_builder,
     register_env,
 )
-from .renderer import Message, ParsedResponse, Renderer
-from .rollouts import (
+from .core.renderer import Message, ParsedResponse, Renderer
+from .rollout.engine import (
     FailFast,
     RetryOnFailure,
     RolloutBatchResult,
@@ -40,9 +40,9 @@ from .rollouts import (
     run_rollout_batch,
     run_rollout_batch_async,
 )
-from .sampler import HFSampler, SampleRequest, Sampler
-from .text_policy import TextPolicySampler
-from .types import (
+from .samplers.hf import HFSampler, SampleRequest, Sampler
+from .samplers.text_policy import TextPolicySampler
+from .core.types import (
     Action,
     Env,
     EnvContractError,
@@ -63,12 +63,12 @@ __version__ = "0.1.0"
 
 # The trainers import TRL (seconds); load them on first use so env code and `python -m trl_envs.tiny_model` stay fast.
 _LAZY = {
-    "EnvGRPOConfig": ".grpo_config", "EnvGRPOTrainer": ".grpo_trainer", "EnvDPOConfig": ".dpo_config",
-    "EnvDPOTrainer": ".dpo_trainer", "DataCollatorForMaskedPreference": ".dpo_trainer",
-    "EmptyPairsWarning": ".dpo_trainer",
-    "EnvRowDataset": ".env_datasets", "export_env_dataset": ".env_datasets", "load_env_dataset": ".env_datasets",
-    "rows_to_dataset": ".env_datasets",
-    "evaluate_model": ".model_eval", "push_folder_to_hub": ".hub", "plot_training_curves": ".plots",
+    "EnvGRPOConfig": ".trainers.grpo_config", "EnvGRPOTrainer": ".trainers.grpo", "EnvDPOConfig": ".trainers.dpo_config",
+    "EnvDPOTrainer": ".trainers.dpo", "DataCollatorForMaskedPreference": ".trainers.dpo",
+    "EmptyPairsWarning": ".trainers.dpo",
+    "EnvRowDataset": ".registry.env_datasets", "export_env_dataset": ".registry.env_datasets", "load_env_dataset": ".registry.env_datasets",
+    "rows_to_dataset": ".registry.env_datasets",
+    "evaluate_model": ".hub.model_eval", "push_folder_to_hub": ".hub.push", "plot_training_curves": ".hub.plots",
 }
 
 
@@ -98,9 +98,9 @@ __all__ = [
     "ObservationFormatter", "TextPolicySampler", "evaluate_gym", "evaluate_policy",
 ]
 
-from .batching import parked  # noqa: E402
-from .judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards  # noqa: E402
-from .tools import CALCULATOR, Tool, ToolCall, parse_tool_calls, run_tool_call  # noqa: E402
+from .rollout.batching import parked  # noqa: E402
+from .core.judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards  # noqa: E402
+from .core.tools import CALCULATOR, Tool, ToolCall, parse_tool_calls, run_tool_call  # noqa: E402
 
 __all__ += ["CALCULATOR", "ModelJudge", "PairwiseJudgeGroupBuilder", "Tool", "ToolCall", "pairwise_rewards", "parked",
             "parse_tool_calls", "run_tool_call"]

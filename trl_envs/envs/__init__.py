@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..renderer import Renderer
-from ..types import RLDatasetBuilder
+from ..core.renderer import Renderer
+from ..core.types import RLDatasetBuilder
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .cartpole import CartPoleDatasetBuilder
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv

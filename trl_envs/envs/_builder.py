@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..renderer import Renderer
-from ..types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..core.renderer import Renderer
+from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 BUILTIN_TEST_SEED_OFFSET = 10_000
 """The test set of a built-in env is its training recipe with seed ``seed + BUILTIN_TEST_SEED_OFFSET`` (the
-Gymnasium datasets of :mod:`trl_envs.gym_env` have their own ``TEST_SEED_OFFSET``)."""
+Gymnasium datasets of :mod:`trl_envs.gym.env` have their own ``TEST_SEED_OFFSET``)."""
 
 
 class BuiltinDataset(RLDataset):

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
-from ..problem_env import ProblemEnv, ProblemGroupBuilder
-from ..renderer import Message, Renderer
-from ..types import EnvGroupBuilder
+from ..core.problem_env import ProblemEnv, ProblemGroupBuilder
+from ..core.renderer import Message, Renderer
+from ..core.types import EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
@@ -87,7 +87,7 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     """Single turn: `What is a + b?`, answered with a bare integer.
 
     Train and test :class:`ArithmeticDataset` s (the test set uses another seed). ``from_row`` gives the env its row
-    spec (see :mod:`trl_envs.registry`).
+    spec (see :mod:`trl_envs.registry.names`).
     """
 
     from_row: ClassVar = ArithmeticGroupBuilder.from_row

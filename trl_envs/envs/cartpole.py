@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..gym_env import GymDatasetBuilder, GymGroupBuilder
-from ..renderer import Renderer
+from ..gym.env import GymDatasetBuilder, GymGroupBuilder
+from ..core.renderer import Renderer
 
 ENV_ID = "CartPole-v1"
 ACTION_NAMES = ("left", "right")
@@ -55,7 +55,7 @@ def CartPoleDatasetBuilder(renderer: Renderer, group_size: int = 4, batch_size: 
 
     Train/test datasets of ``CartPole-v1`` episodes: groups of ``group_size`` episodes with one seed each.
 
-    ``env_kwargs`` are :class:`~trl_envs.gym_env.GymEnv` options; defaults here: ``formatter=cartpole_text``,
+    ``env_kwargs`` are :class:`~trl_envs.gym.env.GymEnv` options; defaults here: ``formatter=cartpole_text``,
     ``action_names=("left", "right")`` (so ``0``/``1`` and ``left``/``right`` are both read), ``mode="current_state"``,
     an unparsable reply costs ``-0.1`` and pushes left (action 0). Set ``max_episode_steps`` to cap episodes below
     500 (cheaper on a CPU, but returns above the cap cannot be seen).

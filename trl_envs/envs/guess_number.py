@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
-from ..renderer import Message, ParsedResponse, Renderer
-from ..types import Env, EnvGroupBuilder
+from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
+from ..core.renderer import Message, ParsedResponse, Renderer
+from ..core.types import Env, EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
@@ -112,7 +112,7 @@ class GuessNumberDatasetBuilder(BuiltinDatasetBuilder):
     """Multi-turn: guess a hidden number; the env answers `Higher.` / `Lower.`.
 
     Train and test :class:`GuessNumberDataset` s (the test set uses another seed). ``from_row`` gives the env its row
-    spec (see :mod:`trl_envs.registry`).
+    spec (see :mod:`trl_envs.registry.names`).
     """
 
     from_row: ClassVar = GuessNumberGroupBuilder.from_row

@@ -1,4 +1,4 @@
-"""``judged_arithmetic``: the example env for pairwise-judge group rewards (:mod:`trl_envs.judge`).
+"""``judged_arithmetic``: the example env for pairwise-judge group rewards (:mod:`trl_envs.core.judge`).
 
 The model answers ``What is a + b?``; the env itself gives no reward. A rule-based judge compares the answers of a
 group two by two: the answer closer to the true sum wins, a number beats a non-number, equally close answers tie.
@@ -6,7 +6,7 @@ Each answer's reward is its mean of wins minus losses against the rest of the gr
 
 Why this example: it needs no second model, the tiny model's answers vary (it is right about a quarter of the time
 and near misses are common), and the judge ranks answers by degree — 7 for 3 + 5 beats 2 — which a pointwise
-right/wrong reward cannot. Swap :class:`CloserToJudge` for :class:`~trl_envs.judge.ModelJudge` (or any function of
+right/wrong reward cannot. Swap :class:`CloserToJudge` for :class:`~trl_envs.core.judge.ModelJudge` (or any function of
 two answers) to train against a model's preferences instead.
 """
 
@@ -17,10 +17,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..judge import PairwiseJudgeGroupBuilder
-from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
-from ..renderer import Message, ParsedResponse, Renderer
-from ..types import Env, EnvGroupBuilder
+from ..core.judge import PairwiseJudgeGroupBuilder
+from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
+from ..core.renderer import Message, ParsedResponse, Renderer
+from ..core.types import Env, EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 from .arithmetic import question, sample_problem
 

@@ -1,5 +1,5 @@
 """``tool_use``: multi-turn tool use. The model may call a calculator through the chat template's tool-call format
-(see :mod:`trl_envs.tools`); the env runs each call and answers with tool messages; the episode ends on a reply
+(see :mod:`trl_envs.core.tools`); the env runs each call and answers with tool messages; the episode ends on a reply
 without a tool call, which is read as the final answer.
 
 Reward: 1 for the right final answer (a bare number), 0 otherwise. Malformed tool calls are answered with an
@@ -14,11 +14,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..message_env import MessageEnv, MessageStepResult, MessageTokenEnv
-from ..renderer import Message, ParsedResponse, Renderer
-from ..tools import (CALCULATOR, Tool, ToolCall, parse_tool_calls, renderer_with_tools, run_tool_call,
+from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
+from ..core.renderer import Message, ParsedResponse, Renderer
+from ..core.tools import (CALCULATOR, Tool, ToolCall, parse_tool_calls, renderer_with_tools, run_tool_call,
                      tools_system_prompt)
-from ..types import Env, EnvGroupBuilder
+from ..core.types import Env, EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*\.?\s*$")
@@ -36,7 +36,7 @@ class ToolUseEnv(MessageEnv):
         question: the user's question.
         answer: the right final answer.
         tools: the tools the model may call.
-        system_prompt: a system message (e.g. :func:`~trl_envs.tools.tools_system_prompt` for templates that do not
+        system_prompt: a system message (e.g. :func:`~trl_envs.core.tools.tools_system_prompt` for templates that do not
             render tool definitions themselves); ``None``: none.
         max_tool_calls: calls allowed per episode; later calls get an ``Error:`` message asking for the answer.
     """

@@ -12,9 +12,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...message_env import MessageTokenEnv
-from ...renderer import Renderer
-from ...types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
+from ...core.message_env import MessageTokenEnv
+from ...core.renderer import Renderer
+from ...core.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 from .._builder import BUILTIN_TEST_SEED_OFFSET, BuiltinDataset, BuiltinDatasetBuilder
 from .envs import TicTacToePlayerEnv, TicTacToeVsOpponentEnv
 from .match import TicTacToeMatch

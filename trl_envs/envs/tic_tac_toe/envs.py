@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import random
 
-from ...message_env import MessageEnv, MessageStepResult
-from ...renderer import Message, ParsedResponse
+from ...core.message_env import MessageEnv, MessageStepResult
+from ...core.renderer import Message, ParsedResponse
 from .match import TicTacToeMatch
 from .opponents import Opponent
 from .rules import EMPTY_BOARD, Board, Mark, Outcome, legal_moves, other, parse_move, place, show, winner

@@ -1,7 +1,7 @@
 """One tic-tac-toe game shared by the two player envs of a self-play group, and how they wait on each other.
 
 Both players run as episodes of the same rollout batch, in one asyncio event loop. A player that has moved waits
-for the other's move inside :func:`trl_envs.batching.parked`, so the batcher samples the other player without
+for the other's move inside :func:`trl_envs.rollout.batching.parked`, so the batcher samples the other player without
 waiting for it (no ``sampler_max_wait_s`` stall per move) and its ``RetryOnFailure`` clock stops meanwhile.
 
 A player never waits forever:
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ...batching import ParkedSlot, parked
+from ...rollout.batching import ParkedSlot, parked
 from .rules import EMPTY_BOARD, Board, Mark, Outcome, other, place, winner
 
 
@@ -89,7 +89,7 @@ class TicTacToeMatch:
     async def wait_for_turn(self, mark: Mark) -> None:
         """Return once it is ``mark``'s turn or the game is over.
 
-        The wait is :func:`~trl_envs.batching.parked` and bounded by ``move_timeout``. Raises
+        The wait is :func:`~trl_envs.rollout.batching.parked` and bounded by ``move_timeout``. Raises
         :class:`OpponentAbandoned` when the other player stopped mid-game and :class:`OpponentTimeout` when it did not
         move in time. If the waiting player is cancelled, the match is marked abandoned by it.
         """

@@ -1,0 +1,1 @@
+"""The ``trl-envs`` command line."""

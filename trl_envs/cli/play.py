@@ -1,0 +1,136 @@
+"""Play an env by hand: you type the model's answers (``trl-envs play ENV``, ``scripts/play.py``).
+
+You see exactly what the model would see: the observation (the token context, shown as text with the chat
+template's special tokens), then you answer. Your text is tokenized and ended with the end-of-turn token, as if the
+model had sampled it, and handed to the env's ``step``. After the episode you get every step's reward, its metrics
+and the total. The env runs through the same rollout code as training (``do_group_rollout``, a group of one).
+Answers can come from a pipe (``printf '8\\n4\\n' | trl-envs play guess_number``); they are then echoed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from ..core.renderer import Renderer
+from ..rollout.engine import RolloutBudget, do_group_rollout, run_sync
+from ..core.types import RLDataset, RLDatasetBuilder, TokensWithLogprobs, TrajectoryGroup
+
+
+class HumanPolicy:
+    """A policy whose actions are typed on stdin (``await policy(prompt, stop, max_tokens)``, like the sampler).
+
+    Shows the part of each observation not shown yet, reads one line, and returns its tokens followed by the
+    renderer's end-of-turn token (or cut at ``max_tokens`` with finish reason ``"length"``, as the sampler would).
+    End of input abandons the episode (``SystemExit``).
+    """
+
+    def __init__(self, tokenizer, renderer: Renderer, show_tokens: bool = False):
+        self.tokenizer, self.renderer, self.show_tokens = tokenizer, renderer, show_tokens
+        self.seen = 0  # tokens of the context already shown
+        self.echo = not sys.stdin.isatty()  # piped answers are echoed so the transcript reads like a dialogue
+
+    async def __call__(self, prompt: list[int], stop, max_tokens: int) -> TokensWithLogprobs:
+        new = prompt[self.seen:]
+        print(self.tokenizer.decode(new, skip_special_tokens=False), end="")
+        if self.show_tokens:
+            print(f"\n    [observation: {len(prompt)} tokens, {len(new)} new: {new}]")
+        try:
+            text = input("" if not self.show_tokens else "your answer> ")
+        except EOFError:
+            raise SystemExit("\n(no more input: episode abandoned)") from None
+        if self.echo:
+            print(text)
+        tokens = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(tokens) < max_tokens:  # ended by the end-of-turn token, as a model ends its turn
+            tokens, finish = tokens + [self.renderer.end_of_turn_token_id], "stop"
+        else:  # cut by the token budget, as the sampler would
+            tokens, finish = tokens[:max_tokens], "length"
+        print(self.tokenizer.decode(tokens[len(tokens) - (finish == "stop"):], skip_special_tokens=False), end="")
+        if self.show_tokens:
+            print(f"\n    [action: {tokens}]", end="")
+        self.seen = len(prompt) + len(tokens)
+        return TokensWithLogprobs(tokens, None, finish)
+
+
+def report(group: TrajectoryGroup) -> None:
+    """Print every step's reward and metrics, the group reward (if any) and the total of a one-episode group."""
+    (trajectory,) = group.trajectories
+    print("\n--- episode over:", trajectory.stop_reason)
+    for turn, tr in enumerate(trajectory.transitions):
+        logs = ", ".join(f"{k}={v!r}" for k, v in tr.logs.items())
+        print(f"turn {turn}: reward {tr.reward:+.2f}  metrics {tr.metrics}" + (f"  ({logs})" if logs else ""))
+    if group.group_rewards[0]:
+        print(f"group reward {group.group_rewards[0]:+.2f}  {group.group_metrics[0]}")
+    print(f"total reward {group.get_total_rewards()[0]:+.2f}")
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> None:
+    """The options of ``play`` (``env_positional``: ``play ENV`` as on ``trl-envs``, else ``--env ENV``)."""
+    from ..registry.names import list_envs
+
+    env_help = f"env to play: {', '.join(list_envs())} or 'package.module:factory' (default: arithmetic)"
+    if env_positional:
+        parser.add_argument("env", nargs="?", default="arithmetic", help=env_help)
+    else:
+        parser.add_argument("--env", default="arithmetic", help=env_help)
+    parser.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object")
+    parser.add_argument("--model_name_or_path", default=None,
+                        help="whose tokenizer and chat template to use (default: the offline tiny model)")
+    parser.add_argument("--seed", type=int, default=0, help="dataset seed")
+    parser.add_argument("--index", type=int, default=0, help="which problem of the training set to play")
+    parser.add_argument("--max_tokens", type=int, default=32, help="token budget of one answer")
+    parser.add_argument("--max_turns", type=int, default=16)
+    parser.add_argument("--show_tokens", action="store_true", help="also print the token ids")
+
+
+def json_object(text: str) -> dict:
+    """The ``--env_kwargs`` argument type: a JSON object, else an error naming the option (argparse adds it)."""
+    from ..registry.names import parse_env_kwargs
+
+    try:
+        return parse_env_kwargs(text, option="")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(": ")) from None
+
+
+def play(args: argparse.Namespace) -> TrajectoryGroup:
+    """Play one episode of ``args.env`` (problem ``args.index`` of its training split) and print the report."""
+    from transformers import AutoTokenizer
+
+    from ..registry.names import make_env_dataset
+    from ..tiny_model import build_tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model())
+    renderer = Renderer(tokenizer)
+    envs = make_env_dataset(args.env, renderer, group_size=1, groups_per_batch=1, num_batches=args.index + 1,
+                            defaults={"seed": args.seed}, **(args.env_kwargs or {}))
+    train = run_sync(envs)[0] if isinstance(envs, RLDatasetBuilder) else envs
+    builder = _problem(train, args.index, args.env)
+    budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
+    group = asyncio.run(do_group_rollout(builder, HumanPolicy(tokenizer, renderer, args.show_tokens), budget))
+    report(group)
+    return group
+
+
+def _problem(dataset: RLDataset, index: int, env: str):
+    seen = 0
+    for i in range(len(dataset)):
+        batch = dataset.get_batch(i)
+        if index < seen + len(batch):
+            return batch[index - seen]
+        seen += len(batch)
+    raise ValueError(f"--index {index}: env {env!r} has only {seen} problems in its training split")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python scripts/play.py [--env ENV] ...``."""
+    parser = argparse.ArgumentParser(description="Play an env by hand: you type the model's answers.")
+    add_arguments(parser, env_positional=False)
+    from ..registry.names import UnknownEnvError
+
+    try:
+        play(parser.parse_args(argv))
+    except UnknownEnvError as e:
+        parser.error(str(e))

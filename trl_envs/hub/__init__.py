@@ -1,0 +1,1 @@
+"""After training: model cards, curves, evaluation of saved models, loading policies, pushing to the Hub."""

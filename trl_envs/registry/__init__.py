@@ -1,0 +1,1 @@
+"""Env kinds by name, env rows and their validation, envs as Hugging Face datasets."""

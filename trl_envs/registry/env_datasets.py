@@ -1,0 +1,221 @@
+"""Environments as Hugging Face datasets: a ``datasets.Dataset`` of row specs is an :class:`~trl_envs.core.types.RLDataset`.
+
+* :class:`EnvRowDataset` — the ``RLDataset`` over rows such as ``{"env": "arithmetic", "a": 2, "b": 3}``: each row is
+  one env group (built by its env kind's ``from_row``, see :mod:`trl_envs.registry.names`), ``groups_per_batch`` rows a
+  batch. Any source works: ``load_dataset`` on a Hub id, a folder or json/parquet files, ``load_from_disk``, a list of
+  dicts, a (finite) streamed ``IterableDataset``.
+* :func:`export_env_dataset` — the groups a built-in env trains on by name, as a ``Dataset`` of rows (to save, push,
+  stream, edit, mix).
+* :func:`load_env_dataset` — what ``--env_dataset`` of the scripts accepts.
+
+Row format and design: docs/envs_as_datasets.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset, load_from_disk
+
+from .names import ENV_FIELD, _accepted_kwargs, get_env, make_env_dataset, make_env_group_builder, validate_row
+from ..core.renderer import Renderer
+from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+"""File extensions :func:`load_env_dataset` reads, and the ``datasets`` builder for each."""
+
+_CHUNK = 1024
+
+
+class EnvRowDataset(RLDataset):
+    """An :class:`RLDataset` whose env groups are the rows of a dataset of row specs.
+
+    Row ``j`` is group ``j % groups_per_batch`` of batch ``j // groups_per_batch`` (in dataset order: shuffle the
+    dataset first, ``rows.shuffle(seed=...)``, for another order); the last batch may be shorter. Every row is checked
+    at construction, so a bad row fails before training starts, with its index and field named.
+
+    Args:
+        rows: a ``datasets.Dataset``, a ``datasets.IterableDataset`` (read at construction: the first
+            ``num_batches * groups_per_batch`` rows, or all of a finite stream), or a sequence of mappings.
+        renderer: the renderer of the policy's tokenizer (given to each env kind's ``from_row``).
+        group_size: envs per group (for GRPO: ``num_generations``).
+        groups_per_batch: rows per batch.
+        num_batches: use at most this many batches (default: all rows).
+        validate: check every row at construction (default); ``False`` defers errors to :meth:`get_batch`.
+
+    Raises:
+        ValueError: no rows, a ``DatasetDict`` (pick a split), a non-positive size, or an
+            :class:`~trl_envs.registry.names.EnvRowError` for a bad row.
+        TypeError: ``rows`` is none of the above.
+    """
+
+    def __init__(self, rows: Dataset | IterableDataset | Sequence[Mapping[str, Any]], renderer: Renderer,
+                 group_size: int, groups_per_batch: int = 1, *, num_batches: int | None = None,
+                 validate: bool = True):
+        if isinstance(rows, (DatasetDict, IterableDatasetDict)):
+            raise ValueError(f"EnvRowDataset: got a DatasetDict with splits {list(rows)}; pass one split, e.g. "
+                             "rows['train']")
+        for label, value in (("group_size", group_size), ("groups_per_batch", groups_per_batch)):
+            if value < 1:
+                raise ValueError(f"EnvRowDataset: {label} must be >= 1, got {value}")
+        if num_batches is not None and num_batches < 1:
+            raise ValueError(f"EnvRowDataset: num_batches must be >= 1 or None, got {num_batches}")
+        limit = num_batches * groups_per_batch if num_batches is not None else None
+        if isinstance(rows, IterableDataset):
+            rows = list(rows.take(limit) if limit is not None else rows)
+        elif isinstance(rows, Dataset):
+            if limit is not None and limit < len(rows):
+                rows = rows.select(range(limit))
+        elif isinstance(rows, Sequence) and not isinstance(rows, (str, bytes)):
+            rows = list(rows[:limit] if limit is not None else rows)
+        else:
+            raise TypeError(f"EnvRowDataset: rows must be a datasets.Dataset, IterableDataset or a sequence of "
+                            f"mappings, got {type(rows).__name__}")
+        if len(rows) == 0:
+            raise ValueError("EnvRowDataset: no rows")
+        self.rows, self.renderer = rows, renderer
+        self.group_size, self.groups_per_batch = group_size, groups_per_batch
+        if validate:
+            for start in range(0, len(rows), _CHUNK):
+                for k, row in enumerate(self._rows(start, start + _CHUNK)):
+                    make_env_group_builder(row, renderer, group_size, index=start + k)
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"EnvRowDataset: batch {index} out of range (0..{len(self) - 1})")
+        start = index * self.groups_per_batch
+        return [make_env_group_builder(row, self.renderer, self.group_size, index=start + k)
+                for k, row in enumerate(self._rows(start, start + self.groups_per_batch))]
+
+    def __len__(self) -> int:
+        return -(-len(self.rows) // self.groups_per_batch)
+
+    @property
+    def num_rows(self) -> int:
+        """How many rows (env groups) the dataset holds."""
+        return len(self.rows)
+
+    def _rows(self, start: int, stop: int) -> list[Mapping[str, Any]]:
+        if isinstance(self.rows, Dataset):
+            columns = self.rows[start:stop]  # one Arrow read for the slice
+            n = len(next(iter(columns.values()))) if columns else 0
+            return [{k: v[i] for k, v in columns.items()} for i in range(n)]
+        return self.rows[start:stop]
+
+
+def rows_to_dataset(rows: Iterable[Mapping[str, Any]]) -> Dataset:
+    """A ``Dataset`` of row specs with one column per field of *any* row (null where a row lacks it), ``env`` first.
+
+    Use it rather than ``Dataset.from_list``, which keeps only the first row's keys and would silently drop the fields
+    of other env kinds in a mixed dataset.
+    """
+    rows = [dict(r) for r in rows]
+    if not rows:
+        raise ValueError("rows_to_dataset: no rows")
+    keys: dict[str, None] = {ENV_FIELD: None}
+    for row in rows:
+        keys.update(dict.fromkeys(row))
+    return Dataset.from_dict({k: [row.get(k) for row in rows] for k in keys})
+
+
+def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int = 0, **kwargs: Any) -> Dataset:
+    """The first ``n`` env groups env ``name`` trains (``split="train"``) or evaluates (``"test"``) on by name, as a
+    ``Dataset`` of row specs: training on it (:class:`EnvRowDataset`) plays exactly those groups.
+
+    The env's dataset builder is made with ``kwargs``, ``seed`` and room for ``n`` groups (``renderer=None``: row specs
+    do not depend on the tokenizer) and each group builder's ``to_row()`` gives its row. With the default
+    ``batch_size`` the rows come in the order of the by-name dataset's batches.
+
+    Raises:
+        ValueError: an env without a by-name factory, an unknown ``split``, fewer than ``n`` groups available.
+        TypeError: the env's group builders have no ``to_row()``, or its factory takes no ``seed`` or returns neither
+            an ``RLDataset`` nor an ``RLDatasetBuilder``.
+    """
+    from ..rollout.engine import run_sync
+
+    if split not in ("train", "test"):
+        raise ValueError(f"export_env_dataset: split must be 'train' or 'test', got {split!r}")
+    if n < 1:
+        raise ValueError(f"export_env_dataset: n must be >= 1, got {n}")
+    kind = get_env(name)
+    if kind.dataset_builder is None:
+        raise ValueError(f"export_env_dataset: env {name!r} ({kind.source}) has no by-name dataset to export")
+    accepted = _accepted_kwargs(kind.dataset_builder)
+    if accepted is not None and "seed" not in accepted and seed != 0:
+        raise TypeError(f"export_env_dataset: env {name!r}'s factory takes no seed")
+    made = make_env_dataset(name, None, group_size=1, num_batches=n if split == "train" else 1,
+                            defaults={"num_test_batches": n, "seed": seed}, **kwargs)
+    train, test = run_sync(made) if isinstance(made, RLDatasetBuilder) else (made, None)
+    dataset = train if split == "train" else test
+    if dataset is None:
+        raise ValueError(f"export_env_dataset: env {name!r} has no test split")
+    rows: list[dict[str, Any]] = []
+    for i in range(len(dataset)):
+        for builder in dataset.get_batch(i):
+            to_row = getattr(builder, "to_row", None)
+            if to_row is None:
+                raise TypeError(f"export_env_dataset: env {name!r}'s group builders ({type(builder).__name__}) have "
+                                "no to_row(), so its groups cannot be written as rows")
+            row = dict(to_row())
+            validate_row(row, index=len(rows))  # to_row and from_row must agree
+            rows.append(row)
+            if len(rows) == n:
+                return rows_to_dataset(rows)
+    raise ValueError(f"export_env_dataset: env {name!r}'s {split} split has only {len(rows)} groups, asked for {n}")
+
+
+def is_saved_to_disk(path: str) -> bool:
+    """Whether ``path`` is a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    return any(os.path.isfile(os.path.join(path, f)) for f in ("dataset_dict.json", "state.json"))
+
+
+def load_env_dataset(source: str, split: str = "train", *, config_name: str | None = None,
+                     streaming: bool = False) -> Dataset | IterableDataset:
+    """Load a dataset of row specs, as the scripts' ``--env_dataset`` does.
+
+    ``source`` is a folder written by ``save_to_disk`` (``Dataset`` or ``DatasetDict``), a data file
+    (:data:`DATA_FILE_BUILDERS`), or anything ``datasets.load_dataset`` takes: a Hub id or a folder of data files.
+    ``split`` picks the split (a single data file is that split).
+    """
+    if is_saved_to_disk(source):
+        data = load_from_disk(source)
+        if isinstance(data, DatasetDict):
+            if split not in data:
+                raise ValueError(f"env dataset {source!r} has no split {split!r}; splits found: {list(data)}")
+            data = data[split]
+        return data.to_iterable_dataset() if streaming else data
+    if os.path.isfile(source):
+        ext = os.path.splitext(source)[1].lower()
+        if ext not in DATA_FILE_BUILDERS:
+            raise ValueError(f"env dataset {source!r}: unknown file type {ext!r}; known: {sorted(DATA_FILE_BUILDERS)}")
+        return load_dataset(DATA_FILE_BUILDERS[ext], data_files={split: [source]}, split=split, streaming=streaming)
+    return load_dataset(source, config_name, split=split, streaming=streaming)
+
+
+def resolve_row_datasets(env_dataset: Any, eval_env_dataset: Any, *, model: Any, processing_class: Any,
+                         group_size: int, eval_group_size: int, groups_per_batch: int, owner: str):
+    """For trainers: turn ``datasets`` of row specs into :class:`EnvRowDataset` s (anything else passes through).
+
+    Returns ``(env_dataset, eval_env_dataset, processing_class)``; when rows are given without ``processing_class``,
+    the tokenizer is loaded from ``model`` (a path or id, or a model's ``config._name_or_path``) and returned.
+    """
+    row_types = (Dataset, IterableDataset, DatasetDict, IterableDatasetDict)
+    if not isinstance(env_dataset, row_types) and not isinstance(eval_env_dataset, row_types):
+        return env_dataset, eval_env_dataset, processing_class
+    if processing_class is None:
+        from transformers import AutoTokenizer
+
+        path = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
+        if not path:
+            raise ValueError(f"{owner}: a dataset of env rows needs the tokenizer; pass processing_class")
+        processing_class = AutoTokenizer.from_pretrained(path)
+    renderer = Renderer(getattr(processing_class, "tokenizer", processing_class))
+
+    def convert(data, size):
+        if isinstance(data, row_types):
+            return EnvRowDataset(data, renderer, size, groups_per_batch)
+        return data
+
+    return convert(env_dataset, group_size), convert(eval_env_dataset, eval_group_size), processing_class

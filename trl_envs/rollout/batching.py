@@ -1,0 +1,204 @@
+"""One batched sampler call per turn for many concurrent episodes.
+
+Every episode of a rollout batch runs as its own coroutine and asks for its next action with
+``await batcher.sample(...)``. :class:`BatchingSampler` holds those requests until every live episode is either
+waiting for an action or finished, then sends them all to the synchronous :class:`~trl_envs.samplers.hf.Sampler` in
+ONE call (in a worker thread, so env coroutines awaiting I/O keep running meanwhile). Envs that take a while
+(I/O, grading) therefore cost their latency once per turn, not once per episode.
+
+``max_wait_s`` is a safety valve: if some live episode does not ask for an action within that many seconds
+after the first pending request (an env stuck in a long step), the requests already pending are sent without it.
+
+Envs that wait on a sibling (the players of one game taking turns) say so with :func:`parked`: while an episode is
+inside ``async with parked():`` the batcher does not wait for it, so a turn-taking game runs at full speed instead
+of stalling ``max_wait_s`` per move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..samplers.hf import SampleRequest, Sampler
+from ..core.types import StopCondition, TokensWithLogprobs
+
+
+_current_batcher: contextvars.ContextVar[BatchingSampler | None] = contextvars.ContextVar(
+    "trl_envs_current_batcher", default=None)
+"""The batcher whose :meth:`BatchingSampler.episode` the calling coroutine is inside (``None`` elsewhere)."""
+
+rollout_clock: contextvars.ContextVar[Any] = contextvars.ContextVar("trl_envs_rollout_clock", default=None)
+"""The per-rollout timeout clock of the calling episode (set by ``trl_envs.rollout.engine`` under ``RetryOnFailure``), with
+``pause()`` / ``resume()``. It is paused while the episode's request waits for other episodes to join the batch: a
+rollout's timeout covers its own env, model and grading time, not time spent waiting on a stuck sibling."""
+
+
+class ParkedSlot:
+    """An episode parked in a :class:`BatchingSampler` (see :func:`parked`). :meth:`unpark` is idempotent."""
+
+    def __init__(self, batcher: BatchingSampler | None, clock: Any = None):
+        self._batcher, self._clock = batcher, clock
+        if batcher is not None:
+            batcher._parked += 1
+        if clock is not None:
+            clock.pause()
+
+    def unpark(self) -> None:
+        """Count the episode as live again: the batcher waits for its next request. Call it from the code that wakes
+        the episode, at the moment it does, so a sampling call cannot go out in between without it."""
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            batcher._parked -= 1
+            if self._clock is not None:
+                self._clock.resume()
+
+
+@dataclass
+class _Pending:
+    request: SampleRequest
+    future: asyncio.Future
+    clock: Any = None
+
+
+class BatchingSampler:
+    """An async front end over a batched :class:`Sampler` (see the module docstring).
+
+    Attributes:
+        num_calls: how many times the underlying sampler was called.
+        batch_sizes: the number of requests of each call.
+        sampler_seconds: wall time spent inside the underlying sampler.
+        num_valve_flushes: how many calls the ``max_wait_s`` valve forced (some live episode had not asked);
+            0 in a healthy run, turn-taking games included.
+    """
+
+    def __init__(self, sampler: Sampler, *, max_wait_s: float | None = 30.0):
+        self.sampler = sampler
+        self.max_wait_s = max_wait_s
+        self._live = 0
+        self._parked = 0
+        self._pending: list[_Pending] = []
+        self._busy = False
+        self._timer: asyncio.TimerHandle | None = None
+        self.num_calls = 0
+        self.batch_sizes: list[int] = []
+        self.sampler_seconds = 0.0
+        self.num_valve_flushes = 0
+
+    @contextlib.asynccontextmanager
+    async def episode(self) -> AsyncIterator[None]:
+        """Scope of one live episode: the batcher waits for it before each call while it is inside (and not
+        :func:`parked`)."""
+        self.join()
+        token = _current_batcher.set(self)
+        try:
+            yield
+        finally:
+            _current_batcher.reset(token)
+            self.leave()
+
+    @contextlib.asynccontextmanager
+    async def parked(self) -> AsyncIterator[ParkedSlot]:
+        """Scope in which the calling episode waits on a sibling and must not be waited for (see :func:`parked`)."""
+        slot = ParkedSlot(self, rollout_clock.get())
+        try:
+            self._maybe_flush()  # the others may be all we were waiting for
+            yield slot
+        finally:
+            slot.unpark()
+
+    def join(self) -> None:
+        """Count one more participant to wait for (an episode, or a group still making its envs)."""
+        self._live += 1
+
+    def leave(self) -> None:
+        """Stop waiting for one participant; may send the pending requests."""
+        self._live -= 1
+        self._maybe_flush()
+
+    async def sample(self, prompt: list[int], stop: StopCondition, max_tokens: int) -> TokensWithLogprobs:
+        """Sample one action for ``prompt``; resolves when the batch this request joined has been sampled."""
+        future = asyncio.get_running_loop().create_future()
+        clock = rollout_clock.get()
+        if clock is not None:
+            clock.pause()
+        self._pending.append(_Pending(SampleRequest(list(prompt), list(stop), max_tokens), future, clock))
+        if self.max_wait_s is not None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._maybe_flush, True)
+        self._maybe_flush()
+        return await future
+
+    __call__ = sample
+
+    def _maybe_flush(self, force: bool = False) -> None:
+        if force:
+            self._timer = None
+        waiting_for = self._live - self._parked
+        if self._busy or (not force and len(self._pending) < waiting_for):
+            return  # checked before the O(n) sweep below: dropping cancelled requests only shortens the list
+        self._pending = [p for p in self._pending if not p.future.done()]  # drop cancelled episodes' requests
+        if not self._pending or (not force and len(self._pending) < waiting_for):
+            return
+        if force and len(self._pending) < waiting_for:
+            self.num_valve_flushes += 1
+        batch, self._pending = self._pending, []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._busy = True
+        for p in batch:
+            if p.clock is not None:
+                p.clock.resume()
+        asyncio.get_running_loop().create_task(self._run(batch))
+
+    async def _run(self, batch: list[_Pending]) -> None:
+        try:
+            start = time.perf_counter()
+            results = await asyncio.to_thread(self.sampler.sample, [p.request for p in batch])
+            self.sampler_seconds += time.perf_counter() - start
+            self.num_calls += 1
+            self.batch_sizes.append(len(batch))
+            if len(results) != len(batch):
+                raise RuntimeError(f"BatchingSampler: {type(self.sampler).__name__}.sample returned {len(results)} "
+                                   f"results for {len(batch)} requests; a Sampler returns one per request, in order")
+            for p, r in zip(batch, results):
+                if not p.future.done():
+                    p.future.set_result(r)
+        except BaseException as e:  # noqa: BLE001 - every waiting episode must hear about it
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            self._busy = False
+            if self._pending and self.max_wait_s is not None and self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._maybe_flush, True)
+            self._maybe_flush()
+
+
+@contextlib.asynccontextmanager
+async def parked() -> AsyncIterator[ParkedSlot]:
+    """Wrap an env's wait on a sibling env of its group::
+
+        async with parked() as slot:
+            self.waiters.append(slot)         # the sibling calls slot.unpark() when it wakes us
+            await asyncio.wait_for(event.wait(), timeout)
+
+    While parked, the :class:`BatchingSampler` running the calling episode samples the other episodes without
+    waiting for this one, and the episode's ``RetryOnFailure`` timeout clock is paused (the wait is the sibling's
+    time, not this rollout's). The code that wakes the episode should call ``slot.unpark()`` right then (leaving the
+    block does it too, but later: a sampling call could go out in between, without the woken episode's request).
+    Bound the wait itself so a sibling that died cannot keep the episode here forever. Outside a batcher's
+    episode (a plain policy, a test) it does nothing.
+    """
+    batcher = _current_batcher.get()
+    if batcher is None:
+        yield ParkedSlot(None)
+        return
+    async with batcher.parked() as slot:
+        yield slot

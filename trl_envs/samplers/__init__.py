@@ -1,0 +1,1 @@
+"""Samplers: a batch of token prompts in, sampled actions with logprobs out (HF, vLLM, scripted)."""

@@ -1,0 +1,538 @@
+"""``EnvDPOTrainer``: TRL's ``DPOTrainer`` on preference datasets, and iterative DPO driven by environments.
+
+Two uses (see docs/dpo.md):
+
+* **Offline DPO** (``train_dataset``): a dataset with ``prompt`` / ``chosen`` / ``rejected`` (text or chat
+  messages), trained exactly as TRL's ``DPOTrainer`` does, with clearer errors (missing columns, empty answers, a
+  tokenizer without chat template for chat data) and a reference model also for models built in memory. A
+  pre-tokenized dataset (``prompt_ids`` / ``chosen_ids`` / ``rejected_ids``, optional ``chosen_mask`` /
+  ``rejected_mask``, e.g. pairs from :func:`~trl_envs.training_data.preference.make_preference_pairs`) is used as is.
+* **Env-driven DPO** (``env_dataset``): ``num_rounds`` rounds of *sample a batch of env groups with the current
+  policy → pair the best and the worst trajectory of each group → train DPO on the pairs*. Multi-turn pairs keep
+  env tokens out of the loss: the per-token masks of the pairs are applied to TRL's ``completion_mask``, the only
+  mask its loss uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import math
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from datasets import Dataset, IterableDataset
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers.trainer_utils import TrainOutput
+from trl import DPOConfig, DPOTrainer
+from trl.data_utils import is_conversational
+from trl.models import unwrap_model_for_generation
+from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+from .dpo_config import EnvDPOConfig
+from ..rollout.lockstep import LockstepSampler
+from ..rollout.metrics import rollout_metrics, summarize
+from ..training_data.preference import PAIR_COLUMNS, PairStats, make_preference_pairs
+from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
+from ..samplers.hf import HFSampler, Sampler
+from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+
+TOKENIZED_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+MASK_COLUMNS = ("chosen_mask", "rejected_mask")
+
+
+class EmptyPairsWarning(UserWarning):
+    """A round of env-driven DPO produced no preference pair (every group tied, or was skipped)."""
+
+
+@dataclass
+class DataCollatorForMaskedPreference(DataCollatorForPreference):
+    """TRL's ``DataCollatorForPreference`` that also honours per-token ``chosen_mask`` / ``rejected_mask``.
+
+    TRL builds ``completion_mask`` = 1 on every completion token; DPO's log-probabilities (and so its loss and its
+    reward metrics) sum over exactly those tokens. Rows that carry ``chosen_mask`` / ``rejected_mask`` (1 = sampled by
+    the model, 0 = written by the env) get ``completion_mask *= mask``, truncated like the ids, so env tokens stay in
+    the context but out of the loss. Rows without masks are collated exactly as by TRL.
+    """
+
+    def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super().torch_call(examples)
+        if not any(f"{side}_mask" in ex and ex[f"{side}_mask"] is not None for ex in examples for side in
+                   ("chosen", "rejected")):
+            return output
+        rows = []
+        for side in ("chosen", "rejected"):
+            for i, ex in enumerate(examples):
+                ids, mask = ex[f"{side}_ids"], ex.get(f"{side}_mask")
+                if mask is None:
+                    mask = [1] * len(ids)
+                if len(mask) != len(ids):
+                    raise ValueError(f"DataCollatorForMaskedPreference: example {i} has {len(ids)} {side}_ids but "
+                                     f"{len(mask)} {side}_mask values; the mask needs one value per token")
+                rows.append([0] * len(ex["prompt_ids"]) + [int(m) for m in mask])
+        if self.max_length is not None:
+            sl = slice(None, self.max_length) if self.truncation_mode == "keep_start" else slice(-self.max_length, None)
+            rows = [r[sl] for r in rows]
+        token_mask = torch.zeros_like(output["completion_mask"])
+        for i, r in enumerate(rows):
+            token_mask[i, :len(r)] = torch.tensor(r, dtype=token_mask.dtype)
+        output["completion_mask"] = output["completion_mask"] * token_mask
+        return output
+
+
+class EnvDPOTrainer(DPOTrainer):
+    """DPO on a preference dataset or on pairs sampled from environments (see the module docstring).
+
+    Args:
+        model: model id, path, ``PreTrainedModel`` or ``PeftModel``.
+        ref_model: the reference policy. Default: the initial policy — reloaded from the model's path for a model
+            given by id/path (TRL), a frozen in-memory copy for a model object given without PEFT (its weights may
+            differ from any saved copy), the adapter switched off with ``peft_config``.
+        args: :class:`~trl_envs.trainers.dpo_config.EnvDPOConfig` (a plain ``DPOConfig`` works for offline DPO).
+        data_collator: default :class:`DataCollatorForMaskedPreference`.
+        train_dataset: the preference dataset (offline DPO). Exactly one of ``train_dataset`` and ``env_dataset``.
+        eval_dataset: preference data to evaluate the DPO loss and rewards on (as in TRL).
+        processing_class: the tokenizer (default: loaded from the model). In env mode it must be the tokenizer of
+            the envs' renderer.
+        env_dataset: env-driven DPO: an :class:`RLDataset`, or an :class:`RLDatasetBuilder` whose test split becomes
+            the evaluation envs unless ``eval_env_dataset`` is given.
+        eval_env_dataset: envs played (all batches) before the first round and after each round when
+            ``args.eval_envs_each_round``; logged as ``eval_env/...``.
+        sampler: a :class:`~trl_envs.samplers.hf.Sampler` to roll out with instead of the policy itself.
+        compute_metrics, callbacks, optimizers, quantization_config, peft_config: as in ``DPOTrainer``.
+
+    Attributes (env mode):
+        round_history: one dict per finished round, the values logged for it.
+        last_rollout: the :class:`RolloutBatchResult` of this rank's latest training rollout.
+        last_pair_stats: the :class:`~trl_envs.training_data.preference.PairStats` of the latest round (all ranks).
+
+    Rounds reuse this one trainer: each round sets ``self.train_dataset`` to the round's pairs and runs the
+    ``Trainer`` training loop (``Trainer.train``) on them. Between rounds:
+
+    * the optimizer (and its Adam moments) carries over; accelerate's wrapper of the previous round is removed first
+      so the optimizer is not wrapped twice;
+    * the learning-rate scheduler is rebuilt by ``Trainer`` at the start of each round (it would otherwise stay at
+      the end of a decayed schedule, e.g. 0 for ``linear``): the schedule restarts every round, and
+      ``num_train_epochs`` / ``max_steps`` / warmup are per round;
+    * the ``TrainerState`` that ``Trainer.train`` recreates keeps counting: ``global_step``, ``log_history``, FLOPs
+      and tokens seen continue from the previous round, so loggers (``report_to``) see one run;
+    * the reference model stays the initial policy (DPO against a moving reference is ``sync_ref_model``).
+
+    Resuming env-driven DPO from a checkpoint is not supported (a checkpoint does not hold the round).
+
+    Raises:
+        ValueError: no dataset or both kinds; a preference dataset without ``chosen`` / ``rejected`` (the columns
+            found are named), with an empty answer, or in chat format with a tokenizer without chat template;
+            ``precompute_ref_log_probs`` in env mode.
+    """
+
+    _tag_names = ["trl", "dpo", "trl_envs"]
+
+    def __init__(self, model, ref_model=None, args: DPOConfig | None = None, data_collator=None,
+                 train_dataset: Dataset | IterableDataset | None = None, eval_dataset=None, processing_class=None,
+                 compute_metrics=None, callbacks=None, optimizers=(None, None), quantization_config=None,
+                 peft_config=None, *, env_dataset: RLDataset | RLDatasetBuilder | None = None,
+                 eval_env_dataset: RLDataset | None = None, sampler: Sampler | None = None):
+        if (train_dataset is None) == (env_dataset is None):
+            raise ValueError("EnvDPOTrainer: give exactly one of train_dataset (a preference dataset: offline DPO) "
+                             "and env_dataset (an RLDataset or RLDatasetBuilder: env-driven DPO)")
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "model"
+            args = EnvDPOConfig(f"{name.rstrip('/').split('/')[-1]}-DPO")
+        self._env_mode = env_dataset is not None
+        self._train_envs: RLDataset | None = None
+        self._eval_envs: RLDataset | None = None
+        if self._env_mode:
+            if not isinstance(args, EnvDPOConfig):
+                raise TypeError(f"EnvDPOTrainer: env-driven DPO needs an EnvDPOConfig, got {type(args).__name__}")
+            if args.precompute_ref_log_probs:
+                raise ValueError("EnvDPOConfig: precompute_ref_log_probs=True cannot be used with env_dataset: the "
+                                 "pairs are sampled during training, after the reference would have been computed. "
+                                 "Set precompute_ref_log_probs=False.")
+            self._train_envs, self._eval_envs = _resolve_env_datasets(env_dataset, eval_env_dataset)
+            train_dataset = _placeholder_pairs()  # DPOTrainer needs a dataset now; each round replaces it
+
+        tokenizer = processing_class
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(
+                model if isinstance(model, str) else getattr(model.config, "_name_or_path", ""))
+            processing_class = tokenizer
+        text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        if self._env_mode and not getattr(text_tokenizer, "chat_template", None):
+            raise ValueError(f"EnvDPOTrainer: the tokenizer {text_tokenizer.name_or_path!r} has no chat template; env "
+                             "renderers need one (use a chat model or set tokenizer.chat_template).")
+        if isinstance(text_tokenizer, PreTrainedTokenizerBase) and text_tokenizer.pad_token is None:
+            text_tokenizer.pad_token = text_tokenizer.eos_token
+        if data_collator is None and not _is_vision(train_dataset):
+            data_collator = DataCollatorForMaskedPreference(
+                pad_token_id=text_tokenizer.pad_token_id, max_length=args.max_length,
+                truncation_mode=args.truncation_mode, pad_to_multiple_of=args.pad_to_multiple_of)
+        if ref_model is None:
+            ref_model = _in_memory_reference(model, args, peft_config)
+
+        self._custom_sampler = sampler
+        self.round_history: list[dict[str, float]] = []
+        self.last_rollout: RolloutBatchResult | None = None
+        self.last_pair_stats: PairStats | None = None
+        self._in_rounds = False
+        self._round_step_offset = 0
+        self._round_acc: dict[str, list] | None = None
+        super().__init__(model, ref_model=ref_model, args=args, data_collator=data_collator,
+                         train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
+                         compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
+                         quantization_config=quantization_config, peft_config=peft_config)
+
+    # -- datasets ----------------------------------------------------------------------------------------------
+
+    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+        """Pre-tokenized pairs pass through (checked, and filtered on ``max_length`` as TRL does); raw preference
+        data is checked, then tokenized by TRL."""
+        first = next(iter(dataset), None)
+        if first is None:
+            raise ValueError(f"EnvDPOTrainer: the {dataset_name} dataset is empty")
+        if all(c in first for c in TOKENIZED_COLUMNS):
+            _check_tokenized(dataset, dataset_name)
+            if args.max_length is not None and args.truncation_mode == "keep_start" and not (
+                    isinstance(dataset, Dataset) and all(len(p) < args.max_length for p in dataset["prompt_ids"])):
+                dataset = dataset.filter(lambda ex: len(ex["prompt_ids"]) < args.max_length)
+            return dataset
+        _check_columns(dataset, first, dataset_name)
+        if is_conversational(first) and not getattr(self._tokenizer, "chat_template", None):
+            raise ValueError(
+                f"EnvDPOTrainer: the {dataset_name} dataset is conversational (its columns hold chat messages) but the "
+                f"tokenizer {self._tokenizer.name_or_path!r} has no chat template to render them. Use a chat/instruct "
+                "model, set tokenizer.chat_template, or give prompt/chosen/rejected as plain text.")
+        dataset = _check_not_empty(dataset, dataset_name)
+        return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if not self._is_vision_dataset:
+            self._signature_columns = list(dict.fromkeys(list(self._signature_columns) + list(MASK_COLUMNS)))
+
+    # -- training ----------------------------------------------------------------------------------------------
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs) -> TrainOutput:
+        """Offline: ``DPOTrainer.train``. Env mode: ``args.num_rounds`` rounds of sampling and DPO training."""
+        if not self._env_mode:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        if resume_from_checkpoint:
+            raise ValueError("EnvDPOTrainer: resuming env-driven DPO from a checkpoint is not supported; start a new "
+                             "run from the saved model instead")
+        return self._train_rounds(trial, ignore_keys_for_eval)
+
+    def _train_rounds(self, trial, ignore_keys_for_eval) -> TrainOutput:
+        args: EnvDPOConfig = self.args
+        losses: list[float] = []
+        last: dict[str, float] = {}
+        if self._eval_envs is not None and args.eval_envs_each_round:
+            self._log_and_print({"round": 0.0, **self._evaluate_envs()}, 0)
+        for r in range(args.num_rounds):
+            start = time.perf_counter()
+            rows, stats, env_logs = self._sample_pairs(r)
+            self.last_pair_stats = stats
+            logs: dict[str, float] = {"round": float(r + 1), **env_logs, **stats.as_metrics()}
+            if args.max_length is not None and args.truncation_mode == "keep_start":  # as TRL: nothing left to train
+                kept = [row for row in rows if len(row["prompt_ids"]) < args.max_length]
+                if len(kept) < len(rows):
+                    logs["pairs/too_long"] = float(len(rows) - len(kept))
+                rows = kept
+            dataset = Dataset.from_list(rows) if rows else None
+            if dataset is None:
+                warnings.warn(
+                    f"EnvDPOTrainer: round {r + 1} made no preference pair from {stats.num_groups} env groups "
+                    f"({stats.ties} all ties, {stats.skipped} skipped after errors, {stats.prompt_mismatch} with "
+                    f"different prompts, {stats.too_small} with < 2 trajectories, {stats.identical} identical, "
+                    f"{logs.get('pairs/too_long', 0):.0f} longer than max_length); no training this round. More "
+                    "envs per group, a higher temperature, or a finer-grained reward give more pairs.",
+                    EmptyPairsWarning, stacklevel=3)
+            else:
+                logs.update(self._train_one_round(dataset, trial, ignore_keys_for_eval))
+                losses.append(logs["round/loss"])
+            if self._eval_envs is not None and args.eval_envs_each_round:
+                logs.update(self._evaluate_envs())
+            logs["round/seconds"] = time.perf_counter() - start
+            self._log_and_print(logs, r + 1)
+            last = logs
+        train_loss = sum(losses) / len(losses) if losses else float("nan")
+        return TrainOutput(self.state.global_step, train_loss, {"train_loss": train_loss, **last})
+
+    def _train_one_round(self, dataset: Dataset, trial, ignore_keys_for_eval) -> dict[str, float]:
+        from accelerate.optimizer import AcceleratedOptimizer
+
+        self.train_dataset = dataset
+        if isinstance(self.optimizer, AcceleratedOptimizer):  # else accelerate wraps the wrapper again
+            self.optimizer = self.optimizer.optimizer
+        self._round_acc = defaultdict(list)
+        self._round_step_offset = self.state.global_step
+        self._in_rounds = True
+        try:
+            super().train(trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
+        finally:
+            self._in_rounds = False
+            acc, self._round_acc = self._round_acc, None
+        out = {"round/steps": float(self.state.global_step - self._round_step_offset)}
+        losses = acc.pop("loss", [])
+        if losses:
+            local = torch.stack(losses).float().mean().reshape(1).to(self.accelerator.device)
+            out["round/loss"] = self.accelerator.gather(local).mean().item()
+        for key, values in acc.items():  # already gathered across ranks by DPOTrainer
+            if values:
+                out[f"round/{key}"] = sum(values) / len(values)
+        return out
+
+    def _init_training_state(self, max_steps, *args, **kwargs):
+        """``Trainer`` makes a fresh ``TrainerState`` per ``train()`` call; between rounds, keep counting."""
+        previous = self.state
+        result = super()._init_training_state(max_steps, *args, **kwargs)
+        if self._in_rounds:
+            self.state.global_step = previous.global_step
+            self.state.max_steps = previous.global_step + max_steps  # the stop test compares global_step to it
+            self.state.log_history = previous.log_history
+            self.state.total_flos = previous.total_flos
+            self.state.num_input_tokens_seen = previous.num_input_tokens_seen
+        return result
+
+    def _finalize_training(self, trial, num_train_samples, start_time):
+        if not self._in_rounds:
+            return super()._finalize_training(trial, num_train_samples, start_time)
+        # speed metrics scale by the share of max_steps run in this call: use the round's own step count
+        total = self.state.max_steps
+        self.state.max_steps = total - self._round_step_offset
+        try:
+            return super()._finalize_training(trial, num_train_samples, start_time)
+        finally:
+            self.state.max_steps = total
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        out = super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        if self._round_acc is not None and self.model.training:
+            self._round_acc["loss"].append((out[0] if return_outputs else out).detach())
+        return out
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self._round_acc is not None and self.model.training:
+            for key in ("rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected"):
+                self._round_acc[key].extend(self._metrics["train"].get(key, []))
+        super().log(logs, start_time)
+
+    # -- rollouts ----------------------------------------------------------------------------------------------
+
+    def _sample_pairs(self, round_index: int) -> tuple[list[dict[str, Any]], PairStats, dict[str, float]]:
+        """Roll out this round's groups (shared out over ranks), pair them, and gather pairs and metrics to every
+        rank (all ranks then train on the same pair dataset, which the Trainer shards)."""
+        args: EnvDPOConfig = self.args
+        n = len(self._train_envs)
+        builders = [b for k in range(args.batches_per_round)
+                    for b in self._train_envs.get_batch((round_index * args.batches_per_round + k) % n)]
+        result = self._rollout(builders)
+        self.last_rollout = result
+        pairs, stats = make_preference_pairs(result.groups, min_reward_gap=args.min_reward_gap)
+        rows = [p.as_row() for p in pairs]
+        metrics = rollout_metrics(result.groups, result.error_counts)
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            gathered = gather_object([(rows, stats, metrics)])
+            rows = [row for part in gathered for row in part[0]]
+            stats = functools.reduce(lambda a, b: a + b, (part[1] for part in gathered))
+            metrics = _merge_metrics(part[2] for part in gathered)
+        return rows, stats, summarize(metrics)
+
+    def _evaluate_envs(self) -> dict[str, float]:
+        builders = [b for i in range(len(self._eval_envs)) for b in self._eval_envs.get_batch(i)]
+        result = self._rollout(builders)
+        metrics = rollout_metrics(result.groups, result.error_counts, prefix="eval_env")
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            metrics = _merge_metrics(gather_object([metrics]))
+        return summarize(metrics)
+
+    def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
+        """This rank's share of ``builders`` (every ``num_processes``-th), rolled out with one batched generation call
+        per turn; every rank makes the same number of calls (they can be collectives under ZeRO-3 / FSDP)."""
+        args: EnvDPOConfig = self.args
+        local = list(builders)[self.accelerator.process_index::self.accelerator.num_processes]
+        sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device)
+        try:
+            return run_rollout_batch(local, sampler, args.rollout_budget(), args.error_strategy(),
+                                     args.sampler_max_wait_s)
+        finally:
+            sampler.drain()
+
+    def _sampler(self) -> Sampler:
+        if self._custom_sampler is not None:
+            return self._custom_sampler
+        from trl.distributed import DistributedBackend
+
+        args: EnvDPOConfig = self.args
+        context = functools.partial(_generation_model, self.model_wrapped, self.accelerator,
+                                    args.gradient_checkpointing_kwargs, DistributedBackend(self.accelerator))
+        return HFSampler(self.model_wrapped, self._tokenizer, temperature=args.temperature, top_p=args.top_p,
+                         top_k=args.top_k, min_p=args.min_p, model_context=context)
+
+    # -- logging -----------------------------------------------------------------------------------------------
+
+    def _log_and_print(self, logs: dict[str, float], round_index: int) -> None:
+        self.log(dict(logs))
+        if round_index > 0:
+            self.round_history.append(dict(logs))
+        if self.accelerator.is_main_process:
+            print(_round_line(logs, round_index, self.args.num_rounds), flush=True)
+
+
+def _round_line(logs: dict[str, float], round_index: int, num_rounds: int) -> str:
+    parts = [f"[trl_envs] round {round_index:>2}/{num_rounds}"]
+    if "env/all/reward/total" in logs:
+        parts.append(f"env reward {logs['env/all/reward/total']:.3f}")
+    if "pairs/pairs" in logs:
+        parts.append(f"pairs {logs['pairs/pairs']:.0f}/{logs['pairs/groups']:.0f} (ties {logs['pairs/ties']:.0f})")
+    for label, key, fmt in (("loss", "round/loss", ".4f"), ("margin", "round/rewards/margins", "+.4f"),
+                            ("acc", "round/rewards/accuracies", ".2f"),
+                            ("eval reward", "eval_env/all/reward/total", ".3f")):
+        if key in logs and not (isinstance(logs[key], float) and math.isnan(logs[key])):
+            parts.append(f"{label} {logs[key]:{fmt}}")
+    if "round/seconds" in logs:
+        parts.append(f"{logs['round/seconds']:.1f} s")
+    return " | ".join(parts)
+
+
+@contextlib.contextmanager
+def _generation_model(model_wrapped, accelerator, gc_kwargs, dist):
+    with (unwrap_model_for_generation(model_wrapped, accelerator, gradient_checkpointing_kwargs=gc_kwargs)
+          as unwrapped, dist.summon_full_params(model_wrapped, recurse=False)):
+        yield unwrapped
+
+
+def _merge_metrics(parts) -> dict[str, list[float]]:
+    merged: dict[str, list[float]] = defaultdict(list)
+    for part in parts:
+        for name, values in part.items():
+            merged[name].extend(values)
+    return dict(merged)
+
+
+def _resolve_env_datasets(env_dataset, eval_env_dataset) -> tuple[RLDataset, RLDataset | None]:
+    if isinstance(env_dataset, RLDatasetBuilder):
+        train, test = run_sync(env_dataset)
+        return train, eval_env_dataset if eval_env_dataset is not None else test
+    if isinstance(env_dataset, RLDataset):
+        if len(env_dataset) == 0:
+            raise ValueError("EnvDPOTrainer: env_dataset has no batches")
+        return env_dataset, eval_env_dataset
+    raise TypeError(f"EnvDPOTrainer: env_dataset must be an RLDataset or RLDatasetBuilder, got "
+                    f"{type(env_dataset).__name__}")
+
+
+def _placeholder_pairs() -> Dataset:
+    """One dummy pre-tokenized pair: ``DPOTrainer.__init__`` needs a dataset; env mode replaces it every round before
+    any training step."""
+    return Dataset.from_dict({"prompt_ids": [[0]], "chosen_ids": [[0]], "rejected_ids": [[0]],
+                              "chosen_mask": [[1]], "rejected_mask": [[1]]})
+
+
+def _in_memory_reference(model, args: DPOConfig, peft_config):
+    """A frozen copy of an in-memory model to serve as the reference (TRL would reload ``config._name_or_path``, which
+    is empty for a model built in memory and stale for one changed since it was loaded). ``None`` where TRL's own
+    default is right: a model given by id/path, PEFT (adapter off), or precomputed reference log-probs."""
+    if isinstance(model, str) or peft_config is not None or args.precompute_ref_log_probs:
+        return None
+    with contextlib.suppress(ImportError):
+        from peft import PeftModel
+
+        if isinstance(model, PeftModel):
+            return None
+    ref = copy.deepcopy(model)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref
+
+
+def _is_vision(dataset) -> bool:
+    first = next(iter(dataset), None) or {}
+    return "image" in first or "images" in first
+
+
+def _columns(dataset, first: dict[str, Any]) -> list[str]:
+    names = getattr(dataset, "column_names", None)
+    return list(names) if names else list(first.keys())
+
+
+def _check_columns(dataset, first: dict[str, Any], name: str) -> None:
+    found = _columns(dataset, first)
+    missing = [c for c in ("chosen", "rejected") if c not in found]
+    if missing:
+        raise ValueError(
+            f"EnvDPOTrainer: the {name} preference dataset has no {' and no '.join(repr(c) for c in missing)} column. "
+            "A preference dataset needs 'prompt', 'chosen' and 'rejected' (text or chat messages), or 'chosen' and "
+            "'rejected' that both start with the prompt (TRL's implicit-prompt format), or pre-tokenized "
+            f"{list(TOKENIZED_COLUMNS)}. Columns found: {found}. Rename columns with dataset.rename_column(old, new).")
+
+
+def _is_empty(value: Any) -> bool:
+    """Whether an answer (text, one chat message, a list of messages, or a message's content parts) holds nothing."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, list):  # messages, or content parts; [] is empty
+        return all(_is_empty(v) for v in value)
+    if isinstance(value, dict):
+        if value.get("tool_calls"):
+            return False
+        if "content" in value:
+            return _is_empty(value["content"])
+        if value.get("type", "text") == "text":
+            return _is_empty(value.get("text"))
+        return False  # an image or another non-text part
+    return False
+
+
+def _empty_error(name: str, index: int | str, column: str) -> ValueError:
+    return ValueError(f"EnvDPOTrainer: row {index} of the {name} dataset has an empty {column!r} answer; DPO needs a "
+                      "non-empty chosen and rejected completion in every row (filter such rows out first, e.g. "
+                      "dataset.filter(...)).")
+
+
+def _check_not_empty(dataset, name: str):
+    if isinstance(dataset, Dataset):
+        for column in ("chosen", "rejected"):
+            for i, value in enumerate(dataset[column]):
+                if _is_empty(value):
+                    raise _empty_error(name, i, column)
+        return dataset
+
+    def check(example):  # IterableDataset: checked lazily, as rows are read
+        for column in ("chosen", "rejected"):
+            if _is_empty(example[column]):
+                raise _empty_error(name, "(streamed)", column)
+        return example
+
+    return dataset.map(check)
+
+
+def _check_tokenized(dataset, name: str) -> None:
+    if not isinstance(dataset, Dataset):
+        return
+    columns = dataset.column_names
+    for column in ("chosen_ids", "rejected_ids"):
+        for i, ids in enumerate(dataset[column]):
+            if not ids:
+                raise _empty_error(name, i, column)
+    for side in ("chosen", "rejected"):
+        if f"{side}_mask" in columns:
+            for i, (ids, mask) in enumerate(zip(dataset[f"{side}_ids"], dataset[f"{side}_mask"])):
+                if mask is not None and len(mask) != len(ids):
+                    raise ValueError(f"EnvDPOTrainer: row {i} of the {name} dataset has {len(ids)} {side}_ids but "
+                                     f"{len(mask)} {side}_mask values; the mask needs one value per token")
+
+
+__all__ = ["DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOTrainer", "PAIR_COLUMNS"]

@@ -1,0 +1,325 @@
+"""``EnvGRPOTrainer``: TRL's ``GRPOTrainer`` with generation and rewards driven by environments.
+
+How an env batch maps onto TRL (see docs/DESIGN.md):
+
+* The trainer's dataset is a list of *group keys*, one per env group of the :class:`~trl_envs.core.types.RLDataset`.
+  TRL's sampler repeats each key ``num_generations`` times in a row, so one block of G rows is one group.
+* ``_generate_and_score_completions`` makes the groups' envs of this rank's rows, rolls them all out together (one
+  batched ``generate`` per turn) and lays the trajectories out as rows (``row_layout``): one row per trajectory
+  (prompt = first observation, completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens,
+  sampling logprobs), or one row per turn for envs whose observations do not extend each other, in blocks of G
+  rows per group. TRL's ``rollout_func`` hook hands those rows to TRL.
+* The reward TRL sees is the trajectory's total (step rewards + group reward), passed through its reward hook, so
+  ``scale_rewards``, every ``loss_type``, ``beta``, PEFT, ``num_iterations`` and evaluation work as in TRL.
+* ``credit_assignment="per_turn"`` replaces TRL's advantages by per-token ones from per-turn rewards-to-go
+  (``credit``; docs/credit_assignment.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from datasets import Dataset
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+from ..training_data.credit import first_turn_returns, row_token_advantages
+from ..registry.env_datasets import resolve_row_datasets
+from .grpo_config import EnvGRPOConfig
+from ..rollout.lockstep import LockstepSampler
+from ..rollout.metrics import rollout_metrics
+from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
+from ..training_data.row_layout import RowPlan, plan_rows
+from ..samplers.hf import HFSampler, Sampler
+from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+
+ENV_REWARD_KEY = "env_reward"
+
+
+def env_reward(completions, env_reward: list[float | None], **kwargs) -> list[float | None]:
+    """TRL reward function: the env's total reward of each trajectory (``None`` for rows of skipped groups)."""
+    return list(env_reward)
+
+
+env_reward.__name__ = "env"
+
+
+class _GroupIndex:
+    """Maps the trainer's row keys (``"<split>/<batch>/<position>"``) to the builders of an RLDataset."""
+
+    def __init__(self, split: str, dataset: RLDataset):
+        self.split, self.dataset = split, dataset
+        self.keys = [f"{split}/{i}/{k}" for i in range(len(dataset)) for k in range(len(dataset.get_batch(i)))]
+        if not self.keys:
+            raise ValueError(f"EnvGRPOTrainer: the {split} RLDataset has no env groups")
+        self._batch = functools.lru_cache(maxsize=8)(dataset.get_batch)
+
+    def builder(self, key: str) -> EnvGroupBuilder:
+        split, i, k = key.split("/")
+        if split != self.split:
+            raise KeyError(key)
+        return self._batch(int(i))[int(k)]
+
+    def as_dataset(self) -> Dataset:
+        return Dataset.from_dict({"prompt": self.keys})
+
+
+class EnvGRPOTrainer(GRPOTrainer):
+    """GRPO on environments. Takes env datasets instead of a prompt dataset; everything else is ``GRPOTrainer``.
+
+    Args:
+        model: model id, path, or ``PreTrainedModel``.
+        args: :class:`~trl_envs.trainers.grpo_config.EnvGRPOConfig`.
+        env_dataset: the training envs: an :class:`RLDataset`, an :class:`RLDatasetBuilder` (whose test split
+            becomes the evaluation envs unless ``eval_env_dataset`` is given), or a ``datasets.Dataset`` /
+            ``IterableDataset`` of env row specs (one group of ``num_generations`` envs per row, see
+            :class:`~trl_envs.registry.env_datasets.EnvRowDataset`).
+        eval_env_dataset: evaluation envs (optional; an ``RLDataset`` or a dataset of row specs); evaluation logs
+            ``eval_env/...``.
+        processing_class: the tokenizer (must have a chat template; it must be the tokenizer the envs' renderer
+            uses).
+        peft_config: a PEFT config to train an adapter (then ``beta > 0`` uses the adapter-free model as reference).
+        sampler: optional :class:`~trl_envs.samplers.hf.Sampler` to generate with instead of the policy itself.
+        callbacks, optimizers: as in ``transformers.Trainer``.
+
+    Attributes:
+        last_rollout: the :class:`RolloutBatchResult` of the latest rollout on this rank (for inspection).
+
+    Raises:
+        ValueError: at construction, for a group size other than ``num_generations``, a per-rank generation batch
+            that is not a multiple of the group size (groups would straddle ranks), a tokenizer without chat
+            template, or ``beta > 0`` with an in-memory model and no PEFT.
+    """
+
+    def __init__(self, model, args: EnvGRPOConfig, env_dataset: RLDataset | RLDatasetBuilder | Dataset,
+                 eval_env_dataset: RLDataset | Dataset | None = None, processing_class=None, peft_config=None,
+                 sampler: Sampler | None = None, callbacks=None, optimizers=(None, None)):
+        if not isinstance(args, EnvGRPOConfig):
+            raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
+        env_dataset, eval_env_dataset, processing_class = resolve_row_datasets(  # datasets of env rows -> RLDatasets
+            env_dataset, eval_env_dataset, model=model, processing_class=processing_class,
+            group_size=args.num_generations, eval_group_size=args.num_generations_eval or args.num_generations,
+            groups_per_batch=max(args.generation_batch_size // args.num_generations, 1), owner="EnvGRPOTrainer")
+        train_envs, eval_envs = _resolve_datasets(env_dataset, eval_env_dataset)
+        _check_batch_geometry(args, eval_envs is not None)
+        _check_reference_model(model, args, peft_config)
+        self._train_index = _GroupIndex("train", train_envs)
+        self._eval_index = _GroupIndex("eval", eval_envs) if eval_envs is not None else None
+        _check_group_size(self._train_index, args.num_generations, "num_generations")
+        if self._eval_index is not None:
+            _check_group_size(self._eval_index, args.num_generations_eval or args.num_generations,
+                              "num_generations_eval")
+        self._custom_sampler = sampler
+        self.last_rollout: RolloutBatchResult | None = None
+        self._planned_rows: RowPlan | None = None
+        with warnings.catch_warnings():  # rollout_func is how we plug in, not something the user opted into
+            warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+            super().__init__(
+                model=model,
+                reward_funcs=[env_reward],
+                args=args,
+                train_dataset=self._train_index.as_dataset(),
+                eval_dataset=self._eval_index.as_dataset() if self._eval_index is not None else None,
+                processing_class=processing_class,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                peft_config=peft_config,
+                rollout_func=_env_rollout_func,
+            )
+        _check_launch(self.accelerator.num_processes, os.environ)
+        if not getattr(self._tokenizer, "chat_template", None):
+            raise ValueError(f"EnvGRPOTrainer: the tokenizer {self._tokenizer.name_or_path!r} has no chat template; "
+                             "env renderers need one (use a chat model or set tokenizer.chat_template).")
+
+    # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Roll out the env groups of ``inputs``, lay their trajectories out as rows (see ``row_layout``), then let
+        TRL score and prepare them; with ``credit_assignment="per_turn"`` replace its advantages by per-token ones."""
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        keys = _group_keys([x["prompt"] for x in inputs], group_size)
+        builders = [self._builder(k) for k in keys]
+        result = self._rollout(builders)
+        names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
+        for name, builder, group in zip(names, builders, result.groups):
+            if group is not None and len(group.trajectories) != group_size:
+                raise EnvContractError(f"{name} made {len(group.trajectories)} envs; the trainer's group size "
+                                       f"(num_generations) is {group_size}")
+        plan = plan_rows(result.groups, group_size, self.args.training_rows, names)
+        self._pad_to_common_shape(plan, mode)
+        if plan.num_trajectories:
+            self._pending_metrics["rows/per_turn_fraction"].append(
+                plan.num_per_turn_trajectories / plan.num_trajectories)
+        self._pending_metrics["rows/filler_fraction"].append(plan.num_fillers / len(plan.rows))
+        self._planned_rows = plan
+        try:
+            output = super()._generate_and_score_completions([dict(inputs[i]) for i in plan.source_rows()])
+        finally:
+            self._planned_rows = None
+        if self.args.credit_assignment == "per_turn":
+            output["advantages"] = self._per_turn_advantages(plan, result.groups, output["completion_ids"].size(1))
+        return output
+
+    def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
+        # Every rank makes the same number of generation calls (they may be collectives: ZeRO-3, FSDP, vLLM server);
+        # vLLM server mode and tensor-parallel colocate also need equally many prompts per call on every rank.
+        equal_batches = self.use_vllm and (self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1)
+        sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device,
+                                  equal_batch_sizes=equal_batches)
+        try:
+            result = run_rollout_batch(builders, sampler, self.args.rollout_budget(),
+                                       self.args.error_strategy(), self.args.sampler_max_wait_s)
+        finally:
+            sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
+        self.last_rollout = result
+        for name, values in rollout_metrics(result.groups, result.error_counts).items():
+            self._pending_metrics[name].extend(values)
+        return result
+
+    def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
+        """Pad with unscorable blocks so every rank has as many rows (TRL gathers rewards across ranks) and, in
+        training, a multiple of ``steps_per_generation`` (TRL splits the batch into that many equal parts)."""
+        blocks = int(self.accelerator.gather(torch.tensor([plan.num_blocks], device=self.accelerator.device)).max())
+        if mode == "train":
+            while (blocks * plan.group_size) % self.args.steps_per_generation:
+                blocks += 1
+        plan.pad_to(blocks)
+
+    def _rollout_output(self, prompts: list[str]) -> dict[str, Any]:
+        plan = self._planned_rows
+        if plan is None or len(plan.rows) != len(prompts):
+            raise RuntimeError(f"EnvGRPOTrainer: TRL asked for {len(prompts)} completions but "
+                               f"{0 if plan is None else len(plan.rows)} rows were planned; rollout_func must only be "
+                               "called from EnvGRPOTrainer._generate_and_score_completions")
+        out = plan.rollout_output(self._tokenizer.pad_token_id, self.eos_token_ids[0])
+        out[ENV_REWARD_KEY] = out.pop("rewards")
+        return out
+
+    def _per_turn_advantages(self, plan: RowPlan, groups, width: int) -> torch.Tensor:
+        scale = self.scale_rewards if self.scale_rewards in ("group", "batch", "none") else (
+            "group" if self.scale_rewards else "none")
+        batch_std = None
+        if scale == "batch":
+            returns = torch.tensor(first_turn_returns(groups, self.args.credit_gamma), dtype=torch.float64)
+            stats = torch.stack([returns.sum(), (returns ** 2).sum(), torch.tensor(float(len(returns)),
+                                                                                   dtype=torch.float64)])
+            total, total_sq, n = self.accelerator.gather(stats.to(self.accelerator.device)).view(-1, 3).sum(0).tolist()
+            batch_std = ((total_sq - total * total / n) / (n - 1)) ** 0.5 if n > 1 else 0.0
+        advantages = row_token_advantages(plan, groups, width, self.args.credit_gamma, scale, batch_std)
+        return advantages.to(self.accelerator.device)
+
+    def _builder(self, key: str) -> EnvGroupBuilder:
+        index = self._train_index if key.startswith("train/") else self._eval_index
+        if index is None:
+            raise KeyError(f"EnvGRPOTrainer: no env dataset for row key {key!r}")
+        return index.builder(key)
+
+    def _sampler(self) -> Sampler:
+        if self._custom_sampler is not None:
+            return self._custom_sampler
+        if self.use_vllm:
+            from ..samplers.vllm import VLLMSampler
+
+            return VLLMSampler(self)
+        model_context = functools.partial(
+            _generation_model, self.model_wrapped, self.accelerator, self.args.ds3_gather_for_generation,
+            self.args.gradient_checkpointing_kwargs, self._dist)
+        return HFSampler(self.model_wrapped, self._tokenizer, temperature=self.temperature, top_p=self.top_p,
+                         top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+                         model_context=model_context)
+
+
+def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, Any]:
+    """TRL's ``rollout_func`` hook (called as ``rollout_func(prompts, trainer)``): the rows planned for this batch."""
+    return trainer._rollout_output(prompts)
+
+
+@contextlib.contextmanager
+def _generation_model(model_wrapped, accelerator, gather_ds3: bool, gc_kwargs, dist):
+    with (unwrap_model_for_generation(model_wrapped, accelerator, gather_deepspeed3_params=gather_ds3,
+                                      gradient_checkpointing_kwargs=gc_kwargs) as unwrapped,
+          dist.summon_full_params(model_wrapped, recurse=False)):
+        yield unwrapped
+
+
+def _group_keys(prompts: list[str], group_size: int) -> list[str]:
+    if len(prompts) % group_size:
+        raise ValueError(f"EnvGRPOTrainer: this rank got {len(prompts)} rows, not a multiple of the group size "
+                         f"{group_size}; a group would straddle ranks")
+    keys = prompts[::group_size]
+    for g, key in enumerate(keys):
+        block = prompts[g * group_size:(g + 1) * group_size]
+        if any(p != key for p in block):
+            raise ValueError(f"EnvGRPOTrainer: rows {g * group_size}..{(g + 1) * group_size - 1} mix env groups "
+                             f"{sorted(set(block))}; TRL must repeat each group key num_generations times in a row")
+    return keys
+
+
+def _resolve_datasets(env_dataset, eval_env_dataset) -> tuple[RLDataset, RLDataset | None]:
+    if isinstance(env_dataset, RLDatasetBuilder):
+        train, test = run_sync(env_dataset)
+        return train, eval_env_dataset if eval_env_dataset is not None else test
+    if isinstance(env_dataset, RLDataset):
+        return env_dataset, eval_env_dataset
+    raise TypeError(f"EnvGRPOTrainer: env_dataset must be an RLDataset, RLDatasetBuilder or datasets.Dataset of env "
+                    f"rows, got {type(env_dataset).__name__}")
+
+
+def _check_launch(num_processes: int, environ) -> None:
+    """Refuse N launched processes that each run as a separate single-process job (on a CPU-only machine, a torchrun /
+    `accelerate launch --multi_gpu` job without use_cpu=True): they would train N independent models silently."""
+    launched = int(environ.get("WORLD_SIZE", "1") or 1)
+    if launched > 1 and num_processes == 1:
+        raise RuntimeError(
+            f"EnvGRPOTrainer: {launched} processes were launched (WORLD_SIZE={launched}) but this trainer runs as a "
+            "single process, so each process would train its own model. On a machine without GPUs set use_cpu=True "
+            "(--use_cpu true) or ACCELERATE_USE_CPU=true to run them together over gloo; see the README's "
+            "'Distributed training'.")
+
+
+def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:
+    per_rank = args.generation_batch_size // max(args.world_size, 1)
+    if per_rank % args.num_generations:
+        raise ValueError(
+            f"EnvGRPOConfig: the per-rank generation batch (generation_batch_size={args.generation_batch_size} over "
+            f"{args.world_size} processes = {per_rank} rows) is not a multiple of "
+            f"num_generations={args.num_generations}, so env groups would straddle ranks and their group rewards "
+            "could not be computed. Make it a multiple of num_generations.")
+    g_eval = args.num_generations_eval or args.num_generations
+    if has_eval and args.per_device_eval_batch_size % g_eval:
+        raise ValueError(f"EnvGRPOConfig: per_device_eval_batch_size={args.per_device_eval_batch_size} is not a "
+                         f"multiple of the evaluation group size {g_eval}.")
+
+
+def _check_reference_model(model, args: EnvGRPOConfig, peft_config) -> None:
+    if args.beta == 0.0 or peft_config is not None or isinstance(model, str):
+        return
+    name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    if not name or not (os.path.isdir(name) or "/" in name):
+        raise ValueError(
+            "EnvGRPOConfig: beta > 0 needs a reference model, which TRL reloads from model.config._name_or_path, but "
+            f"this in-memory model has {name!r}. Save the model (model.save_pretrained(dir)) and pass the path, "
+            "pass a peft_config (the reference is then the model without the adapter), or set beta=0.")
+
+
+def _check_group_size(index: _GroupIndex, expected: int, field_name: str) -> None:
+    builder = index.builder(index.keys[0])
+
+    async def probe() -> int:
+        try:
+            return len(await builder.make_envs())
+        finally:
+            await builder.cleanup()
+
+    n = run_sync(probe)
+    if n != expected:
+        raise ValueError(f"EnvGRPOTrainer: {type(builder).__name__} of the {index.split} envs makes groups of {n} "
+                         f"envs but EnvGRPOConfig.{field_name}={expected}; they must be equal (one group = one "
+                         "GRPO group).")

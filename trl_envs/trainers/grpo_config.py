@@ -1,0 +1,52 @@
+"""Configuration of :class:`~trl_envs.trainers.grpo.EnvGRPOTrainer`: TRL's ``GRPOConfig`` plus rollout settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .rollout_args import RolloutArguments
+from ..rollout.engine import RolloutBudget
+
+
+@dataclass
+class EnvGRPOConfig(GRPOConfig, RolloutArguments):
+    """``GRPOConfig`` with the settings of env rollouts. Every GRPO option keeps its TRL meaning.
+
+    ``num_generations`` is the group size: every env group must have exactly that many envs.
+    ``max_completion_length`` is the default token budget of one turn; env tokens are not counted against it.
+    """
+
+    max_tokens_per_turn: int | None = field(
+        default=None, metadata={"help": "Most sampled tokens per action (default: max_completion_length)."})
+    training_rows: str = field(
+        default="auto", metadata={"help": "'auto': one training row per episode when its observations extend each other "
+                                          "token-exactly, else one row per turn; 'trajectory': always one row per "
+                                          "episode (a non-extending observation is an error); 'turn': one row per turn."})
+    credit_assignment: str = field(
+        default="trajectory", metadata={"help": "'trajectory': every action token gets the episode's advantage (GRPO). "
+                                                "'per_turn': each turn's tokens get the reward-to-go from that turn, "
+                                                "baselined across the group (see docs/credit_assignment.md)."})
+    credit_gamma: float = field(default=1.0, metadata={"help": "Discount of later step rewards in the per-turn "
+                                                                 "reward-to-go (1.0: undiscounted)."})
+    shuffle_dataset: bool | None = field(
+        default=False, metadata={"help": "Shuffle env groups. Off by default: an RLDataset's batches are already "
+                                         "sampled and often ordered on purpose (curricula, reproducible runs)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.check_rollout_arguments()
+        if self.training_rows not in ("auto", "trajectory", "turn"):
+            raise ValueError(f"EnvGRPOConfig.training_rows must be 'auto', 'trajectory' or 'turn', got "
+                             f"{self.training_rows!r}")
+        if self.credit_assignment not in ("trajectory", "per_turn"):
+            raise ValueError(f"EnvGRPOConfig.credit_assignment must be 'trajectory' or 'per_turn', got "
+                             f"{self.credit_assignment!r}")
+        if not 0.0 <= self.credit_gamma <= 1.0:
+            raise ValueError(f"EnvGRPOConfig.credit_gamma must be in [0, 1], got {self.credit_gamma}")
+
+    def rollout_budget(self) -> RolloutBudget:
+        return RolloutBudget(max_turns=self.max_turns,
+                             max_tokens_per_turn=self.max_tokens_per_turn or self.max_completion_length,
+                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)

@@ -1,0 +1,1 @@
+"""Training data: trajectories into rows, advantages, per-turn credit, preference pairs."""

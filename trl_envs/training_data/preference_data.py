@@ -1,0 +1,121 @@
+"""A small offline preference dataset built from the ``arithmetic`` env: right answers chosen, wrong ones rejected.
+
+Each row is a conversational DPO example, exactly the format TRL's ``DPOTrainer`` takes::
+
+    {"prompt":   [{"role": "user", "content": "What is 3 + 4?"}],
+     "chosen":   [{"role": "assistant", "content": "7"}],
+     "rejected": [{"role": "assistant", "content": "9"}],
+     "chosen_reward": 1.0, "rejected_reward": 0.0}
+
+The question is the env's own question; the rejected answer is a near miss (the sum plus or minus 1..3, never
+negative), the kind of mistake a small model makes. Both answers are checked with
+:class:`~trl_envs.envs.arithmetic.ArithmeticEnv` (``check_answer`` / ``check_format``), and the rewards columns are
+what the env would pay for them.
+
+:func:`build_preference_dataset` saves a ``datasets.DatasetDict`` (``train`` / ``test``) with ``save_to_disk``, cached
+like the tiny model under ``$TRL_ENVS_CACHE`` (default ``~/.cache/trl_envs``); building takes well under a second and
+needs no network. ``python -m trl_envs.training_data.preference_data`` prints its path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DATASET_NAME = "arithmetic-preferences-v1"
+"""Name of the default cache directory; bump the version when the recipe changes."""
+
+MARKER_FILE = "BUILD_COMPLETE"
+NUM_TRAIN, NUM_TEST = 512, 64
+
+
+def default_preference_dataset_path() -> str:
+    """``$TRL_ENVS_CACHE/arithmetic-preferences-v1`` (``TRL_ENVS_CACHE`` defaults to ``~/.cache/trl_envs``)."""
+    cache = os.environ.get("TRL_ENVS_CACHE") or os.path.join("~", ".cache", "trl_envs")
+    return os.path.join(os.path.expanduser(cache), DATASET_NAME)
+
+
+def arithmetic_preference_rows(num: int, *, seed: int = 0, max_operand: int = 9) -> list[dict[str, Any]]:
+    """``num`` preference rows (see the module docstring); fixed by ``seed``."""
+    from ..envs.arithmetic import ArithmeticEnv, question, sample_problem
+
+    rng = random.Random(f"arithmetic-preferences/{seed}")
+    rows = []
+    for _ in range(num):
+        a, b = sample_problem(rng, max_operand)
+        env = ArithmeticEnv(None, a, b)  # the renderer is only needed to play the env, not to check answers
+        delta = rng.choice([-3, -2, -1, 1, 2, 3])
+        wrong = a + b + delta if a + b + delta >= 0 else a + b - delta
+        chosen, rejected = env.get_reference_answer(), str(wrong)
+        assert env.check_answer(chosen) and not env.check_answer(rejected)
+        rows.append({
+            "prompt": [{"role": "user", "content": question(a, b)}],
+            "chosen": [{"role": "assistant", "content": chosen}],
+            "rejected": [{"role": "assistant", "content": rejected}],
+            "chosen_reward": _reward(env, chosen),
+            "rejected_reward": _reward(env, rejected),
+        })
+    return rows
+
+
+def _reward(env, text: str) -> float:
+    """What :class:`~trl_envs.core.problem_env.ProblemEnv` pays for ``text`` ended by the end-of-turn token."""
+    return env.format_coef * (float(env.check_format(text)) - 1.0) + float(env.check_answer(text))
+
+
+def build_preference_dataset(output_dir: str | None = None, *, num_train: int = NUM_TRAIN, num_test: int = NUM_TEST,
+                             seed: int = 0, force: bool = False) -> str:
+    """Build the dataset (``train``: ``num_train`` rows, ``test``: ``num_test`` rows of another seed) into
+    ``output_dir`` (default :func:`default_preference_dataset_path`) and return the path. A finished build there is
+    reused as is (whatever its sizes) unless ``force``. Safe to call from several processes at once."""
+    from datasets import Dataset, DatasetDict
+
+    target = Path(output_dir or default_preference_dataset_path()).expanduser().resolve()
+    if not force and (target / MARKER_FILE).is_file():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
+    try:
+        DatasetDict({
+            "train": Dataset.from_list(arithmetic_preference_rows(num_train, seed=seed)),
+            "test": Dataset.from_list(arithmetic_preference_rows(num_test, seed=seed + 10_000)),
+        }).save_to_disk(str(staging / "data"))
+        (staging / "data" / MARKER_FILE).write_text(f"seed={seed} train={num_train} test={num_test}\n")
+        if force and target.exists():
+            shutil.rmtree(target)
+        try:
+            os.rename(staging / "data", target)
+        except OSError:  # another process finished first: use its build
+            if not (target / MARKER_FILE).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(target)
+
+
+def load_preference_dataset(path: str | None = None):
+    """The ``DatasetDict`` (``train``, ``test``) at ``path``, built first if ``path`` is not given."""
+    from datasets import load_from_disk
+
+    return load_from_disk(path or build_preference_dataset())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m trl_envs.training_data.preference_data", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output_dir", default=None, help=f"default: {default_preference_dataset_path()}")
+    parser.add_argument("--num_train", type=int, default=NUM_TRAIN)
+    parser.add_argument("--num_test", type=int, default=NUM_TEST)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
+    args = parser.parse_args(argv)
+    print(build_preference_dataset(args.output_dir, num_train=args.num_train, num_test=args.num_test, seed=args.seed,
+                                   force=args.force))
+
+
+if __name__ == "__main__":
+    main()
