@@ -58,7 +58,7 @@ class ToolUseEnv(MessageEnv):
         if not calls:  # the final answer
             value = read_number(text) if response.ok else None
             correct = value is not None and abs(value - self.answer) < 1e-6
-            return MessageStepResult(float(correct), True, [], self._metrics(correct, value is not None))
+            return MessageStepResult(float(correct), True, [], self._answer_metrics(correct, value is not None))
         replies, all_ok = [], True
         for call in calls:
             self.tool_calls += 1
@@ -71,7 +71,7 @@ class ToolUseEnv(MessageEnv):
             replies.append(reply)
         return MessageStepResult(0.0, False, replies, {"tool_call_ok": float(all_ok)})
 
-    def _metrics(self, correct: bool, answered: bool) -> dict[str, float]:
+    def _answer_metrics(self, correct: bool, answered: bool) -> dict[str, float]:
         return {"correct": float(correct), "answer_format": float(answered), "tool_calls": float(self.tool_calls),
                 "tool_errors": float(self.tool_errors), "used_tool": float(self.tool_calls > 0)}
 

@@ -44,14 +44,14 @@ def load_policy(name_or_path: str, *, device: str | None = None, dtype: str | No
 
         model = AutoPeftModelForCausalLM.from_pretrained(name_or_path, **kwargs)
         base = model.active_peft_config.base_model_name_or_path
-        tokenizer = _tokenizer(name_or_path, revision) or AutoTokenizer.from_pretrained(base)
+        tokenizer = _saved_tokenizer(name_or_path, revision) or AutoTokenizer.from_pretrained(base)
     else:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, revision=revision)
     return model.to(device).eval(), tokenizer
 
 
-def _tokenizer(name_or_path: str, revision: str | None):
+def _saved_tokenizer(name_or_path: str, revision: str | None):
     from transformers import AutoTokenizer
 
     if os.path.isdir(name_or_path) and not os.path.isfile(os.path.join(name_or_path, "tokenizer_config.json")):

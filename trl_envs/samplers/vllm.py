@@ -31,7 +31,9 @@ class VLLMSampler:
 
     def __init__(self, trainer):
         self.generation = trainer.vllm_generation
-        self.tokenizer = trainer._tokenizer
+        from ..trainers.trl_seam import tokenizer_of
+
+        self.tokenizer = tokenizer_of(trainer)
         self.eos_token_id = self.tokenizer.eos_token_id
 
     @property

@@ -33,9 +33,9 @@ from transformers.trainer_utils import TrainOutput
 from trl import DPOConfig, DPOTrainer
 from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
-from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 from .dpo_config import EnvDPOConfig
+from . import trl_seam
 from ..rollout.lockstep import LockstepSampler
 from ..rollout.metrics import rollout_metrics, summarize
 from ..training_data.preference import PAIR_COLUMNS, PairStats, make_preference_pairs
@@ -52,7 +52,7 @@ class EmptyPairsWarning(UserWarning):
 
 
 @dataclass
-class DataCollatorForMaskedPreference(DataCollatorForPreference):
+class DataCollatorForMaskedPreference(trl_seam.PreferenceCollator):
     """TRL's ``DataCollatorForPreference`` that also honours per-token ``chosen_mask`` / ``rejected_mask``.
 
     TRL builds ``completion_mask`` = 1 on every completion token; DPO's log-probabilities (and so its loss and its
@@ -86,6 +86,7 @@ class DataCollatorForMaskedPreference(DataCollatorForPreference):
         return output
 
 
+@trl_seam.model_tags("trl", "dpo", "trl_envs")
 class EnvDPOTrainer(DPOTrainer):
     """DPO on a preference dataset or on pairs sampled from environments (see the module docstring).
 
@@ -132,13 +133,12 @@ class EnvDPOTrainer(DPOTrainer):
             ``precompute_ref_log_probs`` in env mode.
     """
 
-    _tag_names = ["trl", "dpo", "trl_envs"]
-
     def __init__(self, model, ref_model=None, args: DPOConfig | None = None, data_collator=None,
                  train_dataset: Dataset | IterableDataset | None = None, eval_dataset=None, processing_class=None,
                  compute_metrics=None, callbacks=None, optimizers=(None, None), quantization_config=None,
                  peft_config=None, *, env_dataset: RLDataset | RLDatasetBuilder | None = None,
                  eval_env_dataset: RLDataset | None = None, sampler: Sampler | None = None):
+        trl_seam.check_trl_compatibility()
         if (train_dataset is None) == (env_dataset is None):
             raise ValueError("EnvDPOTrainer: give exactly one of train_dataset (a preference dataset: offline DPO) "
                              "and env_dataset (an RLDataset or RLDatasetBuilder: env-driven DPO)")
@@ -203,18 +203,18 @@ class EnvDPOTrainer(DPOTrainer):
                 dataset = dataset.filter(lambda ex: len(ex["prompt_ids"]) < args.max_length)
             return dataset
         _check_columns(dataset, first, dataset_name)
-        if is_conversational(first) and not getattr(self._tokenizer, "chat_template", None):
+        tokenizer = trl_seam.tokenizer_of(self)
+        if is_conversational(first) and not getattr(tokenizer, "chat_template", None):
             raise ValueError(
                 f"EnvDPOTrainer: the {dataset_name} dataset is conversational (its columns hold chat messages) but the "
-                f"tokenizer {self._tokenizer.name_or_path!r} has no chat template to render them. Use a chat/instruct "
+                f"tokenizer {tokenizer.name_or_path!r} has no chat template to render them. Use a chat/instruct "
                 "model, set tokenizer.chat_template, or give prompt/chosen/rejected as plain text.")
         dataset = _check_not_empty(dataset, dataset_name)
         return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        if not self._is_vision_dataset:
-            self._signature_columns = list(dict.fromkeys(list(self._signature_columns) + list(MASK_COLUMNS)))
+        trl_seam.keep_columns(self, MASK_COLUMNS)
 
     # -- training ----------------------------------------------------------------------------------------------
 
@@ -320,7 +320,7 @@ class EnvDPOTrainer(DPOTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self._round_acc is not None and self.model.training:
             for key in ("rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected"):
-                self._round_acc[key].extend(self._metrics["train"].get(key, []))
+                self._round_acc[key].extend(trl_seam.logged_metrics(self, "train").get(key, []))
         super().log(logs, start_time)
 
     # -- rollouts ----------------------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ class EnvDPOTrainer(DPOTrainer):
         per turn; every rank makes the same number of calls (they can be collectives under ZeRO-3 / FSDP)."""
         args: EnvDPOConfig = self.args
         local = list(builders)[self.accelerator.process_index::self.accelerator.num_processes]
-        sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device)
+        sampler = LockstepSampler(self._sampler(), [trl_seam.tokenizer_of(self).pad_token_id], self.accelerator.device)
         try:
             return run_rollout_batch(local, sampler, args.rollout_budget(), args.error_strategy(),
                                      args.sampler_max_wait_s)
@@ -371,12 +371,10 @@ class EnvDPOTrainer(DPOTrainer):
     def _sampler(self) -> Sampler:
         if self._custom_sampler is not None:
             return self._custom_sampler
-        from trl.distributed import DistributedBackend
-
         args: EnvDPOConfig = self.args
         context = functools.partial(_generation_model, self.model_wrapped, self.accelerator,
-                                    args.gradient_checkpointing_kwargs, DistributedBackend(self.accelerator))
-        return HFSampler(self.model_wrapped, self._tokenizer, temperature=args.temperature, top_p=args.top_p,
+                                    args.gradient_checkpointing_kwargs, trl_seam.distributed_backend(self.accelerator))
+        return HFSampler(self.model_wrapped, trl_seam.tokenizer_of(self), temperature=args.temperature, top_p=args.top_p,
                          top_k=args.top_k, min_p=args.min_p, model_context=context)
 
     # -- logging -----------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from trl.models import unwrap_model_for_generation
 from ..training_data.credit import first_turn_returns, row_token_advantages
 from ..registry.env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
+from . import trl_seam
 from ..rollout.lockstep import LockstepSampler
 from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
@@ -118,8 +118,8 @@ class EnvGRPOTrainer(GRPOTrainer):
         self._custom_sampler = sampler
         self.last_rollout: RolloutBatchResult | None = None
         self._planned_rows: RowPlan | None = None
-        with warnings.catch_warnings():  # rollout_func is how we plug in, not something the user opted into
-            warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+        trl_seam.check_trl_compatibility()
+        with trl_seam.rollout_func_warning_silenced():
             super().__init__(
                 model=model,
                 reward_funcs=[env_reward],
@@ -133,8 +133,9 @@ class EnvGRPOTrainer(GRPOTrainer):
                 rollout_func=_env_rollout_func,
             )
         _check_launch(self.accelerator.num_processes, os.environ)
-        if not getattr(self._tokenizer, "chat_template", None):
-            raise ValueError(f"EnvGRPOTrainer: the tokenizer {self._tokenizer.name_or_path!r} has no chat template; "
+        tokenizer = trl_seam.tokenizer_of(self)
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"EnvGRPOTrainer: the tokenizer {tokenizer.name_or_path!r} has no chat template; "
                              "env renderers need one (use a chat model or set tokenizer.chat_template).")
 
     # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
@@ -155,9 +156,9 @@ class EnvGRPOTrainer(GRPOTrainer):
         plan = plan_rows(result.groups, group_size, self.args.training_rows, names)
         self._pad_to_common_shape(plan, mode)
         if plan.num_trajectories:
-            self._pending_metrics["rows/per_turn_fraction"].append(
-                plan.num_per_turn_trajectories / plan.num_trajectories)
-        self._pending_metrics["rows/filler_fraction"].append(plan.num_fillers / len(plan.rows))
+            trl_seam.log_generation_metric(self, "rows/per_turn_fraction",
+                                           [plan.num_per_turn_trajectories / plan.num_trajectories])
+        trl_seam.log_generation_metric(self, "rows/filler_fraction", [plan.num_fillers / len(plan.rows)])
         self._planned_rows = plan
         try:
             output = super()._generate_and_score_completions([dict(inputs[i]) for i in plan.source_rows()])
@@ -171,7 +172,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         # Every rank makes the same number of generation calls (they may be collectives: ZeRO-3, FSDP, vLLM server);
         # vLLM server mode and tensor-parallel colocate also need equally many prompts per call on every rank.
         equal_batches = self.use_vllm and (self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1)
-        sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device,
+        sampler = LockstepSampler(self._sampler(), [trl_seam.tokenizer_of(self).pad_token_id], self.accelerator.device,
                                   equal_batch_sizes=equal_batches)
         try:
             result = run_rollout_batch(builders, sampler, self.args.rollout_budget(),
@@ -180,7 +181,7 @@ class EnvGRPOTrainer(GRPOTrainer):
             sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
         self.last_rollout = result
         for name, values in rollout_metrics(result.groups, result.error_counts).items():
-            self._pending_metrics[name].extend(values)
+            trl_seam.log_generation_metric(self, name, values)
         return result
 
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
@@ -198,7 +199,7 @@ class EnvGRPOTrainer(GRPOTrainer):
             raise RuntimeError(f"EnvGRPOTrainer: TRL asked for {len(prompts)} completions but "
                                f"{0 if plan is None else len(plan.rows)} rows were planned; rollout_func must only be "
                                "called from EnvGRPOTrainer._generate_and_score_completions")
-        out = plan.rollout_output(self._tokenizer.pad_token_id, self.eos_token_ids[0])
+        out = plan.rollout_output(trl_seam.tokenizer_of(self).pad_token_id, self.eos_token_ids[0])
         out[ENV_REWARD_KEY] = out.pop("rewards")
         return out
 
@@ -230,8 +231,8 @@ class EnvGRPOTrainer(GRPOTrainer):
             return VLLMSampler(self)
         model_context = functools.partial(
             _generation_model, self.model_wrapped, self.accelerator, self.args.ds3_gather_for_generation,
-            self.args.gradient_checkpointing_kwargs, self._dist)
-        return HFSampler(self.model_wrapped, self._tokenizer, temperature=self.temperature, top_p=self.top_p,
+            self.args.gradient_checkpointing_kwargs, trl_seam.distributed_backend(self.accelerator))
+        return HFSampler(self.model_wrapped, trl_seam.tokenizer_of(self), temperature=self.temperature, top_p=self.top_p,
                          top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
                          model_context=model_context)
 

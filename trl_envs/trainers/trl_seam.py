@@ -1,0 +1,188 @@
+"""The seam to TRL: the one module of ``trl_envs`` that uses TRL's (and ``transformers.Trainer``'s) private names and
+unexported classes.
+
+TRL moves fast; its private attributes, hook methods and internal classes may change in any release. Everything
+``trl_envs`` relies on that is not TRL's public API goes through the small functions and aliases below, each with a
+comment naming the TRL behaviour it relies on, and is listed in :data:`TRL_PRIVATE_NAMES`.
+:func:`check_trl_compatibility` verifies that the installed TRL still has each of them (the env trainers call it
+when they are built) and names this module and the missing name when it does not. ``tests/test_trl_seam.py`` fails
+when any other module under ``trl_envs/`` names one of them; the only exception are the trainer hooks our trainers
+override (a method of the same name in a subclass), which are allowed in the module :data:`TRL_PRIVATE_NAMES` lists for
+them. Upgrading TRL: see docs/DESIGN.md, "Upgrading TRL".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import trl
+
+SEAM_MODULE = "trl_envs/trainers/trl_seam.py"
+
+
+class TRLCompatibilityError(RuntimeError):
+    """The installed TRL lacks a private name ``trl_envs`` relies on (see :data:`TRL_PRIVATE_NAMES`)."""
+
+
+# TRL's unexported classes, imported here and nowhere else.
+try:
+    # trl.trainer.dpo_trainer.DataCollatorForPreference: DPOTrainer's default collator, which pads prompt / chosen /
+    # rejected ids into prompt-then-completion rows with a ``completion_mask`` (the only mask DPO's loss uses).
+    from trl.trainer.dpo_trainer import DataCollatorForPreference as PreferenceCollator
+    # trl.distributed.DistributedBackend: the backend detection GRPOTrainer uses around generation
+    # (``summon_full_params`` materialises FSDP v1 parameters; a no-op otherwise).
+    from trl.distributed import DistributedBackend
+except ImportError as error:  # pragma: no cover - only with another TRL version
+    raise TRLCompatibilityError(f"{SEAM_MODULE} imports TRL internals that the installed trl {trl.__version__} lacks "
+                                f"({error}); update {SEAM_MODULE} (docs/DESIGN.md, 'Upgrading TRL').") from error
+
+
+@dataclass(frozen=True)
+class PrivateName:
+    """One TRL private name (or unexported class, or message text) that ``trl_envs`` relies on.
+
+    Attributes:
+        name: the name as code writes it (an attribute, a method, a class, or the text of a message).
+        owner: the dotted path of the class or module that has it.
+        relied_on: the TRL behaviour ``trl_envs`` relies on.
+        check: how :func:`check_trl_compatibility` verifies it: ``"attr"`` (the owner has the attribute) or
+            ``"source"`` (the owner's source code contains ``name``: attributes set in ``__init__``, messages).
+        overridden_in: for a trainer hook our trainers override, the module (path under the repository root) where a
+            method of that name is defined; the package grep test allows ``def name`` and ``super().name(`` there.
+    """
+
+    name: str
+    owner: str
+    relied_on: str
+    check: str = "attr"
+    overridden_in: str | None = None
+
+
+TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
+    PrivateName("_generate_and_score_completions", "trl.GRPOTrainer",
+                "the per-generation-round hook: gets this rank's dataset rows, returns the scored batch (ids, masks, "
+                "advantages); EnvGRPOTrainer rolls out the rows' env groups before calling it",
+                overridden_in="trl_envs/trainers/grpo.py"),
+    PrivateName("self._pending_metrics", "trl.GRPOTrainer",
+                "name -> list of scalars, averaged across ranks and logged at the next scoring step",
+                check="source"),
+    PrivateName("self._tokenizer", "trl.GRPOTrainer",
+                "the text tokenizer of the processing class (its .tokenizer for a processor)", check="source"),
+    PrivateName("self._tokenizer", "trl.DPOTrainer",
+                "the text tokenizer of the processing class (its .tokenizer for a processor)", check="source"),
+    PrivateName("self._metrics", "trl.DPOTrainer",
+                "mode ('train'/'eval') -> metric name -> values gathered across ranks since the last log()",
+                check="source"),
+    PrivateName("_prepare_dataset", "trl.DPOTrainer",
+                "(dataset, processing_class, args, dataset_name) -> the tokenized dataset; EnvDPOTrainer passes "
+                "pre-tokenized pairs through and checks raw preference data first",
+                overridden_in="trl_envs/trainers/dpo.py"),
+    PrivateName("_set_signature_columns_if_needed", "trl.DPOTrainer",
+                "sets the columns Trainer keeps when remove_unused_columns is on; EnvDPOTrainer adds its mask columns",
+                overridden_in="trl_envs/trainers/dpo.py"),
+    PrivateName("self._signature_columns", "transformers.Trainer",
+                "the list of dataset columns kept by remove_unused_columns", check="source"),
+    PrivateName("self._is_vision_dataset", "trl.DPOTrainer",
+                "whether the training data holds images (DPOTrainer then keeps its own column list)", check="source"),
+    PrivateName("_init_training_state", "transformers.Trainer",
+                "(max_steps, ...) makes the fresh TrainerState of one train() call; EnvDPOTrainer keeps counting "
+                "steps, logs and FLOPs across its rounds", overridden_in="trl_envs/trainers/dpo.py"),
+    PrivateName("_finalize_training", "transformers.Trainer",
+                "(trial, num_train_samples, start_time) computes the speed metrics of one train() call from "
+                "state.max_steps; EnvDPOTrainer scales them to the round", overridden_in="trl_envs/trainers/dpo.py"),
+    PrivateName("_tag_names", "trl.DPOTrainer", "class attribute: the tags DPOTrainer adds to the model (card)"),
+    PrivateName("DataCollatorForPreference", "trl.trainer.dpo_trainer", "DPOTrainer's default collator (see above)"),
+    PrivateName("DistributedBackend", "trl.distributed", "ZeRO-3 / FSDP parameter handling around generation"),
+    PrivateName("You are using 'rollout_func'", "trl.GRPOTrainer",
+                "the start of the experimental-feature warning GRPOTrainer.__init__ gives for rollout_func, silenced "
+                "by its text", check="source"),
+)
+
+
+def _resolve(dotted: str):
+    module_name, _, attr = dotted.rpartition(".")
+    with contextlib.suppress(ImportError):
+        return importlib.import_module(dotted)
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES) -> None:
+    """Raise :class:`TRLCompatibilityError` naming this module and the first missing name if the installed TRL (or
+    transformers) lacks a private name of :data:`TRL_PRIVATE_NAMES`."""
+    for entry in names:
+        try:
+            owner = _resolve(entry.owner)
+            found = (entry.name in inspect.getsource(owner)) if entry.check == "source" else hasattr(owner, entry.name)
+        except (ImportError, AttributeError, OSError, TypeError):
+            found = False
+        if not found:
+            raise TRLCompatibilityError(
+                f"{SEAM_MODULE} relies on {entry.name!r} of {entry.owner} ({entry.relied_on}), which the installed "
+                f"trl {trl.__version__} does not have. Update {SEAM_MODULE} for this TRL version (docs/DESIGN.md, "
+                "'Upgrading TRL') or install the TRL version pyproject.toml pins.")
+
+
+# -- attributes of a built trainer ------------------------------------------------------------------------------------
+
+def tokenizer_of(trainer):
+    """The trainer's text tokenizer. Relies on: GRPOTrainer / DPOTrainer ``__init__`` set ``_tokenizer`` to the
+    processing class, or to its ``.tokenizer`` for a multimodal processor."""
+    return trainer._tokenizer
+
+
+def log_generation_metric(trainer, name: str, values: Iterable[float]) -> None:
+    """Queue values of a metric for TRL's next log. Relies on: GRPOTrainer's ``_pending_metrics`` (name -> list),
+    which ``_generate_and_score_completions`` averages across ranks into ``_metrics[mode][name]`` and then clears (the
+    store behind its ``log_metric`` reward-function keyword)."""
+    trainer._pending_metrics[name].extend(values)
+
+
+def logged_metrics(trainer, mode: str = "train") -> dict[str, list[float]]:
+    """The metrics the trainer gathered since its last ``log()`` (name -> values). Relies on: TRL trainers'
+    ``_metrics[mode]``, filled by ``compute_loss`` / scoring and cleared by ``log()``."""
+    return trainer._metrics[mode]
+
+
+def keep_columns(trainer, columns: Iterable[str]) -> None:
+    """Also keep ``columns`` when ``remove_unused_columns`` drops dataset columns (text data only). Relies on:
+    ``transformers.Trainer._signature_columns`` (the kept columns, set by ``_set_signature_columns_if_needed``) and
+    DPOTrainer's ``_is_vision_dataset`` (vision data keeps DPOTrainer's own list)."""
+    if not trainer._is_vision_dataset:
+        trainer._signature_columns = list(dict.fromkeys(list(trainer._signature_columns) + list(columns)))
+
+
+def distributed_backend(accelerator) -> DistributedBackend:
+    """TRL's ZeRO-3 / FSDP helper for ``accelerator``, as GRPOTrainer builds it (its ``_dist``)."""
+    return DistributedBackend(accelerator)
+
+
+# -- class-level settings and construction ------------------------------------------------------------------------------
+
+def model_tags(*tags: str):
+    """Class decorator: the tags the trainer adds to the model and its model card. Relies on: TRL trainers' class
+    attribute ``_tag_names``, passed to ``model.add_model_tags`` in ``__init__``."""
+    def decorate(cls):
+        cls._tag_names = list(tags)
+        return cls
+
+    return decorate
+
+
+@contextlib.contextmanager
+def rollout_func_warning_silenced() -> Iterator[None]:
+    """Build a GRPOTrainer with ``rollout_func`` without its experimental-feature warning: ``rollout_func`` is how
+    EnvGRPOTrainer plugs in, not something its user opted into. Relies on: the warning's text starts with
+    "You are using 'rollout_func'" (GRPOTrainer.__init__)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+        yield
+
+
+__all__ = ["PreferenceCollator", "PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES",
+           "check_trl_compatibility", "distributed_backend", "keep_columns", "log_generation_metric",
+           "logged_metrics", "model_tags", "rollout_func_warning_silenced", "tokenizer_of"]
