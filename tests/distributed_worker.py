@@ -129,7 +129,7 @@ def _uneven_dataset(renderer, group_size: int, groups_per_batch: int, short_turn
 
 def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = True) -> None:
     """Record, per generation round, what this rank rolled out and trained on (see the module docstring)."""
-    import trl_envs.trainers.grpo as grpo_module
+    import trl_envs.trainers.base as trainer_base
     from trl_envs.rollout.lockstep import LockstepSampler
     from trl_envs.rollout.metrics import rollout_metrics
 
@@ -143,7 +143,7 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
         def active(self) -> bool:
             return lockstep and super().active()
 
-    grpo_module.LockstepSampler = RecordingLockstep
+    trainer_base.LockstepSampler = RecordingLockstep
     original = trainer._generate_and_score_completions
 
     def recorded(inputs):
@@ -181,7 +181,7 @@ def _make_generate_collective() -> None:
     import torch
     import torch.distributed as dist
 
-    import trl_envs.trainers.grpo as grpo_module
+    import trl_envs.trainers.base as trainer_base
     from trl_envs.samplers.hf import HFSampler
 
     class CollectiveHFSampler(HFSampler):
@@ -190,7 +190,7 @@ def _make_generate_collective() -> None:
                 dist.all_reduce(torch.ones(1))
             return super().sample(requests)
 
-    grpo_module.HFSampler = CollectiveHFSampler
+    trainer_base.HFSampler = CollectiveHFSampler
 
 
 def _step_clock():

@@ -119,12 +119,12 @@ def test_sampled_logprob_and_settings_agreement_single_process():
 
 
 def test_launched_processes_that_did_not_join_one_job_are_refused():
-    from trl_envs.trainers.grpo import _check_launch
+    from trl_envs.trainers.base import check_single_process_launch
 
-    _check_launch(1, {})
-    _check_launch(2, {"WORLD_SIZE": "2"})
-    with pytest.raises(RuntimeError, match="use_cpu=True"):
-        _check_launch(1, {"WORLD_SIZE": "2"})
+    check_single_process_launch(1, {}, "EnvGRPOTrainer")
+    check_single_process_launch(2, {"WORLD_SIZE": "2"}, "EnvGRPOTrainer")
+    with pytest.raises(RuntimeError, match="EnvGRPOTrainer: 2 processes.*use_cpu=True"):
+        check_single_process_launch(1, {"WORLD_SIZE": "2"}, "EnvGRPOTrainer")
 
 
 def test_vllm_settings_are_agreed_in_server_mode_and_tensor_parallel_colocate():

@@ -19,6 +19,7 @@ import contextlib
 import copy
 import functools
 import math
+import os
 import time
 import warnings
 from collections import defaultdict
@@ -32,15 +33,14 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.trainer_utils import TrainOutput
 from trl import DPOConfig, DPOTrainer
 from trl.data_utils import is_conversational
-from trl.models import unwrap_model_for_generation
 
 from .dpo_config import EnvDPOConfig
 from . import trl_seam
-from ..rollout.lockstep import LockstepSampler
+from .base import EnvTrainerMixin, check_single_process_launch, require_chat_template, resolve_env_datasets
 from ..rollout.metrics import rollout_metrics, summarize
 from ..training_data.preference import PAIR_COLUMNS, PairStats, make_preference_pairs
-from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
-from ..samplers.hf import HFSampler, Sampler
+from ..rollout.engine import RolloutBatchResult
+from ..samplers.hf import Sampler
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 TOKENIZED_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -87,7 +87,7 @@ class DataCollatorForMaskedPreference(trl_seam.PreferenceCollator):
 
 
 @trl_seam.model_tags("trl", "dpo", "trl_envs")
-class EnvDPOTrainer(DPOTrainer):
+class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
     """DPO on a preference dataset or on pairs sampled from environments (see the module docstring).
 
     Args:
@@ -138,13 +138,13 @@ class EnvDPOTrainer(DPOTrainer):
                  compute_metrics=None, callbacks=None, optimizers=(None, None), quantization_config=None,
                  peft_config=None, *, env_dataset: RLDataset | RLDatasetBuilder | None = None,
                  eval_env_dataset: RLDataset | None = None, sampler: Sampler | None = None):
-        trl_seam.check_trl_compatibility()
+        self._init_env_trainer(sampler)
         if (train_dataset is None) == (env_dataset is None):
             raise ValueError("EnvDPOTrainer: give exactly one of train_dataset (a preference dataset: offline DPO) "
                              "and env_dataset (an RLDataset or RLDatasetBuilder: env-driven DPO)")
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "model"
-            args = EnvDPOConfig(f"{name.rstrip('/').split('/')[-1]}-DPO")
+            args = EnvDPOConfig(output_dir=f"{name.rstrip('/').split('/')[-1]}-DPO")
         self._env_mode = env_dataset is not None
         self._train_envs: RLDataset | None = None
         self._eval_envs: RLDataset | None = None
@@ -155,7 +155,7 @@ class EnvDPOTrainer(DPOTrainer):
                 raise ValueError("EnvDPOConfig: precompute_ref_log_probs=True cannot be used with env_dataset: the "
                                  "pairs are sampled during training, after the reference would have been computed. "
                                  "Set precompute_ref_log_probs=False.")
-            self._train_envs, self._eval_envs = _resolve_env_datasets(env_dataset, eval_env_dataset)
+            self._train_envs, self._eval_envs = resolve_env_datasets(env_dataset, eval_env_dataset, "EnvDPOTrainer")
             train_dataset = _placeholder_pairs()  # DPOTrainer needs a dataset now; each round replaces it
 
         tokenizer = processing_class
@@ -164,9 +164,8 @@ class EnvDPOTrainer(DPOTrainer):
                 model if isinstance(model, str) else getattr(model.config, "_name_or_path", ""))
             processing_class = tokenizer
         text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
-        if self._env_mode and not getattr(text_tokenizer, "chat_template", None):
-            raise ValueError(f"EnvDPOTrainer: the tokenizer {text_tokenizer.name_or_path!r} has no chat template; env "
-                             "renderers need one (use a chat model or set tokenizer.chat_template).")
+        if self._env_mode:
+            require_chat_template(text_tokenizer, "EnvDPOTrainer")
         if isinstance(text_tokenizer, PreTrainedTokenizerBase) and text_tokenizer.pad_token is None:
             text_tokenizer.pad_token = text_tokenizer.eos_token
         if data_collator is None and not _is_vision(train_dataset):
@@ -176,9 +175,7 @@ class EnvDPOTrainer(DPOTrainer):
         if ref_model is None:
             ref_model = _in_memory_reference(model, args, peft_config)
 
-        self._custom_sampler = sampler
         self.round_history: list[dict[str, float]] = []
-        self.last_rollout: RolloutBatchResult | None = None
         self.last_pair_stats: PairStats | None = None
         self._in_rounds = False
         self._round_step_offset = 0
@@ -187,6 +184,7 @@ class EnvDPOTrainer(DPOTrainer):
                          train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
                          compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
                          quantization_config=quantization_config, peft_config=peft_config)
+        check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvDPOTrainer")
 
     # -- datasets ----------------------------------------------------------------------------------------------
 
@@ -359,23 +357,8 @@ class EnvDPOTrainer(DPOTrainer):
     def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
         """This rank's share of ``builders`` (every ``num_processes``-th), rolled out with one batched generation call
         per turn; every rank makes the same number of calls (they can be collectives under ZeRO-3 / FSDP)."""
-        args: EnvDPOConfig = self.args
         local = list(builders)[self.accelerator.process_index::self.accelerator.num_processes]
-        sampler = LockstepSampler(self._sampler(), [trl_seam.tokenizer_of(self).pad_token_id], self.accelerator.device)
-        try:
-            return run_rollout_batch(local, sampler, args.rollout_budget(), args.error_strategy(),
-                                     args.sampler_max_wait_s)
-        finally:
-            sampler.drain()
-
-    def _sampler(self) -> Sampler:
-        if self._custom_sampler is not None:
-            return self._custom_sampler
-        args: EnvDPOConfig = self.args
-        context = functools.partial(_generation_model, self.model_wrapped, self.accelerator,
-                                    args.gradient_checkpointing_kwargs, trl_seam.distributed_backend(self.accelerator))
-        return HFSampler(self.model_wrapped, trl_seam.tokenizer_of(self), temperature=args.temperature, top_p=args.top_p,
-                         top_k=args.top_k, min_p=args.min_p, model_context=context)
+        return self._rollout_groups(local)
 
     # -- logging -----------------------------------------------------------------------------------------------
 
@@ -403,31 +386,12 @@ def _round_line(logs: dict[str, float], round_index: int, num_rounds: int) -> st
     return " | ".join(parts)
 
 
-@contextlib.contextmanager
-def _generation_model(model_wrapped, accelerator, gc_kwargs, dist):
-    with (unwrap_model_for_generation(model_wrapped, accelerator, gradient_checkpointing_kwargs=gc_kwargs)
-          as unwrapped, dist.summon_full_params(model_wrapped, recurse=False)):
-        yield unwrapped
-
-
 def _merge_metrics(parts) -> dict[str, list[float]]:
     merged: dict[str, list[float]] = defaultdict(list)
     for part in parts:
         for name, values in part.items():
             merged[name].extend(values)
     return dict(merged)
-
-
-def _resolve_env_datasets(env_dataset, eval_env_dataset) -> tuple[RLDataset, RLDataset | None]:
-    if isinstance(env_dataset, RLDatasetBuilder):
-        train, test = run_sync(env_dataset)
-        return train, eval_env_dataset if eval_env_dataset is not None else test
-    if isinstance(env_dataset, RLDataset):
-        if len(env_dataset) == 0:
-            raise ValueError("EnvDPOTrainer: env_dataset has no batches")
-        return env_dataset, eval_env_dataset
-    raise TypeError(f"EnvDPOTrainer: env_dataset must be an RLDataset or RLDatasetBuilder, got "
-                    f"{type(env_dataset).__name__}")
 
 
 def _placeholder_pairs() -> Dataset:

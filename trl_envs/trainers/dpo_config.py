@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from trl import DPOConfig
 
 from .rollout_args import RolloutArguments
-from ..rollout.engine import RolloutBudget
-
 
 @dataclass
 class EnvDPOConfig(DPOConfig, RolloutArguments):
@@ -35,7 +33,12 @@ class EnvDPOConfig(DPOConfig, RolloutArguments):
     top_p: float = field(default=1.0, metadata={"help": "Env mode: nucleus sampling."})
     top_k: int | None = field(default=None, metadata={"help": "Env mode: top-k sampling (None: off)."})
     min_p: float | None = field(default=None, metadata={"help": "Env mode: min-p sampling (None: off)."})
+    repetition_penalty: float = field(default=1.0, metadata={"help": "Env mode: repetition penalty (1.0: off)."})
     max_tokens_per_turn: int = field(default=64, metadata={"help": "Env mode: most sampled tokens per action."})
+    ds3_gather_for_generation: bool = field(
+        default=True, metadata={"help": "Env mode, DeepSpeed ZeRO-3: gather the policy's weights for generation "
+                                        "(faster); False generates with sharded weights, for models that do not fit "
+                                        "on one device (as GRPOConfig's option of the same name)."})
 
     def __post_init__(self):
         super().__post_init__()
@@ -46,7 +49,3 @@ class EnvDPOConfig(DPOConfig, RolloutArguments):
             raise ValueError(f"EnvDPOConfig.batches_per_round must be >= 1, got {self.batches_per_round}")
         if self.min_reward_gap < 0:
             raise ValueError(f"EnvDPOConfig.min_reward_gap must be >= 0, got {self.min_reward_gap}")
-
-    def rollout_budget(self) -> RolloutBudget:
-        return RolloutBudget(max_turns=self.max_turns, max_tokens_per_turn=self.max_tokens_per_turn,
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)

@@ -17,7 +17,6 @@ How an env batch maps onto TRL (see docs/DESIGN.md):
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from collections.abc import Sequence
@@ -26,17 +25,16 @@ from typing import Any
 import torch
 from datasets import Dataset
 from trl import GRPOTrainer
-from trl.models import unwrap_model_for_generation
 
 from ..training_data.credit import first_turn_returns, row_token_advantages
 from ..registry.env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
 from . import trl_seam
-from ..rollout.lockstep import LockstepSampler
+from .base import EnvTrainerMixin, check_single_process_launch, require_chat_template, resolve_env_datasets
 from ..rollout.metrics import rollout_metrics
-from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
+from ..rollout.engine import RolloutBatchResult, run_sync
 from ..training_data.row_layout import RowPlan, plan_rows
-from ..samplers.hf import HFSampler, Sampler
+from ..samplers.hf import Sampler
 from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 ENV_REWARD_KEY = "env_reward"
@@ -70,7 +68,7 @@ class _GroupIndex:
         return Dataset.from_dict({"prompt": self.keys})
 
 
-class EnvGRPOTrainer(GRPOTrainer):
+class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
     """GRPO on environments. Takes env datasets instead of a prompt dataset; everything else is ``GRPOTrainer``.
 
     Args:
@@ -106,7 +104,9 @@ class EnvGRPOTrainer(GRPOTrainer):
             env_dataset, eval_env_dataset, model=model, processing_class=processing_class,
             group_size=args.num_generations, eval_group_size=args.num_generations_eval or args.num_generations,
             groups_per_batch=max(args.generation_batch_size // args.num_generations, 1), owner="EnvGRPOTrainer")
-        train_envs, eval_envs = _resolve_datasets(env_dataset, eval_env_dataset)
+        train_envs, eval_envs = resolve_env_datasets(
+            env_dataset, eval_env_dataset, "EnvGRPOTrainer",
+            accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows")
         _check_batch_geometry(args, eval_envs is not None)
         _check_reference_model(model, args, peft_config)
         self._train_index = _GroupIndex("train", train_envs)
@@ -115,10 +115,8 @@ class EnvGRPOTrainer(GRPOTrainer):
         if self._eval_index is not None:
             _check_group_size(self._eval_index, args.num_generations_eval or args.num_generations,
                               "num_generations_eval")
-        self._custom_sampler = sampler
-        self.last_rollout: RolloutBatchResult | None = None
+        self._init_env_trainer(sampler)
         self._planned_rows: RowPlan | None = None
-        trl_seam.check_trl_compatibility()
         with trl_seam.rollout_func_warning_silenced():
             super().__init__(
                 model=model,
@@ -132,11 +130,8 @@ class EnvGRPOTrainer(GRPOTrainer):
                 peft_config=peft_config,
                 rollout_func=_env_rollout_func,
             )
-        _check_launch(self.accelerator.num_processes, os.environ)
-        tokenizer = trl_seam.tokenizer_of(self)
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(f"EnvGRPOTrainer: the tokenizer {tokenizer.name_or_path!r} has no chat template; "
-                             "env renderers need one (use a chat model or set tokenizer.chat_template).")
+        check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvGRPOTrainer")
+        require_chat_template(trl_seam.tokenizer_of(self), "EnvGRPOTrainer")
 
     # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
 
@@ -169,16 +164,9 @@ class EnvGRPOTrainer(GRPOTrainer):
         return output
 
     def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
-        # Every rank makes the same number of generation calls (they may be collectives: ZeRO-3, FSDP, vLLM server);
-        # vLLM server mode and tensor-parallel colocate also need equally many prompts per call on every rank.
+        # vLLM server mode and tensor-parallel colocate need equally many prompts per call on every rank.
         equal_batches = self.use_vllm and (self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1)
-        sampler = LockstepSampler(self._sampler(), [trl_seam.tokenizer_of(self).pad_token_id], self.accelerator.device,
-                                  equal_batch_sizes=equal_batches)
-        try:
-            result = run_rollout_batch(builders, sampler, self.args.rollout_budget(),
-                                       self.args.error_strategy(), self.args.sampler_max_wait_s)
-        finally:
-            sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
+        result = self._rollout_groups(builders, equal_batch_sizes=equal_batches)
         self.last_rollout = result
         for name, values in rollout_metrics(result.groups, result.error_counts).items():
             trl_seam.log_generation_metric(self, name, values)
@@ -222,32 +210,11 @@ class EnvGRPOTrainer(GRPOTrainer):
             raise KeyError(f"EnvGRPOTrainer: no env dataset for row key {key!r}")
         return index.builder(key)
 
-    def _sampler(self) -> Sampler:
-        if self._custom_sampler is not None:
-            return self._custom_sampler
-        if self.use_vllm:
-            from ..samplers.vllm import VLLMSampler
-
-            return VLLMSampler(self)
-        model_context = functools.partial(
-            _generation_model, self.model_wrapped, self.accelerator, self.args.ds3_gather_for_generation,
-            self.args.gradient_checkpointing_kwargs, trl_seam.distributed_backend(self.accelerator))
-        return HFSampler(self.model_wrapped, trl_seam.tokenizer_of(self), temperature=self.temperature, top_p=self.top_p,
-                         top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
-                         model_context=model_context)
 
 
 def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, Any]:
     """TRL's ``rollout_func`` hook (called as ``rollout_func(prompts, trainer)``): the rows planned for this batch."""
     return trainer._rollout_output(prompts)
-
-
-@contextlib.contextmanager
-def _generation_model(model_wrapped, accelerator, gather_ds3: bool, gc_kwargs, dist):
-    with (unwrap_model_for_generation(model_wrapped, accelerator, gather_deepspeed3_params=gather_ds3,
-                                      gradient_checkpointing_kwargs=gc_kwargs) as unwrapped,
-          dist.summon_full_params(model_wrapped, recurse=False)):
-        yield unwrapped
 
 
 def _group_keys(prompts: list[str], group_size: int) -> list[str]:
@@ -261,28 +228,6 @@ def _group_keys(prompts: list[str], group_size: int) -> list[str]:
             raise ValueError(f"EnvGRPOTrainer: rows {g * group_size}..{(g + 1) * group_size - 1} mix env groups "
                              f"{sorted(set(block))}; TRL must repeat each group key num_generations times in a row")
     return keys
-
-
-def _resolve_datasets(env_dataset, eval_env_dataset) -> tuple[RLDataset, RLDataset | None]:
-    if isinstance(env_dataset, RLDatasetBuilder):
-        train, test = run_sync(env_dataset)
-        return train, eval_env_dataset if eval_env_dataset is not None else test
-    if isinstance(env_dataset, RLDataset):
-        return env_dataset, eval_env_dataset
-    raise TypeError(f"EnvGRPOTrainer: env_dataset must be an RLDataset, RLDatasetBuilder or datasets.Dataset of env "
-                    f"rows, got {type(env_dataset).__name__}")
-
-
-def _check_launch(num_processes: int, environ) -> None:
-    """Refuse N launched processes that each run as a separate single-process job (on a CPU-only machine, a torchrun /
-    `accelerate launch --multi_gpu` job without use_cpu=True): they would train N independent models silently."""
-    launched = int(environ.get("WORLD_SIZE", "1") or 1)
-    if launched > 1 and num_processes == 1:
-        raise RuntimeError(
-            f"EnvGRPOTrainer: {launched} processes were launched (WORLD_SIZE={launched}) but this trainer runs as a "
-            "single process, so each process would train its own model. On a machine without GPUs set use_cpu=True "
-            "(--use_cpu true) or ACCELERATE_USE_CPU=true to run them together over gloo; see the README's "
-            "'Distributed training'.")
 
 
 def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:

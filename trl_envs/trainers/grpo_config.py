@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .rollout_args import RolloutArguments
-from ..rollout.engine import RolloutBudget
-
 
 @dataclass
 class EnvGRPOConfig(GRPOConfig, RolloutArguments):
@@ -46,7 +44,5 @@ class EnvGRPOConfig(GRPOConfig, RolloutArguments):
         if not 0.0 <= self.credit_gamma <= 1.0:
             raise ValueError(f"EnvGRPOConfig.credit_gamma must be in [0, 1], got {self.credit_gamma}")
 
-    def rollout_budget(self) -> RolloutBudget:
-        return RolloutBudget(max_turns=self.max_turns,
-                             max_tokens_per_turn=self.max_tokens_per_turn or self.max_completion_length,
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)
+    def default_max_tokens_per_turn(self) -> int | None:
+        return self.max_completion_length

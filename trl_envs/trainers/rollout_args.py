@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..rollout.engine import ErrorStrategy, FailFast, RetryOnFailure
+from ..rollout.engine import ErrorStrategy, FailFast, RetryOnFailure, RolloutBudget
 
 
 @dataclass
 class RolloutArguments:
-    """Episode budgets and the rollout error strategy. Mixed into a trainer config dataclass."""
+    """Episode budgets and the rollout error strategy. Mixed into a trainer config dataclass, which also has a
+    ``max_tokens_per_turn`` field (its default differs per trainer)."""
 
     max_turns: int | None = field(default=16, metadata={"help": "Most actions per episode (None: no limit)."})
     max_tokens_per_trajectory: int | None = field(
@@ -29,6 +30,17 @@ class RolloutArguments:
         if self.rollout_error_strategy not in ("fail_fast", "retry"):
             raise ValueError(f"{type(self).__name__}.rollout_error_strategy must be 'fail_fast' or 'retry', got "
                              f"{self.rollout_error_strategy!r}")
+
+    def default_max_tokens_per_turn(self) -> int | None:
+        """The per-turn token budget when ``max_tokens_per_turn`` is unset (``EnvGRPOConfig``: ``max_completion_length``)."""
+        return None
+
+    def rollout_budget(self) -> RolloutBudget:
+        """The budget of one episode: ``max_turns``, ``max_tokens_per_turn`` (or :meth:`default_max_tokens_per_turn`),
+        ``max_tokens_per_trajectory``."""
+        return RolloutBudget(max_turns=self.max_turns,
+                             max_tokens_per_turn=self.max_tokens_per_turn or self.default_max_tokens_per_turn(),
+                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)
 
     def error_strategy(self) -> ErrorStrategy:
         if self.rollout_error_strategy == "retry":

@@ -1,0 +1,132 @@
+"""What every env-driven trainer shares: rollouts, the sampler, the generation model, env datasets and the checks made
+when it is built.
+
+:class:`EnvTrainerMixin` is mixed in before a TRL trainer class (``class EnvGRPOTrainer(EnvTrainerMixin,
+GRPOTrainer)``); the trainer keeps only its algorithm (how rollouts become training data). Its config mixes in
+:class:`~trl_envs.trainers.rollout_args.RolloutArguments` (budgets, error strategy, ``rollout_budget()``). What a new
+env trainer adds is written down in docs/DESIGN.md ("A third env trainer").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from trl.models import unwrap_model_for_generation
+
+from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
+from ..rollout.lockstep import LockstepSampler
+from ..samplers.hf import HFSampler, Sampler
+from . import trl_seam
+
+
+class EnvTrainerMixin:
+    """Rollouts for a TRL trainer whose ``args`` mix in ``RolloutArguments``.
+
+    Attributes:
+        last_rollout: the :class:`RolloutBatchResult` of this rank's latest training rollout (for inspection).
+
+    A trainer sets ``self.custom_sampler`` (a :class:`~trl_envs.samplers.hf.Sampler` or ``None``) and
+    ``self.last_rollout = None`` before calling the TRL trainer's ``__init__`` (:meth:`_init_env_trainer`), and
+    implements :meth:`sampling_settings`.
+    """
+
+    custom_sampler: Sampler | None = None
+    last_rollout: RolloutBatchResult | None = None
+
+    def _init_env_trainer(self, sampler: Sampler | None) -> None:
+        """Set the env-trainer state; call before the TRL trainer's ``__init__``. Also checks the installed TRL has the
+        private names ``trl_seam`` relies on, so an incompatible TRL fails here and not in a training step."""
+        trl_seam.check_trl_compatibility()
+        self.custom_sampler = sampler
+        self.last_rollout = None
+
+    # -- the sampler and the model it generates with ------------------------------------------------------------
+
+    def sampling_settings(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`HFSampler` for the policy: temperature, top_p, top_k, min_p,
+        repetition_penalty (from the trainer's config)."""
+        args = self.args
+        return dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                    repetition_penalty=args.repetition_penalty)
+
+    def _sampler(self) -> Sampler:
+        """The sampler of this rollout: the custom one, TRL's vLLM generation (``use_vllm``), or ``generate`` on the
+        policy being trained."""
+        if self.custom_sampler is not None:
+            return self.custom_sampler
+        if getattr(self.args, "use_vllm", False):
+            from ..samplers.vllm import VLLMSampler
+
+            return VLLMSampler(self)
+        return HFSampler(self.model_wrapped, trl_seam.tokenizer_of(self), model_context=self._generation_model,
+                         **self.sampling_settings())
+
+    @contextlib.contextmanager
+    def _generation_model(self) -> Iterator:
+        """The policy, ready to ``generate``: unwrapped from DDP / DeepSpeed (ZeRO-3 parameters gathered unless
+        ``args.ds3_gather_for_generation`` is False), FSDP v1 parameters materialised."""
+        args = self.args
+        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                          gather_deepspeed3_params=args.ds3_gather_for_generation,
+                                          gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
+              as unwrapped,
+              trl_seam.distributed_backend(self.accelerator).summon_full_params(self.model_wrapped, recurse=False)):
+            yield unwrapped
+
+    # -- rollouts ------------------------------------------------------------------------------------------------
+
+    def _rollout_groups(self, builders: Sequence[EnvGroupBuilder], *, equal_batch_sizes: bool = False
+                        ) -> RolloutBatchResult:
+        """Roll out ``builders`` on this rank with one batched generation call per turn. Every rank makes the same
+        number of calls (they may be collectives: ZeRO-3, FSDP, vLLM server); ``equal_batch_sizes`` also pads every
+        call to the same number of prompts on every rank (vLLM server mode and tensor-parallel colocate)."""
+        args = self.args
+        sampler = LockstepSampler(self._sampler(), [trl_seam.tokenizer_of(self).pad_token_id], self.accelerator.device,
+                                  equal_batch_sizes=equal_batch_sizes)
+        try:
+            return run_rollout_batch(builders, sampler, args.rollout_budget(), args.error_strategy(),
+                                     args.sampler_max_wait_s)
+        finally:
+            sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
+
+
+# -- construction-time helpers ----------------------------------------------------------------------------------------
+
+def resolve_env_datasets(env_dataset, eval_env_dataset, owner: str, accepted: str = "an RLDataset or RLDatasetBuilder"
+                         ) -> tuple[RLDataset, RLDataset | None]:
+    """The training and evaluation :class:`RLDataset`: an ``RLDatasetBuilder`` is built (its test split becomes the
+    evaluation envs unless ``eval_env_dataset`` is given). Raises ``TypeError`` for anything else, naming ``owner``
+    and what it accepts, and ``ValueError`` for a dataset without batches."""
+    if isinstance(env_dataset, RLDatasetBuilder):
+        train, test = run_sync(env_dataset)
+        return train, eval_env_dataset if eval_env_dataset is not None else test
+    if isinstance(env_dataset, RLDataset):
+        if len(env_dataset) == 0:
+            raise ValueError(f"{owner}: env_dataset has no batches")
+        return env_dataset, eval_env_dataset
+    raise TypeError(f"{owner}: env_dataset must be {accepted}, got {type(env_dataset).__name__}")
+
+
+def require_chat_template(tokenizer, owner: str) -> None:
+    """Env renderers render chat messages: refuse a tokenizer without chat template, naming it."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{owner}: the tokenizer {tokenizer.name_or_path!r} has no chat template; env renderers need "
+                         "one (use a chat model or set tokenizer.chat_template).")
+
+
+def check_single_process_launch(num_processes: int, environ, owner: str) -> None:
+    """Refuse N launched processes that each run as a separate single-process job (on a CPU-only machine, a torchrun /
+    `accelerate launch --multi_gpu` job without use_cpu=True): they would train N independent models silently."""
+    launched = int(environ.get("WORLD_SIZE", "1") or 1)
+    if launched > 1 and num_processes == 1:
+        raise RuntimeError(
+            f"{owner}: {launched} processes were launched (WORLD_SIZE={launched}) but this trainer runs as a "
+            "single process, so each process would train its own model. On a machine without GPUs set use_cpu=True "
+            "(--use_cpu true) or ACCELERATE_USE_CPU=true to run them together over gloo; see the README's "
+            "'Distributed training'.")
+
+
+__all__ = ["EnvTrainerMixin", "check_single_process_launch", "require_chat_template", "resolve_env_datasets"]
