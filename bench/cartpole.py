@@ -32,7 +32,7 @@ import torch
 from transformers import PrinterCallback, TrainerCallback
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer
-from trl_envs.envs import make_dataset_builder
+from trl_envs import make_env_dataset
 from trl_envs.envs.cartpole import ACTION_NAMES, ENV_ID, cartpole_text, lean_policy
 from trl_envs.gym.evaluation import GymEvalResult, evaluate_gym
 from trl_envs.samplers.text_policy import TextPolicySampler
@@ -89,7 +89,7 @@ def _default_action(text: str):
 
 
 def run_grpo(args, model_path: str, tokenizer, renderer) -> tuple[object, int, float, list[dict]]:
-    builder = make_dataset_builder("cartpole", renderer, group_size=args.group_size, batch_size=args.groups_per_step,
+    builder = make_env_dataset("cartpole", renderer, group_size=args.group_size, batch_size=args.groups_per_step,
                                    num_batches=args.grpo_steps, seed=args.seed,
                                    max_episode_steps=args.train_max_episode_steps,
                                    invalid_action_penalty=args.invalid_action_penalty,

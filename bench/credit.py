@@ -22,7 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget
-from trl_envs.envs import make_dataset_builder
+from trl_envs import make_env_dataset
 from trl_envs.rollout.evaluation import evaluate
 from trl_envs.rollout.engine import run_sync
 from trl_envs.tiny_model import build_tiny_model
@@ -38,7 +38,7 @@ def solved_turns(groups) -> tuple[float, float]:
 
 
 def env_builder(tokenizer, seed: int, args):
-    return make_dataset_builder("guess_number", Renderer(tokenizer), group_size=args.group_size,
+    return make_env_dataset("guess_number", Renderer(tokenizer), group_size=args.group_size,
                                 batch_size=args.groups_per_step, num_batches=args.steps * 2,
                                 num_test_batches=args.eval_batches, seed=seed)
 

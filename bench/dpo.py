@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, set_seed  # noqa: E402
 
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer  # noqa: E402
-from trl_envs.envs import make_dataset_builder  # noqa: E402
+from trl_envs import make_env_dataset  # noqa: E402
 from trl_envs.rollout.evaluation import evaluate  # noqa: E402
 from trl_envs.rollout.engine import RolloutBudget, run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
@@ -54,7 +54,7 @@ def evaluate_model(model, tokenizer, test, budget, seed: int, env: str) -> tuple
 
 def run_grpo(args, seed, model_path, tokenizer, renderer, budget, out) -> tuple[object, float]:
     steps = args.rounds * args.groups_per_round // args.groups_per_step
-    builder = make_dataset_builder(args.env, renderer, group_size=args.group_size,
+    builder = make_env_dataset(args.env, renderer, group_size=args.group_size,
                                    batch_size=args.groups_per_step, num_batches=steps, seed=seed)
     config = EnvGRPOConfig(output_dir=out, seed=seed, num_generations=args.group_size,
                            per_device_train_batch_size=args.group_size * args.groups_per_step, max_steps=steps,
@@ -69,7 +69,7 @@ def run_grpo(args, seed, model_path, tokenizer, renderer, budget, out) -> tuple[
 
 
 def run_dpo(args, seed, model_path, tokenizer, renderer, budget, out) -> tuple[object, float]:
-    builder = make_dataset_builder(args.env, renderer, group_size=args.group_size,
+    builder = make_env_dataset(args.env, renderer, group_size=args.group_size,
                                    batch_size=args.groups_per_round, num_batches=args.rounds, seed=seed)
     train, _ = run_sync(builder)
     config = EnvDPOConfig(output_dir=out, seed=seed, num_rounds=args.rounds, batches_per_round=1,
@@ -121,7 +121,7 @@ def main() -> int:
           flush=True)
     rows = []
     for seed in args.seeds:
-        _, test = run_sync(make_dataset_builder(args.env, renderer, group_size=args.group_size,
+        _, test = run_sync(make_env_dataset(args.env, renderer, group_size=args.group_size,
                                                 batch_size=args.groups_per_step, num_test_batches=args.eval_batches,
                                                 seed=seed))
         methods = [("DPO", run_dpo)] if args.skip_grpo else [("GRPO", run_grpo), ("DPO", run_dpo)]

@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget  # noqa: E402
-from trl_envs.envs import make_dataset_builder  # noqa: E402
+from trl_envs import make_env_dataset  # noqa: E402
 from trl_envs.rollout.evaluation import evaluate  # noqa: E402
 from trl_envs.rollout.engine import run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
@@ -36,7 +36,7 @@ ENV_KWARGS = {"arithmetic": {"max_operand": 3}}  # as scripts/train_grpo.py's de
 
 def run(env: str, seed: int, args, model_path: str, tokenizer) -> tuple[float, float, float]:
     renderer = Renderer(tokenizer)
-    builder = make_dataset_builder(env, renderer, group_size=args.group_size, batch_size=args.groups_per_step,
+    builder = make_env_dataset(env, renderer, group_size=args.group_size, batch_size=args.groups_per_step,
                                    num_batches=args.steps * 2, num_test_batches=args.eval_batches, seed=seed,
                                    **ENV_KWARGS.get(env, {}))
     _, test = run_sync(builder)

@@ -40,7 +40,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_envs import HFSampler, Renderer, RolloutBudget, TrainingRow, assemble_training_data, compute_advantages
 from trl_envs import run_rollout_batch
-from trl_envs.envs import make_dataset_builder
+from trl_envs import make_env_dataset
 from trl_envs.rollout.evaluation import evaluate
 from trl_envs.rollout.engine import run_sync
 from trl_envs.tiny_model import build_tiny_model
@@ -158,10 +158,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model = AutoModelForCausalLM.from_pretrained(model_path).to(device)
     renderer = Renderer(tokenizer)
     env_kwargs = {"max_operand": args.max_operand} if args.env == "arithmetic" else {}
-    train_set, _ = run_sync(make_dataset_builder(args.env, renderer, group_size=args.group_size,
+    train_set, _ = run_sync(make_env_dataset(args.env, renderer, group_size=args.group_size,
                                                  batch_size=args.groups_per_batch, num_batches=args.steps, **env_kwargs))
     # Greedy evaluation plays each test problem once: the same test problems, in groups of one.
-    _, test_set = run_sync(make_dataset_builder(args.env, renderer, group_size=1, batch_size=args.groups_per_batch,
+    _, test_set = run_sync(make_env_dataset(args.env, renderer, group_size=1, batch_size=args.groups_per_batch,
                                                 **env_kwargs))
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
     sampler = HFSampler(model, tokenizer, temperature=args.temperature)

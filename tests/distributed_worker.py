@@ -217,7 +217,7 @@ def _step_clock():
 
 def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
     from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
-    from trl_envs.envs import make_dataset_builder
+    from trl_envs import make_env_dataset
 
     env, _, scale = spec.partition(":")
     name = spec.replace(":", "_")
@@ -242,7 +242,7 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
         dataset = _uneven_dataset(renderer, args.num_generations, groups_per_batch, args.short_turns, args.long_turns,
                                   num_batches=args.steps + 2)
     else:
-        dataset = make_dataset_builder(env, renderer, group_size=args.num_generations,
+        dataset = make_env_dataset(env, renderer, group_size=args.num_generations,
                                        batch_size=groups_per_batch, num_batches=args.steps + 2)
     clock = _step_clock()
     trainer = EnvGRPOTrainer(model_path, config, dataset, processing_class=tokenizer, callbacks=[clock])

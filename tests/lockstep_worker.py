@@ -42,7 +42,7 @@ class CollectiveSampler:
 def check_uneven_calls(rank: int) -> dict:
     """Rank 0 needs 1 generation round, rank 1 needs 4: both must make 4 calls (rank 0: 3 of them dummies)."""
     from trl_envs.rollout.lockstep import LockstepSampler
-    from trl_envs.samplers.hf import SampleRequest
+    from trl_envs.samplers.base import SampleRequest
 
     inner = CollectiveSampler()
     lock = LockstepSampler(inner, [0])
@@ -56,7 +56,7 @@ def check_uneven_calls(rank: int) -> dict:
 def check_equal_batch_sizes(rank: int) -> dict:
     """Rank 0 sends 1 request, rank 1 sends 3: with equal_batch_sizes every call carries 3 on both ranks."""
     from trl_envs.rollout.lockstep import LockstepSampler
-    from trl_envs.samplers.hf import SampleRequest
+    from trl_envs.samplers.base import SampleRequest
 
     inner = CollectiveSampler()
     lock = LockstepSampler(inner, [0], equal_batch_sizes=True)
@@ -103,7 +103,7 @@ def check_vllm_server_mode(rank: int, world_size: int) -> dict:
     from trl.generation.vllm_generation import VLLMGeneration
 
     from trl_envs.rollout.lockstep import LockstepSampler
-    from trl_envs.samplers.hf import SampleRequest
+    from trl_envs.samplers.base import SampleRequest
     from trl_envs.samplers.vllm import VLLMSampler
 
     state = PartialState()

@@ -115,7 +115,7 @@ def test_eval_numbers_equal_a_direct_computation_on_the_same_seeds(tmp_path, tin
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     from trl_envs import HFSampler, Renderer, RolloutBudget, run_rollout_batch
-    from trl_envs.envs import make_dataset_builder
+    from trl_envs import make_env_dataset
     from trl_envs.rollout.engine import run_sync
 
     out = tmp_path / "eval.json"
@@ -129,7 +129,7 @@ def test_eval_numbers_equal_a_direct_computation_on_the_same_seeds(tmp_path, tin
     # Direct: the env's test split with groups of 4, the same seed, an HFSampler at temperature 1.
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
-    builder = make_dataset_builder("arithmetic", Renderer(tokenizer), group_size=4, batch_size=3, num_test_batches=1,
+    builder = make_env_dataset("arithmetic", Renderer(tokenizer), group_size=4, batch_size=3, num_test_batches=1,
                                    max_operand=3)
     _, test = run_sync(builder)
     set_seed(7)
@@ -172,11 +172,11 @@ def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
     from transformers import AutoTokenizer
 
     from trl_envs import HFSampler, Renderer, evaluate
-    from trl_envs.envs import make_dataset_builder
+    from trl_envs import make_env_dataset
     from trl_envs.rollout.engine import run_sync
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    _, test = run_sync(make_dataset_builder("arithmetic", Renderer(tokenizer)))
+    _, test = run_sync(make_env_dataset("arithmetic", Renderer(tokenizer)))
     with pytest.raises(ValueError, match="asked for 99 problems but the dataset"):
         evaluate(HFSampler(None, tokenizer), test, num_problems=99)
     with pytest.raises(ValueError, match="num_problems must be >= 1, got 0"):

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, ListRLDataset
-from trl_envs.envs import make_dataset_builder
+from trl_envs import make_env_dataset
 from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,7 +25,7 @@ def config(tmp_path, **overrides) -> EnvGRPOConfig:
 
 
 def env_builder(name, renderer, group_size=4, **kwargs):
-    return make_dataset_builder(name, renderer, group_size=group_size, batch_size=2, num_batches=20, **kwargs)
+    return make_env_dataset(name, renderer, group_size=group_size, batch_size=2, num_batches=20, **kwargs)
 
 
 def params_snapshot(model) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trl_envs import RolloutBudget, do_single_rollout, run_rollout_batch
-from trl_envs.envs import make_dataset_builder
+from trl_envs import make_env_dataset
 from trl_envs.envs.cartpole import ACTION_NAMES, cartpole_text, lean_policy
 from trl_envs.gym.env import GymDataset, GymEnv, GymGroupBuilder
 from trl_envs.gym.evaluation import evaluate_gym, evaluate_policy
@@ -278,7 +278,7 @@ def test_group_shares_a_seed_and_dataset_seeds_differ(renderer):
 
 
 def test_builtin_cartpole_dataset(renderer):
-    train, test = asyncio.run(make_dataset_builder("cartpole", renderer, group_size=2, batch_size=2,
+    train, test = asyncio.run(make_env_dataset("cartpole", renderer, group_size=2, batch_size=2,
                                                    num_batches=3)())
     assert len(train) == 3 and len(test) == 1
     assert {b.seed for b in test.get_batch(0)}.isdisjoint({b.seed for i in range(3) for b in train.get_batch(i)})
@@ -363,7 +363,7 @@ def test_grpo_trains_on_cartpole_with_per_turn_credit(mode, per_turn, cpu_grpo_c
                                                      renderer):
     from trl_envs import EnvGRPOTrainer
 
-    builder = make_dataset_builder("cartpole", renderer, group_size=4, batch_size=1, num_batches=2,
+    builder = make_env_dataset("cartpole", renderer, group_size=4, batch_size=1, num_batches=2,
                                    num_test_batches=0, max_episode_steps=5, mode=mode)
     config = cpu_grpo_config(per_device_train_batch_size=4, max_steps=2, max_completion_length=4, max_turns=500,
                              training_rows="auto", credit_assignment="per_turn", credit_gamma=0.95)

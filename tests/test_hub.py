@@ -37,7 +37,7 @@ def published(tmp_path_factory, tiny_model_path, tokenizer, renderer):
     from peft import LoraConfig
 
     from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
-    from trl_envs.envs import make_dataset_builder
+    from trl_envs import make_env_dataset
     from trl_envs.hub.publish import PublishArguments, publish_run, take_over_push
 
     output_dir = tmp_path_factory.mktemp("run") / "tiny-grpo-arithmetic"
@@ -50,7 +50,7 @@ def published(tmp_path_factory, tiny_model_path, tokenizer, renderer):
         mp.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
         mp.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
         push = take_over_push(args)
-        env = make_dataset_builder("arithmetic", renderer, group_size=4, batch_size=2, num_batches=10, max_operand=3)
+        env = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2, num_batches=10, max_operand=3)
         trainer = EnvGRPOTrainer(tiny_model_path, args, env, processing_class=tokenizer,
                                  peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
                                                         task_type="CAUSAL_LM"))

@@ -86,10 +86,10 @@ def test_judged_group_rollout_adds_the_judges_reward(tokenizer, renderer):
 
 def test_judged_arithmetic_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
     from trl_envs import EnvGRPOTrainer
-    from trl_envs.envs import make_dataset_builder
+    from trl_envs import make_env_dataset
 
     args = cpu_grpo_config(max_completion_length=6, max_turns=1)
-    env = make_dataset_builder("judged_arithmetic", renderer, group_size=4, batch_size=2, num_batches=4)
+    env = make_env_dataset("judged_arithmetic", renderer, group_size=4, batch_size=2, num_batches=4)
     trainer = EnvGRPOTrainer(tiny_model_path, args, env, processing_class=tokenizer)
     trainer.train()
     logged = [h for h in trainer.state.log_history if "env/judged_arithmetic/reward/total" in h]

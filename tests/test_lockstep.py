@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_lockstep_is_a_pass_through_without_a_process_group():
     from trl_envs.rollout.lockstep import LockstepSampler
-    from trl_envs.samplers.hf import SampleRequest
+    from trl_envs.samplers.base import SampleRequest
     from trl_envs.core.types import TokensWithLogprobs
 
     class Echo:
@@ -76,7 +76,7 @@ def _vllm_sampler(gen):
 
 
 def test_vllm_colocate_cuts_each_request_at_its_own_stop_and_budget():
-    from trl_envs.samplers.hf import SampleRequest
+    from trl_envs.samplers.base import SampleRequest
 
     gen = _FakeColocateGeneration()
     out = _vllm_sampler(gen).sample([SampleRequest([1], [103], 6), SampleRequest([2], [], 2),
@@ -90,7 +90,7 @@ def test_vllm_colocate_cuts_each_request_at_its_own_stop_and_budget():
 
 
 def test_vllm_logprobs_flat_per_token_with_nan_for_missing():
-    from trl_envs.samplers.hf import SampleRequest
+    from trl_envs.samplers.base import SampleRequest
 
     for with_ids in (True, False):
         out = _vllm_sampler(_FakeColocateGeneration(logprob_ids=with_ids)).sample([SampleRequest([1], [], 3)])
@@ -101,7 +101,7 @@ def test_vllm_logprobs_flat_per_token_with_nan_for_missing():
 
 
 def test_vllm_sampler_refuses_a_completion_count_mismatch():
-    from trl_envs.samplers.hf import SampleRequest
+    from trl_envs.samplers.base import SampleRequest
 
     gen = _FakeColocateGeneration()
     gen.generate = lambda prompts, images, num_generations: (prompts, [[1]], [[[0.0]]], None)

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from trl_envs import (EnvGRPOConfig, EnvGRPOTrainer, HFSampler, ListRLDataset, RolloutBudget, assemble_training_data,
                       compute_advantages, run_rollout_batch)
-from trl_envs.envs import make_dataset_builder
+from trl_envs import make_env_dataset
 from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
@@ -65,7 +65,7 @@ class ReplaySampler:
 
 def fixed_batch(env, renderer, tokenizer, model_path, temperature, max_tokens, max_turns, seed):
     """One recorded rollout batch (2 groups of GROUP_SIZE) whose groups carry a learning signal."""
-    train, _ = run_sync(make_dataset_builder(env, renderer, group_size=GROUP_SIZE, batch_size=2, num_batches=50))
+    train, _ = run_sync(make_env_dataset(env, renderer, group_size=GROUP_SIZE, batch_size=2, num_batches=50))
     model = AutoModelForCausalLM.from_pretrained(model_path)
     budget = RolloutBudget(max_turns=max_turns, max_tokens_per_turn=max_tokens)
     for index in range(len(train)):

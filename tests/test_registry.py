@@ -18,9 +18,9 @@ from datasets import Dataset, DatasetDict, load_dataset
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer, registry
 from trl_envs.registry.env_datasets import EnvRowDataset, export_env_dataset, load_env_dataset, rows_to_dataset
-from trl_envs.envs import BUILTIN_ENVS, make_dataset_builder
+from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticGroupBuilder
-from trl_envs.registry.names import (
+from trl_envs.registry import (
     EnvRowError,
     get_env,
     list_envs,
@@ -48,11 +48,9 @@ def first_observation(builder) -> list[int]:
 @pytest.fixture
 def fresh_entry_points():
     """Forget entry points read so far, before and after the test (plugins come and go with sys.path here)."""
-    registry._ENTRY_POINTS = None
-    registry._LOADED_ENTRY_POINTS.clear()
+    registry.forget_entry_points()
     yield
-    registry._ENTRY_POINTS = None
-    registry._LOADED_ENTRY_POINTS.clear()
+    registry.forget_entry_points()
 
 
 # -- the registry ------------------------------------------------------------------------------------------------
@@ -77,8 +75,8 @@ def test_an_env_added_to_builtin_envs_without_rows_trains_by_name_only(renderer,
     assert list_envs()["sums_by_name"] == "Sums, by name only."
     train, _ = run_sync(make_env_dataset("sums_by_name", renderer, group_size=3, groups_per_batch=2, num_batches=5))
     assert len(train) == 5 and len(first_observation(train.get_batch(0)[0])) == 3
-    train, _ = run_sync(make_dataset_builder("sums_by_name", renderer, group_size=2))  # the old API too
-    assert len(first_observation(train.get_batch(0)[0])) == 2
+    train, _ = run_sync(make_env_dataset("sums_by_name", renderer, group_size=2))  # sizes left to the factory
+    assert len(train) == 10 and len(first_observation(train.get_batch(0)[0])) == 2
     with pytest.raises(EnvRowError, match=r"env row 0, field 'env': env 'sums_by_name' \(builtin\) has no row spec.*"
                                           r"--env_name sums_by_name"):
         make_env_group_builder({"env": "sums_by_name", "a": 1}, renderer, 2, index=0)
@@ -189,7 +187,7 @@ def test_row_sources_streaming_limits_and_splits(renderer):
 
 
 def test_export_gives_the_groups_the_env_trains_on_by_name(renderer):
-    train, test = run_sync(make_dataset_builder("arithmetic", renderer, group_size=2))
+    train, test = run_sync(make_env_dataset("arithmetic", renderer, group_size=2))
     by_name = [b.to_row() for i in range(3) for b in train.get_batch(i)]
     assert list(export_env_dataset("arithmetic", n=12)) == by_name
     assert list(export_env_dataset("arithmetic", split="test", n=4)) == [b.to_row() for b in test.get_batch(0)]
@@ -331,7 +329,7 @@ def test_train_dpo_script_on_an_env_dataset_and_a_module_factory(tmp_path, tiny_
               "--group_size", "4", "--max_steps", "1", "--logging_steps", "1"]
     monkeypatch.setattr(sys, "argv", ["train_dpo.py", "--env_dataset", str(tmp_path / "sums"), *common,
                                       "--output_dir", str(tmp_path / "a")])
-    script.main()
+    script.main(*script.make_parser().parse_args_and_config())
     assert "round  1/1 | env reward" in capsys.readouterr().out
     assert "env:arithmetic" in (tmp_path / "a" / "README.md").read_text()  # the card names the rows' env kind
     args = script.ScriptArguments(env_name="trl_envs.envs.guess_number:GuessNumberDatasetBuilder", group_size=2,
@@ -342,7 +340,7 @@ def test_train_dpo_script_on_an_env_dataset_and_a_module_factory(tmp_path, tiny_
 
 
 def test_env_kwargs_from_a_command_line_or_a_yaml_mapping():
-    from trl_envs.registry.names import parse_env_kwargs
+    from trl_envs.registry import parse_env_kwargs
 
     assert parse_env_kwargs('{"max_operand": 3}') == parse_env_kwargs({"max_operand": 3}) == {"max_operand": 3}
     assert parse_env_kwargs(None) == {}

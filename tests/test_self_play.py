@@ -11,7 +11,7 @@ import time
 import pytest
 
 from trl_envs import FailFast, RetryOnFailure, RolloutBudget, run_rollout_batch, run_rollout_batch_async, trajectory_to_data
-from trl_envs.rollout.batching import BatchingSampler, parked
+from trl_envs.rollout.batching import BatchingPolicy, parked
 from trl_envs.envs.tic_tac_toe import (
     OpponentAbandoned,
     OpponentTimeout,
@@ -120,7 +120,7 @@ def test_an_unparked_wait_on_a_sibling_does_need_the_valve():
             return [TokensWithLogprobs([1, 2]) for _ in requests]
 
     async def go(use_parking):
-        batcher = BatchingSampler(Sampler(), max_wait_s=0.2)
+        batcher = BatchingPolicy(Sampler(), max_wait_s=0.2)
         moved = asyncio.Event()
 
         async def first():
@@ -266,10 +266,10 @@ def test_dataset_builder_checks_group_size_and_alternates_marks(renderer):
 
 def test_self_play_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
     from trl_envs import EnvGRPOTrainer
-    from trl_envs.envs import make_dataset_builder
+    from trl_envs import make_env_dataset
 
     args = cpu_grpo_config(max_completion_length=4, max_turns=6, sampler_max_wait_s=30.0)
-    env = make_dataset_builder("tic_tac_toe", renderer, group_size=4, batch_size=2, num_batches=4)
+    env = make_env_dataset("tic_tac_toe", renderer, group_size=4, batch_size=2, num_batches=4)
     trainer = EnvGRPOTrainer(tiny_model_path, args, env, processing_class=tokenizer)
     trainer.train()
     logged = [h for h in trainer.state.log_history if "env/tic_tac_toe/reward/total" in h]

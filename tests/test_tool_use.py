@@ -141,10 +141,10 @@ def test_episodes_with_a_qwen_style_template_that_renders_tools(tokenizer):
 
 def test_tool_use_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
     from trl_envs import EnvGRPOTrainer
-    from trl_envs.envs import make_dataset_builder
+    from trl_envs import make_env_dataset
 
     args = cpu_grpo_config(max_completion_length=16, max_turns=3)
-    env = make_dataset_builder("tool_use", renderer, group_size=4, batch_size=2, num_batches=4)
+    env = make_env_dataset("tool_use", renderer, group_size=4, batch_size=2, num_batches=4)
     trainer = EnvGRPOTrainer(tiny_model_path, args, env, processing_class=tokenizer)
     trainer.train()
     logged = [h for h in trainer.state.log_history if "env/tool_use/reward/total" in h]

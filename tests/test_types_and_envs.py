@@ -16,7 +16,7 @@ from trl_envs import (
     TrajectoryGroup,
     Transition,
 )
-from trl_envs.envs import make_dataset_builder
+from trl_envs import make_env_dataset
 from trl_envs.envs.arithmetic import ArithmeticEnv
 from trl_envs.envs.guess_number import GuessNumberEnv, GuessNumberGroupBuilder
 
@@ -158,7 +158,7 @@ def test_problem_group_builder_rejects_empty_group(renderer):
 
 
 def test_arithmetic_dataset_batches_are_reproducible_and_train_differs_from_test(renderer):
-    train, test = asyncio.run(make_dataset_builder("arithmetic", renderer, batch_size=3, group_size=2)())
+    train, test = asyncio.run(make_env_dataset("arithmetic", renderer, batch_size=3, group_size=2)())
 
     def questions(ds, i):
         return [asyncio.run(b.make_envs())[0].get_question() for b in ds.get_batch(i)]
@@ -166,8 +166,8 @@ def test_arithmetic_dataset_batches_are_reproducible_and_train_differs_from_test
     assert questions(train, 0) == questions(train, 0)
     assert len(questions(train, 0)) == 3
     assert questions(train, 0) + questions(train, 1) != questions(test, 0) + questions(test, 1)
-    with pytest.raises(ValueError, match="Unknown env 'nope'"):
-        make_dataset_builder("nope", renderer)
+    with pytest.raises(KeyError, match="unknown env 'nope'; known envs: .*'arithmetic'"):
+        make_env_dataset("nope", renderer)
 
 
 # -- guess_number ------------------------------------------------------------------------------------------------

@@ -1,47 +1,15 @@
 """trl_envs: train language models with reinforcement learning on Tinker-style environments, with TRL.
 
-The public API is what this module exports; see docs/DESIGN.md for how the pieces fit.
+The public API is what this module exports, grouped below by package (docs/DESIGN.md has the package table). The
+trainers and the dataset / Hub helpers import TRL or ``datasets`` (seconds), so they load on first use.
 """
 
-from .rollout.batching import BatchingSampler
-from .training_data.rows import (
-    NonExtendingObservationError,
-    TrainingRow,
-    assemble_training_data,
-    compute_advantages,
-    remove_constant_reward_groups,
-    trajectory_to_data,
-)
-from .rollout.evaluation import EvalResult, TagStats, evaluate, pass_at_k
-from .gym.env import GymDataset, GymDatasetBuilder, GymEnv, GymGroupBuilder  # gymnasium is imported on first use
-from .gym.evaluation import GymEvalResult, evaluate_gym, evaluate_policy
-from .gym.text import ActionParseError, ActionParser, ObservationFormatter
+# core/: the env contract a user subclasses
+from .core.judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards
 from .core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
-from .training_data.preference import PairStats, PreferencePair, make_preference_pairs
 from .core.problem_env import ProblemEnv, ProblemGroupBuilder
-from .registry.names import (
-    EnvKind,
-    EnvRowError,
-    UnknownEnvError,
-    get_env,
-    list_envs,
-    make_env_dataset,
-    make_env_group_builder,
-    register_env,
-)
 from .core.renderer import Message, ParsedResponse, Renderer
-from .rollout.engine import (
-    FailFast,
-    RetryOnFailure,
-    RolloutBatchResult,
-    RolloutBudget,
-    do_group_rollout,
-    do_single_rollout,
-    run_rollout_batch,
-    run_rollout_batch_async,
-)
-from .samplers.hf import HFSampler, SampleRequest, Sampler
-from .samplers.text_policy import TextPolicySampler
+from .core.tools import CALCULATOR, Tool, ToolCall, parse_tool_calls, run_tool_call
 from .core.types import (
     Action,
     Env,
@@ -59,15 +27,65 @@ from .core.types import (
     Transition,
 )
 
+# samplers/: prompts -> sampled actions
+from .samplers.base import SampleRequest, Sampler
+from .samplers.hf import HFSampler
+from .samplers.text_policy import TextPolicySampler
+
+# rollout/: episodes
+from .rollout.batching import BatchingPolicy, BatchingSampler, parked
+from .rollout.engine import (
+    FailFast,
+    RetryOnFailure,
+    RolloutBatchResult,
+    RolloutBudget,
+    do_group_rollout,
+    do_single_rollout,
+    run_rollout_batch,
+    run_rollout_batch_async,
+)
+from .rollout.evaluation import EvalResult, TagStats, evaluate, pass_at_k
+
+# training_data/: trajectories -> what is trained
+from .training_data.preference import PairStats, PreferencePair, make_preference_pairs
+from .training_data.rows import (
+    NonExtendingObservationError,
+    TrainingRow,
+    assemble_training_data,
+    compute_advantages,
+    remove_constant_reward_groups,
+    trajectory_to_data,
+)
+
+# registry/: envs by name and as rows
+from .registry import (
+    EnvKind,
+    EnvRowError,
+    UnknownEnvError,
+    get_env,
+    list_envs,
+    make_env_dataset,
+    make_env_group_builder,
+    register_env,
+)
+
+# gym/: Gymnasium envs (gymnasium itself is imported on first use)
+from .gym.env import GymDataset, GymDatasetBuilder, GymEnv, GymGroupBuilder
+from .gym.evaluation import GymEvalResult, evaluate_gym, evaluate_policy
+from .gym.text import ActionParseError, ActionParser, ObservationFormatter
+
 __version__ = "0.1.0"
 
-# The trainers import TRL (seconds); load them on first use so env code and `python -m trl_envs.tiny_model` stay fast.
+# Loaded on first use: name -> module (trainers/ imports TRL; registry.env_datasets and hub/ import datasets / the Hub).
 _LAZY = {
-    "EnvGRPOConfig": ".trainers.grpo_config", "EnvGRPOTrainer": ".trainers.grpo", "EnvDPOConfig": ".trainers.dpo_config",
-    "EnvDPOTrainer": ".trainers.dpo", "DataCollatorForMaskedPreference": ".trainers.dpo",
-    "EmptyPairsWarning": ".trainers.dpo",
-    "EnvRowDataset": ".registry.env_datasets", "export_env_dataset": ".registry.env_datasets", "load_env_dataset": ".registry.env_datasets",
-    "rows_to_dataset": ".registry.env_datasets",
+    # trainers/
+    "EnvGRPOConfig": ".trainers.grpo_config", "EnvGRPOTrainer": ".trainers.grpo",
+    "EnvDPOConfig": ".trainers.dpo_config", "EnvDPOTrainer": ".trainers.dpo",
+    "DataCollatorForMaskedPreference": ".trainers.dpo", "EmptyPairsWarning": ".trainers.dpo",
+    # registry/env_datasets.py
+    "EnvRowDataset": ".registry.env_datasets", "export_env_dataset": ".registry.env_datasets",
+    "load_env_dataset": ".registry.env_datasets", "rows_to_dataset": ".registry.env_datasets",
+    # hub/
     "evaluate_model": ".hub.model_eval", "push_folder_to_hub": ".hub.push", "plot_training_curves": ".hub.plots",
 }
 
@@ -81,26 +99,32 @@ def __getattr__(name: str):
         return value
     raise AttributeError(f"module 'trl_envs' has no attribute {name!r}")
 
+
 __all__ = [
-    "Action", "BatchingSampler", "EvalResult", "evaluate", "Env", "EnvContractError", "EnvGRPOConfig", "EnvGRPOTrainer", "EnvGroupBuilder", "FailFast", "HFSampler",
-    "ListRLDataset", "Message", "MessageEnv", "MessageStepResult", "MessageTokenEnv", "NonExtendingObservationError",
-    "Observation", "ParsedResponse", "ProblemEnv", "ProblemGroupBuilder", "RLDataset", "RLDatasetBuilder", "Renderer",
-    "RetryOnFailure", "RolloutBatchResult", "RolloutBudget", "SampleRequest", "Sampler", "StepResult",
-    "StopCondition", "TokensWithLogprobs", "Trajectory", "TrajectoryGroup", "Transition", "assemble_training_data",
-    "compute_advantages", "do_group_rollout", "do_single_rollout", "remove_constant_reward_groups",
-    "run_rollout_batch", "run_rollout_batch_async", "trajectory_to_data",
-    "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "PairStats",
-    "PreferencePair", "make_preference_pairs",
-    "EnvKind", "EnvRowDataset", "EnvRowError", "export_env_dataset", "get_env", "list_envs", "load_env_dataset",
-    "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset", "UnknownEnvError",
-    "TagStats", "pass_at_k", "evaluate_model", "push_folder_to_hub", "plot_training_curves",
+    # core/
+    "Action", "CALCULATOR", "Env", "EnvContractError", "EnvGroupBuilder", "ListRLDataset", "Message", "MessageEnv",
+    "MessageStepResult", "MessageTokenEnv", "ModelJudge", "Observation", "PairwiseJudgeGroupBuilder", "ParsedResponse",
+    "ProblemEnv", "ProblemGroupBuilder", "RLDataset", "RLDatasetBuilder", "Renderer", "StepResult", "StopCondition",
+    "TokensWithLogprobs", "Tool", "ToolCall", "Trajectory", "TrajectoryGroup", "Transition", "pairwise_rewards",
+    "parse_tool_calls", "run_tool_call",
+    # samplers/
+    "HFSampler", "SampleRequest", "Sampler", "TextPolicySampler",
+    # rollout/
+    "BatchingPolicy", "BatchingSampler", "EvalResult", "FailFast", "RetryOnFailure", "RolloutBatchResult",
+    "RolloutBudget", "TagStats", "do_group_rollout", "do_single_rollout", "evaluate", "parked", "pass_at_k",
+    "run_rollout_batch", "run_rollout_batch_async",
+    # training_data/
+    "NonExtendingObservationError", "PairStats", "PreferencePair", "TrainingRow", "assemble_training_data",
+    "compute_advantages", "make_preference_pairs", "remove_constant_reward_groups", "trajectory_to_data",
+    # trainers/ (lazy)
+    "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "EnvGRPOConfig",
+    "EnvGRPOTrainer",
+    # registry/
+    "EnvKind", "EnvRowDataset", "EnvRowError", "UnknownEnvError", "export_env_dataset", "get_env", "list_envs",
+    "load_env_dataset", "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset",
+    # gym/
     "ActionParseError", "ActionParser", "GymDataset", "GymDatasetBuilder", "GymEnv", "GymEvalResult", "GymGroupBuilder",
-    "ObservationFormatter", "TextPolicySampler", "evaluate_gym", "evaluate_policy",
+    "ObservationFormatter", "evaluate_gym", "evaluate_policy",
+    # hub/ (lazy)
+    "evaluate_model", "plot_training_curves", "push_folder_to_hub",
 ]
-
-from .rollout.batching import parked  # noqa: E402
-from .core.judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards  # noqa: E402
-from .core.tools import CALCULATOR, Tool, ToolCall, parse_tool_calls, run_tool_call  # noqa: E402
-
-__all__ += ["CALCULATOR", "ModelJudge", "PairwiseJudgeGroupBuilder", "Tool", "ToolCall", "pairwise_rewards", "parked",
-            "parse_tool_calls", "run_tool_call"]

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from ..registry.names import EnvRowError, UnknownEnvError
+    from ..registry import EnvRowError, UnknownEnvError
 
     try:
         return args.run(args) or 0

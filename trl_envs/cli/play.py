@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> N
 
 def json_object(text: str) -> dict:
     """The ``--env_kwargs`` argument type: a JSON object, else an error naming the option (argparse adds it)."""
-    from ..registry.names import parse_env_kwargs
+    from ..registry.env_kwargs import parse_env_kwargs
 
     try:
         return parse_env_kwargs(text, option="")

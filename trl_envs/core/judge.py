@@ -4,7 +4,7 @@ A *judge* compares two completions ``a`` and ``b`` and returns ``1`` (a is bette
 (tie) — any number in ``[-1, 1]`` is accepted, e.g. a preference probability mapped to ``2p - 1``. It is a plain
 function, an ``async`` function (a model behind an API), or an object with ``judge_many(pairs)`` that scores many
 pairs in one call (:class:`ModelJudge`, which asks a chat model through a batched
-:class:`~trl_envs.samplers.hf.Sampler`).
+:class:`~trl_envs.samplers.base.Sampler`).
 
 The reward of completion ``i`` in a group of ``n`` is ``sum_j score(i, j) / (n - 1)``: the mean over its ``n - 1``
 comparisons of wins minus losses, in ``[-1, 1]``, and the group's rewards sum to zero. This is what a
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .renderer import Renderer
-from ..samplers.hf import SampleRequest, Sampler
+from ..samplers.base import SampleRequest, Sampler
 from .types import Env, EnvGroupBuilder, Metrics, Trajectory
 
 
@@ -143,7 +143,7 @@ class ModelJudge:
     (-1) or ``tie`` (0); a reply with none of these counts as a tie and is counted in :attr:`num_unreadable`.
 
     Args:
-        sampler: a batched :class:`~trl_envs.samplers.hf.Sampler` over the judge model (e.g. ``HFSampler``).
+        sampler: a batched :class:`~trl_envs.samplers.base.Sampler` over the judge model (e.g. ``HFSampler``).
         renderer: the judge model's renderer.
         task: the prompt the responses answer (shown to the judge).
         instruction: a format string with ``{task}``, ``{a}`` and ``{b}``.

@@ -62,6 +62,11 @@ class MessageTokenEnv(Env):
         self.renderer = renderer
         self._ob: Observation | None = None
 
+    @property
+    def unwrapped(self) -> MessageEnv:
+        """The :class:`MessageEnv` this env adapts (see :attr:`Env.unwrapped <trl_envs.core.types.Env.unwrapped>`)."""
+        return self.message_env
+
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         messages = await self.message_env.initial_messages()
         self._ob = self.renderer.build_generation_prompt(messages)

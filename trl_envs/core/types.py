@@ -176,6 +176,13 @@ class Env(ABC):
 
     observations_extend: bool = True
 
+    @property
+    def unwrapped(self) -> Any:
+        """The object that defines this episode, under any adapter layers (as Gymnasium's ``Env.unwrapped``): the env
+        itself for a plain env, the :class:`~trl_envs.core.message_env.MessageEnv` for a ``MessageTokenEnv``. What an
+        outer layer may ask of a wrapped env: its type for error messages, its game state for group rewards."""
+        return self
+
     @abstractmethod
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         """Return the first observation (full token context) and the stop condition for the first turn."""
@@ -234,6 +241,12 @@ class RLDataset(ABC):
 
     @abstractmethod
     def __len__(self) -> int: ...
+
+
+TEST_SEED_OFFSET = 1_000_000
+"""Where a dataset builder's seeded test set starts: the built-in envs and the Gymnasium datasets make their test set
+with ``seed + TEST_SEED_OFFSET`` (their training set with ``seed``). Far above any training index, so seeds of the
+form ``seed + episode_index`` (Gymnasium) never reach the test seeds."""
 
 
 class RLDatasetBuilder(ABC):

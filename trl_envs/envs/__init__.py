@@ -1,11 +1,10 @@
-"""Built-in environments, by name."""
+"""Built-in environments, by name. Build one with :func:`trl_envs.registry.make_env_dataset` (the one way to make an
+env by name: built-in, registered or installed)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from ..core.renderer import Renderer
 from ..core.types import RLDatasetBuilder
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .cartpole import CartPoleDatasetBuilder
@@ -24,15 +23,6 @@ BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
 }
 
 
-def make_dataset_builder(name: str, renderer: Renderer, **kwargs: Any) -> RLDatasetBuilder:
-    """The :class:`RLDatasetBuilder` of built-in env ``name``; ``kwargs`` go to its constructor."""
-    try:
-        factory = BUILTIN_ENVS[name]
-    except KeyError:
-        raise ValueError(f"Unknown env {name!r}; built-in envs are: {sorted(BUILTIN_ENVS)}") from None
-    return factory(renderer=renderer, **kwargs)
-
-
 __all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "CartPoleDatasetBuilder",
            "GuessNumberDatasetBuilder", "GuessNumberEnv", "JudgedArithmeticDatasetBuilder", "TicTacToeDatasetBuilder",
-           "ToolUseDatasetBuilder", "make_dataset_builder"]
+           "ToolUseDatasetBuilder"]

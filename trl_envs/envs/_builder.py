@@ -6,12 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..core.renderer import Renderer
-from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
-
-BUILTIN_TEST_SEED_OFFSET = 10_000
-"""The test set of a built-in env is its training recipe with seed ``seed + BUILTIN_TEST_SEED_OFFSET`` (the
-Gymnasium datasets of :mod:`trl_envs.gym.env` have their own ``TEST_SEED_OFFSET``)."""
-
+from ..core.types import TEST_SEED_OFFSET, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 class BuiltinDataset(RLDataset):
     """``num_batches`` batches of ``batch_size`` groups of ``group_size`` envs; subclasses define :meth:`make_batch`,
@@ -36,7 +31,7 @@ class BuiltinDataset(RLDataset):
 @dataclass
 class BuiltinDatasetBuilder(RLDatasetBuilder):
     """Train and test datasets of ``batch_size`` groups of ``group_size`` envs per batch: ``num_batches`` and
-    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``seed + BUILTIN_TEST_SEED_OFFSET``.
+    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``seed + TEST_SEED_OFFSET`` (:data:`trl_envs.core.types.TEST_SEED_OFFSET`).
 
     Subclasses add their own fields (after these; ``seed`` is keyword-only) and define :meth:`dataset`.
     """
@@ -53,4 +48,4 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         return (self.dataset(self.num_batches, self.seed),
-                self.dataset(self.num_test_batches, self.seed + BUILTIN_TEST_SEED_OFFSET))
+                self.dataset(self.num_test_batches, self.seed + TEST_SEED_OFFSET))

@@ -34,13 +34,10 @@ from typing import Any, Literal
 from .text import ActionParseError, ActionParser, ObservationFormatter
 from .text import default_action as space_default_action
 from ..core.renderer import Message, Renderer
-from ..core.types import Action, Env, EnvGroupBuilder, Observation, RLDataset, RLDatasetBuilder, StepResult, StopCondition
+from ..core.types import TEST_SEED_OFFSET, Action, Env, EnvGroupBuilder, Observation, RLDataset, RLDatasetBuilder, StepResult, StopCondition
 
 GymMode = Literal["current_state", "full_history"]
 InvalidActionMode = Literal["default", "end"]
-
-TEST_SEED_OFFSET = 1_000_000
-"""Seeds of a :class:`GymDatasetBuilder`'s test set start this far above the training seeds."""
 
 
 def _import_gymnasium():

@@ -18,7 +18,7 @@ from ..rollout.evaluation import EvalResult, evaluate
 from .env import GymDataset
 from ..core.renderer import Renderer
 from ..rollout.engine import RolloutBudget
-from ..samplers.hf import Sampler
+from ..samplers.base import Sampler
 from ..core.types import Trajectory
 
 

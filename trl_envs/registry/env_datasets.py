@@ -19,7 +19,9 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset, load_from_disk
 
-from .names import ENV_FIELD, _accepted_kwargs, get_env, make_env_dataset, make_env_group_builder, validate_row
+from .names import get_env, make_env_dataset
+from .rows import ENV_FIELD, make_env_group_builder, validate_row
+from .signatures import accepted_kwargs
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
@@ -47,7 +49,7 @@ class EnvRowDataset(RLDataset):
 
     Raises:
         ValueError: no rows, a ``DatasetDict`` (pick a split), a non-positive size, or an
-            :class:`~trl_envs.registry.names.EnvRowError` for a bad row.
+            :class:`~trl_envs.registry.rows.EnvRowError` for a bad row.
         TypeError: ``rows`` is none of the above.
     """
 
@@ -142,7 +144,7 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
     kind = get_env(name)
     if kind.dataset_builder is None:
         raise ValueError(f"export_env_dataset: env {name!r} ({kind.source}) has no by-name dataset to export")
-    accepted = _accepted_kwargs(kind.dataset_builder)
+    accepted = accepted_kwargs(kind.dataset_builder)
     if accepted is not None and "seed" not in accepted and seed != 0:
         raise TypeError(f"export_env_dataset: env {name!r}'s factory takes no seed")
     made = make_env_dataset(name, None, group_size=1, num_batches=n if split == "train" else 1,
@@ -164,6 +166,15 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
             if len(rows) == n:
                 return rows_to_dataset(rows)
     raise ValueError(f"export_env_dataset: env {name!r}'s {split} split has only {len(rows)} groups, asked for {n}")
+
+
+def data_file_builder(files: Sequence[str], what: str) -> str:
+    """The ``datasets`` builder (``"json"``, ``"parquet"``, ...) for data files of one kind (:data:`DATA_FILE_BUILDERS`);
+    ``ValueError`` naming ``what`` (an option, a dataset) for unknown or mixed kinds."""
+    kinds = {DATA_FILE_BUILDERS.get(os.path.splitext(f)[1].lower()) for f in files}
+    if None in kinds or len(kinds) != 1:
+        raise ValueError(f"{what}: give files of one kind among {sorted(DATA_FILE_BUILDERS)}, got {list(files)}")
+    return kinds.pop()
 
 
 def is_saved_to_disk(path: str) -> bool:

@@ -1,4 +1,7 @@
-"""The env registry: env kinds by name, and what each can do.
+"""The env registry: env kinds by name (registered, built in, from entry points), and what each can do.
+
+Row specs and their validation live in :mod:`trl_envs.registry.rows`, ``--env_kwargs`` parsing in
+:mod:`trl_envs.registry.env_kwargs`; :mod:`trl_envs.registry` exports all of them.
 
 An *env kind* (:class:`EnvKind`) is a name with up to two capabilities:
 
@@ -29,10 +32,7 @@ Row format, errors and design: docs/envs_as_datasets.md.
 from __future__ import annotations
 
 import importlib
-import json
 import inspect
-import types as pytypes
-import typing
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -41,6 +41,7 @@ from typing import Any
 
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from .signatures import accepted_kwargs, row_fields
 
 ENTRY_POINT_GROUP = "trl_envs.envs"
 """Packages ship envs with an entry point in this group: the name is the env name, the object is an
@@ -49,18 +50,6 @@ ENTRY_POINT_GROUP = "trl_envs.envs"
     [project.entry-points."trl_envs.envs"]
     my_env = "my_package.envs:MY_ENV"
 """
-
-ENV_FIELD = "env"
-"""The row field naming the env kind."""
-
-SIZING_KWARGS = ("group_size", "batch_size", "num_batches")
-"""Keyword arguments :func:`make_env_dataset` passes to a by-name factory only when its signature accepts them."""
-
-
-class EnvRowError(ValueError):
-    """A row spec that cannot become an env group: unknown env kind, missing, unknown or mistyped field. The message
-    names the row index (when known) and the field."""
-
 
 class UnknownEnvError(KeyError):
     """No env of that name; the message lists the known ones."""
@@ -97,7 +86,7 @@ class EnvKind:
     @property
     def row_fields(self) -> dict[str, tuple[Any, Any]]:
         """The row's fields: ``{field: (type or None, default or inspect.Parameter.empty)}``; empty without rows."""
-        return _row_fields(self.from_row) if self.from_row is not None else {}
+        return row_fields(self.from_row) if self.from_row is not None else {}
 
     @classmethod
     def from_factory(cls, name: str, factory: Any, source: str) -> EnvKind:
@@ -167,11 +156,11 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
     if ":" in name:
         if not allow_import:
             raise UnknownEnvError(f"env {name!r}: 'module:attr' references are not allowed here; known envs: "
-                           f"{sorted(_known_names())}")
+                           f"{sorted(known_env_names())}")
         return _import_kind(name)
     kind = _entry_point_kind(name, rescan=False) or _entry_point_kind(name, rescan=True)
     if kind is None:
-        raise UnknownEnvError(f"unknown env {name!r}; known envs: {sorted(_known_names())} (built in, registered with "
+        raise UnknownEnvError(f"unknown env {name!r}; known envs: {sorted(known_env_names())} (built in, registered with "
                        f"register_env, or installed under the entry-point group {ENTRY_POINT_GROUP!r})")
     return kind
 
@@ -181,7 +170,7 @@ def list_envs() -> dict[str, str]:
     is listed with the error instead of its description). :func:`get_env` tells what a kind can do."""
     _scan_entry_points()
     out: dict[str, str] = {}
-    for name in sorted(_known_names()):
+    for name in sorted(known_env_names()):
         try:
             out[name] = get_env(name).description
         except Exception as e:  # a broken plugin must not hide the others
@@ -204,87 +193,19 @@ def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = 
     """
     kind = get_env(name)
     if kind.dataset_builder is None:
+        from .rows import ENV_FIELD  # rows.py builds on this module
+
         raise ValueError(f"env {name!r} ({kind.source}) trains only from row specs: build a datasets.Dataset of "
                          f"{{'{ENV_FIELD}': '{name}', ...}} rows and pass it as the env dataset (--env_dataset)")
     offered = {"group_size": group_size, "batch_size": groups_per_batch, "num_batches": num_batches,
                **(defaults or {})}
-    accepted = _accepted_kwargs(kind.dataset_builder)
+    accepted = accepted_kwargs(kind.dataset_builder)
     kwargs = {k: v for k, v in offered.items() if v is not None and (accepted is None or k in accepted)}
     out = kind.dataset_builder(renderer=renderer, **{**kwargs, **env_kwargs})
     if not isinstance(out, (RLDataset, RLDatasetBuilder)):
         raise TypeError(f"env {name!r} ({kind.source}): its factory returned {type(out).__name__}, not an RLDataset "
                         "or RLDatasetBuilder")
     return out
-
-
-def make_env_group_builder(row: Mapping[str, Any], renderer: Renderer, group_size: int, *,
-                           index: int | None = None) -> EnvGroupBuilder:
-    """The :class:`EnvGroupBuilder` of ``group_size`` envs for one row spec (``{"env": NAME, **fields}``).
-
-    ``None`` values count as absent (a dataset mixing env kinds has a column per field of any kind, null elsewhere).
-    ``index`` (the row's position in its dataset) goes into error messages.
-
-    Raises:
-        EnvRowError: no ``env`` field, an unknown env kind (the message lists the kinds with row specs), an env kind
-            without a row spec, a missing required field, a field the env does not take, a value of the wrong type,
-            or ``from_row`` rejecting the values.
-    """
-    name, fields = validate_row(row, index=index)
-    kind = get_env(name, allow_import=False)
-    try:
-        builder = kind.from_row(renderer, group_size, **fields)
-    except Exception as e:
-        raise EnvRowError(f"{_where(index)}: env {name!r} rejected the row {dict(fields)}: {e}") from e
-    if not isinstance(builder, EnvGroupBuilder):
-        raise TypeError(f"env {name!r} ({kind.source}): from_row returned {type(builder).__name__}, not an "
-                        "EnvGroupBuilder")
-    return builder
-
-
-def validate_row(row: Mapping[str, Any], *, index: int | None = None) -> tuple[str, dict[str, Any]]:
-    """Check one row spec against its env kind without building anything; return ``(env name, fields)`` with
-    defaults left out, ``None`` values dropped and integral floats of ``int`` fields made ``int``.
-
-    Raises:
-        EnvRowError: as :func:`make_env_group_builder`.
-    """
-    where = _where(index)
-    if not isinstance(row, Mapping):
-        raise EnvRowError(f"{where}: a row spec is a mapping like {{'{ENV_FIELD}': 'arithmetic', 'a': 2, 'b': 3}}, got "
-                          f"{type(row).__name__}")
-    name = row.get(ENV_FIELD)
-    if name is None:
-        raise EnvRowError(f"{where}: missing field {ENV_FIELD!r} (the env kind); fields present: {sorted(row)}")
-    if not isinstance(name, str):
-        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: expected an env name (str), got {name!r}")
-    try:
-        kind = get_env(name, allow_import=False)
-    except KeyError:
-        by_name_only = sorted(_known_names() - set(_row_kinds()))
-        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: unknown env kind {name!r}; env kinds with row specs: "
-                          f"{_row_kinds()}" + (f" (by name only: {by_name_only})" if by_name_only else "")) from None
-    if kind.from_row is None:
-        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: env {name!r} ({kind.source}) has no row spec (no from_row), "
-                          f"so it trains by name only (--env_name {name}); env kinds with row specs: {_row_kinds()}")
-    spec = kind.row_fields
-    given = {k: v for k, v in row.items() if k != ENV_FIELD and v is not None}
-    unknown = sorted(set(given) - set(spec))
-    if unknown:
-        raise EnvRowError(f"{where}, field {unknown[0]!r}: env {name!r} takes no field {unknown[0]!r}; its fields are "
-                          f"{_describe_fields(spec)} (drop other columns with dataset.remove_columns)")
-    missing = [k for k, (_, default) in spec.items() if default is inspect.Parameter.empty and k not in given]
-    if missing:
-        raise EnvRowError(f"{where}, field {missing[0]!r}: missing required field {missing[0]!r} of env {name!r}; its "
-                          f"fields are {_describe_fields(spec)}")
-    fields = {}
-    for key, value in given.items():
-        expected = spec[key][0]
-        ok, value = _coerce(value, expected)
-        if not ok:
-            raise EnvRowError(f"{where}, field {key!r}: env {name!r} expects {_type_name(expected)}, got "
-                              f"{value!r} ({type(value).__name__})")
-        fields[key] = value
-    return name, fields
 
 
 # -- internals ---------------------------------------------------------------------------------------------------
@@ -296,19 +217,16 @@ def _builtin_factories() -> dict[str, Any]:
     return BUILTIN_ENVS
 
 
-def _known_names() -> set[str]:
+def known_env_names() -> set[str]:
+    """Every env name known now: registered, built in, or from entry points already read (no rescan)."""
     return set(_REGISTERED) | set(_builtin_factories()) | set(_scan_entry_points(rescan=False))
 
 
-def _row_kinds() -> list[str]:
-    out = []
-    for name in sorted(_known_names()):
-        try:
-            if get_env(name).from_row is not None:
-                out.append(name)
-        except Exception:  # a broken plugin: reported by get_env when asked for by name
-            continue
-    return out
+def forget_entry_points() -> None:
+    """Forget the entry points read so far; the next lookup reads them again (for code that changes ``sys.path``)."""
+    global _ENTRY_POINTS
+    _ENTRY_POINTS = None
+    _LOADED_ENTRY_POINTS.clear()
 
 
 def _scan_entry_points(rescan: bool = True) -> dict[str, metadata.EntryPoint]:
@@ -358,108 +276,6 @@ def _import_kind(ref: str) -> EnvKind:
     return EnvKind.from_factory(ref, obj, "import")
 
 
-def _row_fields(from_row: Callable[..., Any]) -> dict[str, tuple[Any, Any]]:
-    try:
-        return _ROW_FIELDS_CACHE[from_row]
-    except KeyError:
-        fields = _ROW_FIELDS_CACHE[from_row] = _read_row_fields(from_row)
-        return fields
-    except TypeError:  # unhashable callable: not cached
-        return _read_row_fields(from_row)
-
-
-_ROW_FIELDS_CACHE: dict[Any, dict[str, tuple[Any, Any]]] = {}
-
-
-def _read_row_fields(from_row: Callable[..., Any]) -> dict[str, tuple[Any, Any]]:
-    params = list(inspect.signature(from_row).parameters.values())
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(positional) < 2:
-        raise TypeError(f"from_row {from_row!r} must take (renderer, group_size, **fields)")
-    try:
-        hints = typing.get_type_hints(from_row)
-    except Exception:  # unresolvable annotations: fields are then unchecked
-        hints = {}
-    return {p.name: (hints.get(p.name), p.default) for p in params[2:]
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-def _coerce(value: Any, expected: Any) -> tuple[bool, Any]:
-    """Whether ``value`` fits the annotation ``expected`` (plain types and unions of them are checked, anything else
-    is accepted), and the value to use: an integral float for an ``int`` field becomes ``int`` and an int for a
-    ``float`` field becomes ``float`` (JSON and Arrow may widen or narrow numbers)."""
-    if expected is None or expected is Any:
-        return True, value
-    origin = typing.get_origin(expected)
-    if origin is typing.Union or origin is pytypes.UnionType:
-        for arg in typing.get_args(expected):
-            ok, out = _coerce(value, arg)
-            if ok:
-                return True, out
-        return False, value
-    if expected is type(None):
-        return value is None, value
-    base = origin or expected
-    if not isinstance(base, type):
-        return True, value
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if base is int:
-        if is_number and float(value).is_integer():
-            return True, int(value)
-        return False, value
-    if base is float:
-        return (True, float(value)) if is_number else (False, value)
-    if base in (list, tuple):
-        return isinstance(value, (list, tuple)), value
-    if base is dict:
-        return isinstance(value, Mapping), value
-    return isinstance(value, base), value
-
-
-def _type_name(t: Any) -> str:
-    return getattr(t, "__name__", None) or str(t)
-
-
-def _describe_fields(spec: dict[str, tuple[Any, Any]]) -> str:
-    parts = []
-    for k, (t, default) in spec.items():
-        annotation = f": {_type_name(t)}" if t is not None else ""
-        parts.append(f"{k}{annotation}" + ("" if default is inspect.Parameter.empty else f" = {default!r}"))
-    return "(" + ", ".join(parts) + ")"
-
-
-def _where(index: int | None) -> str:
-    return f"env row {index}" if index is not None else "env row"
-
-
 def _first_line(obj: Any) -> str:
     doc = getattr(obj, "__doc__", None) if obj is not None else None  # own docstring only, not a base class's
     return inspect.cleandoc(doc).strip().splitlines()[0].strip() if isinstance(doc, str) and doc.strip() else ""
-
-
-def _accepted_kwargs(fn: Callable[..., Any]) -> set[str] | None:
-    """Keyword names ``fn`` accepts, or ``None`` if it takes ``**kwargs`` (or has no readable signature)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-def parse_env_kwargs(value: str | Mapping[str, Any] | None, option: str = "--env_kwargs") -> dict[str, Any]:
-    """An env's options as given on a command line (a JSON object) or in a YAML config (a mapping); ``None`` is ``{}``.
-
-    Raises ``ValueError`` naming ``option`` for invalid JSON or anything but an object.
-    """
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{option}: invalid JSON {value!r}: {e}") from None
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{option}: expected a JSON object such as '{{\"max_operand\": 3}}', got {value!r}")
-    return dict(value)

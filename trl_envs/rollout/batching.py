@@ -1,8 +1,8 @@
 """One batched sampler call per turn for many concurrent episodes.
 
 Every episode of a rollout batch runs as its own coroutine and asks for its next action with
-``await batcher.sample(...)``. :class:`BatchingSampler` holds those requests until every live episode is either
-waiting for an action or finished, then sends them all to the synchronous :class:`~trl_envs.samplers.hf.Sampler` in
+``await batcher.sample(...)``. :class:`BatchingPolicy` holds those requests until every live episode is either
+waiting for an action or finished, then sends them all to the synchronous :class:`~trl_envs.samplers.base.Sampler` in
 ONE call (in a worker thread, so env coroutines awaiting I/O keep running meanwhile). Envs that take a while
 (I/O, grading) therefore cost their latency once per turn, not once per episode.
 
@@ -24,13 +24,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..samplers.hf import SampleRequest, Sampler
+from ..samplers.base import SampleRequest, Sampler
 from ..core.types import StopCondition, TokensWithLogprobs
 
 
-_current_batcher: contextvars.ContextVar[BatchingSampler | None] = contextvars.ContextVar(
+_current_batcher: contextvars.ContextVar[BatchingPolicy | None] = contextvars.ContextVar(
     "trl_envs_current_batcher", default=None)
-"""The batcher whose :meth:`BatchingSampler.episode` the calling coroutine is inside (``None`` elsewhere)."""
+"""The batcher whose :meth:`BatchingPolicy.episode` the calling coroutine is inside (``None`` elsewhere)."""
 
 rollout_clock: contextvars.ContextVar[Any] = contextvars.ContextVar("trl_envs_rollout_clock", default=None)
 """The per-rollout timeout clock of the calling episode (set by ``trl_envs.rollout.engine`` under ``RetryOnFailure``), with
@@ -39,9 +39,9 @@ rollout's timeout covers its own env, model and grading time, not time spent wai
 
 
 class ParkedSlot:
-    """An episode parked in a :class:`BatchingSampler` (see :func:`parked`). :meth:`unpark` is idempotent."""
+    """An episode parked in a :class:`BatchingPolicy` (see :func:`parked`). :meth:`unpark` is idempotent."""
 
-    def __init__(self, batcher: BatchingSampler | None, clock: Any = None):
+    def __init__(self, batcher: BatchingPolicy | None, clock: Any = None):
         self._batcher, self._clock = batcher, clock
         if batcher is not None:
             batcher._parked += 1
@@ -65,8 +65,11 @@ class _Pending:
     clock: Any = None
 
 
-class BatchingSampler:
-    """An async front end over a batched :class:`Sampler` (see the module docstring).
+class BatchingPolicy:
+    """A per-episode async policy (a :class:`~trl_envs.rollout.engine.TokenPolicy`) in front of a batched
+    :class:`Sampler`: each episode awaits its action, and the requests of all live episodes go to the sampler in one
+    call (see the module docstring). It is not itself a ``Sampler``; formerly named ``BatchingSampler`` (still an
+    alias).
 
     Attributes:
         num_calls: how many times the underlying sampler was called.
@@ -163,7 +166,7 @@ class BatchingSampler:
             self.num_calls += 1
             self.batch_sizes.append(len(batch))
             if len(results) != len(batch):
-                raise RuntimeError(f"BatchingSampler: {type(self.sampler).__name__}.sample returned {len(results)} "
+                raise RuntimeError(f"BatchingPolicy: {type(self.sampler).__name__}.sample returned {len(results)} "
                                    f"results for {len(batch)} requests; a Sampler returns one per request, in order")
             for p, r in zip(batch, results):
                 if not p.future.done():
@@ -189,7 +192,7 @@ async def parked() -> AsyncIterator[ParkedSlot]:
             self.waiters.append(slot)         # the sibling calls slot.unpark() when it wakes us
             await asyncio.wait_for(event.wait(), timeout)
 
-    While parked, the :class:`BatchingSampler` running the calling episode samples the other episodes without
+    While parked, the :class:`BatchingPolicy` running the calling episode samples the other episodes without
     waiting for this one, and the episode's ``RetryOnFailure`` timeout clock is paused (the wait is the sibling's
     time, not this rollout's). The code that wakes the episode should call ``slot.unpark()`` right then (leaving the
     block does it too, but later: a sampling call could go out in between, without the woken episode's request).
@@ -202,3 +205,7 @@ async def parked() -> AsyncIterator[ParkedSlot]:
         return
     async with batcher.parked() as slot:
         yield slot
+
+
+BatchingSampler = BatchingPolicy
+"""The former name of :class:`BatchingPolicy`, kept importable."""

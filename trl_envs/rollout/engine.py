@@ -4,7 +4,7 @@
 * :func:`do_group_rollout` makes a group's envs, plays them concurrently under an error strategy
   (:class:`FailFast` or :class:`RetryOnFailure`), adds the group rewards, and always awaits ``cleanup()``.
 * :func:`run_rollout_batch` runs all groups of a batch concurrently in one asyncio loop, with one batched
-  sampler call per turn for all active episodes (:class:`~trl_envs.rollout.batching.BatchingSampler`).
+  sampler call per turn for all active episodes (:class:`~trl_envs.rollout.batching.BatchingPolicy`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from .batching import BatchingSampler, rollout_clock
-from ..samplers.hf import Sampler
+from .batching import BatchingPolicy, rollout_clock
+from ..samplers.base import Sampler
 from ..core.types import Env, EnvContractError, EnvGroupBuilder, StepResult, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 
 class TokenPolicy(Protocol):
-    """``await policy(prompt, stop, max_tokens)`` → the sampled action. :class:`BatchingSampler` is one."""
+    """``await policy(prompt, stop, max_tokens)`` → the sampled action. :class:`BatchingPolicy` is one."""
 
     def __call__(self, prompt: list[int], stop: StopCondition, max_tokens: int) -> Awaitable[TokensWithLogprobs]: ...
 
@@ -57,8 +57,7 @@ class RolloutBudget:
 
 
 def _env_name(env: Any) -> str:
-    inner = getattr(env, "message_env", None)
-    return type(inner).__name__ if inner is not None else type(env).__name__
+    return type(env.unwrapped if isinstance(env, Env) else env).__name__
 
 
 def _check_observation(env: Env, ob: Any, where: str) -> list[int]:
@@ -186,10 +185,10 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget
 
 
 class _Participant:
-    """One participant slot in a :class:`BatchingSampler` (no-op for other policies), released at most once."""
+    """One participant slot in a :class:`BatchingPolicy` (no-op for other policies), released at most once."""
 
     def __init__(self, policy: Any):
-        self._batcher = policy if isinstance(policy, BatchingSampler) else None
+        self._batcher = policy if isinstance(policy, BatchingPolicy) else None
         if self._batcher is not None:
             self._batcher.join()
 
@@ -386,7 +385,7 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
                                   budget: RolloutBudget | None = None, strategy: ErrorStrategy = FailFast(),
                                   max_wait_s: float | None = 30.0) -> RolloutBatchResult:
     """Roll out all ``builders``' groups concurrently, sampling all active episodes together each turn."""
-    batcher = BatchingSampler(sampler, max_wait_s=max_wait_s)
+    batcher = BatchingPolicy(sampler, max_wait_s=max_wait_s)
     errors: Counter = Counter()
     start = time.perf_counter()
     setup = _Participant(batcher)

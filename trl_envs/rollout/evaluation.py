@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from .metrics import rollout_metrics, summarize
 from .engine import ErrorStrategy, FailFast, RolloutBudget, run_rollout_batch
-from ..samplers.hf import Sampler
+from ..samplers.base import Sampler
 from ..core.types import EnvGroupBuilder, RLDataset, Trajectory, TrajectoryGroup
 
 SuccessFn = Callable[[Trajectory, float], bool]

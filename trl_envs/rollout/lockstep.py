@@ -2,7 +2,7 @@
 
 Under DeepSpeed ZeRO-3 (parameters gathered around every generation call), FSDP, or vLLM in server mode (prompts
 gathered to rank 0), a generation call is a collective: if one rank's episodes end early and it stops calling, the
-others hang. :class:`LockstepSampler` wraps a :class:`~trl_envs.samplers.hf.Sampler` so that each call first agrees
+others hang. :class:`LockstepSampler` wraps a :class:`~trl_envs.samplers.base.Sampler` so that each call first agrees
 across ranks that it happens, and :meth:`LockstepSampler.drain` lets a finished rank keep answering with dummy calls
 until every rank is done. See docs/distributed.md.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..samplers.hf import SampleRequest, Sampler
+from ..samplers.base import SampleRequest, Sampler
 from ..core.types import TokensWithLogprobs
 
 

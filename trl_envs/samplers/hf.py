@@ -1,7 +1,4 @@
-"""Samplers: turn a batch of token prompts into sampled actions with their logprobs.
-
-A :class:`Sampler` is synchronous and batched: the rollout engine (``trl_envs.rollout.engine``) collects the prompts of
-all active episodes and hands them over in one call per turn. :class:`HFSampler` implements it on a
+""":class:`HFSampler`: the :class:`~trl_envs.samplers.base.Sampler` protocol on a
 ``transformers`` model with ``generate`` (left padding, per-request stop tokens / strings and token budgets, and
 the logprob of every sampled token).
 """
@@ -10,33 +7,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from ..core.types import StopCondition, TokensWithLogprobs
-
-
-@dataclass
-class SampleRequest:
-    """One prompt to sample from: its token ids, when to stop, and at most how many tokens to sample."""
-
-    prompt: list[int]
-    stop: StopCondition
-    max_tokens: int
-
-
-class Sampler(Protocol):
-    """Samples one action per request, in request order.
-
-    Contract: ``len(result) == len(requests)``; each result has ``1 <= len(tokens) <= max_tokens``, ends on the
-    first stop token/string it produced (included) with ``finish_reason="stop"``, or has exactly ``max_tokens``
-    tokens with ``finish_reason="length"``.
-    """
-
-    def sample(self, requests: list[SampleRequest]) -> list[TokensWithLogprobs]: ...
+from ..core.types import TokensWithLogprobs
+from .base import SampleRequest, Sampler, StopSpec
 
 
 class HFSampler:
@@ -89,7 +65,7 @@ class HFSampler:
         for i, r in enumerate(requests):
             input_ids[i, width - len(r.prompt):] = torch.tensor(r.prompt, dtype=torch.long)
             attention_mask[i, width - len(r.prompt):] = 1
-        stops = [_StopSpec.of(r.stop, self.eos_token_id) for r in requests]
+        stops = [StopSpec.of(r.stop, self.eos_token_id) for r in requests]
         greedy = self.temperature == 0
         recorder = _LogprobRecorder(1.0 if greedy else self.temperature)
         criteria = _PerRowStop(stops, [r.max_tokens for r in requests], width, self.tokenizer)
@@ -126,40 +102,10 @@ class HFSampler:
         return results
 
 
-@dataclass
-class _StopSpec:
-    token_ids: frozenset[int]
-    strings: tuple[str, ...]
-
-    @classmethod
-    def of(cls, stop: StopCondition, eos_token_id: int | None) -> _StopSpec:
-        ids = {s for s in stop if isinstance(s, int)}
-        strings = tuple(s for s in stop if isinstance(s, str))
-        if len(ids) + len(strings) != len(stop):
-            raise TypeError(f"stop condition must be a list of token ids or of strings, got {stop!r}")
-        if eos_token_id is not None:
-            ids.add(eos_token_id)
-        return cls(frozenset(ids), strings)
-
-    def cut(self, tokens: list[int], max_tokens: int, tokenizer) -> tuple[int, str]:
-        """How many of ``tokens`` form the action, and why it ended."""
-        limit = min(len(tokens), max_tokens)
-        for k in range(limit):
-            if tokens[k] in self.token_ids:
-                return k + 1, "stop"
-            if self.strings and self._text_hit(tokens[: k + 1], tokenizer):
-                return k + 1, "stop"
-        return limit, "length"
-
-    def _text_hit(self, tokens: list[int], tokenizer) -> bool:
-        text = tokenizer.decode(tokens, skip_special_tokens=False)
-        return any(s in text for s in self.strings)
-
-
 class _PerRowStop(StoppingCriteria):
     """Marks a row finished when it produced one of its own stop tokens/strings or used its own token budget."""
 
-    def __init__(self, stops: list[_StopSpec], max_tokens: list[int], prompt_width: int, tokenizer):
+    def __init__(self, stops: list[StopSpec], max_tokens: list[int], prompt_width: int, tokenizer):
         self.stops, self.max_tokens, self.prompt_width, self.tokenizer = stops, max_tokens, prompt_width, tokenizer
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
@@ -169,7 +115,7 @@ class _PerRowStop(StoppingCriteria):
         for i, spec in enumerate(self.stops):
             hit = last[i] in spec.token_ids or n_gen >= self.max_tokens[i]
             if not hit and spec.strings:
-                hit = spec._text_hit(input_ids[i, self.prompt_width:].tolist(), self.tokenizer)
+                hit = spec.text_hit(input_ids[i, self.prompt_width:].tolist(), self.tokenizer)
             done.append(hit)
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
@@ -199,3 +145,6 @@ class _LogprobRecorder(LogitsProcessor):
             self.values.append(self.prev.gather(1, generated[:, len(self.values):len(self.values) + 1]).squeeze(1))
         self.prev = None
         return torch.stack(self.values, dim=1).cpu()
+
+
+__all__ = ["HFSampler", "SampleRequest", "Sampler"]  # the protocol is defined in samplers/base.py

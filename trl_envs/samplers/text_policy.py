@@ -1,4 +1,4 @@
-"""A :class:`~trl_envs.samplers.hf.Sampler` whose replies come from a Python function of the prompt text.
+"""A :class:`~trl_envs.samplers.base.Sampler` whose replies come from a Python function of the prompt text.
 
 Useful to play an env with a scripted policy through exactly the interface a model sees (the rendered prompt in,
 reply tokens out): baselines (``bench/cartpole.py``'s "push toward the lean"), replaying an action sequence in
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core.renderer import Renderer
-from .hf import SampleRequest
+from .base import SampleRequest
 from ..core.types import TokensWithLogprobs
 
 

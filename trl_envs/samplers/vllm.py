@@ -1,4 +1,4 @@
-"""A :class:`~trl_envs.samplers.hf.Sampler` over TRL's vLLM generation (``use_vllm=True``, colocate or server mode).
+"""A :class:`~trl_envs.samplers.base.Sampler` over TRL's vLLM generation (``use_vllm=True``, colocate or server mode).
 
 TRL keeps the vLLM weights in sync with the policy before each rollout; this sampler only turns a batch of
 requests into one ``VLLMGeneration.generate`` call and cuts each row at its own stop condition and budget.
@@ -22,7 +22,7 @@ import math
 
 import torch.distributed as dist
 
-from .hf import SampleRequest, _StopSpec
+from .base import SampleRequest, StopSpec
 from ..core.types import TokensWithLogprobs
 
 
@@ -46,7 +46,7 @@ class VLLMSampler:
     def sample(self, requests: list[SampleRequest]) -> list[TokensWithLogprobs]:
         if not requests:
             return []
-        stops = [_StopSpec.of(r.stop, self.eos_token_id) for r in requests]
+        stops = [StopSpec.of(r.stop, self.eos_token_id) for r in requests]
         stop_ids = sorted(set().union(*(s.token_ids for s in stops)))
         stop_strings = sorted(set().union(*(s.strings for s in stops)))
         max_tokens = max(r.max_tokens for r in requests)

@@ -18,7 +18,8 @@ from trl.models import unwrap_model_for_generation
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
 from ..rollout.lockstep import LockstepSampler
-from ..samplers.hf import HFSampler, Sampler
+from ..samplers.base import Sampler
+from ..samplers.hf import HFSampler
 from . import trl_seam
 
 
@@ -28,7 +29,7 @@ class EnvTrainerMixin:
     Attributes:
         last_rollout: the :class:`RolloutBatchResult` of this rank's latest training rollout (for inspection).
 
-    A trainer sets ``self.custom_sampler`` (a :class:`~trl_envs.samplers.hf.Sampler` or ``None``) and
+    A trainer sets ``self.custom_sampler`` (a :class:`~trl_envs.samplers.base.Sampler` or ``None``) and
     ``self.last_rollout = None`` before calling the TRL trainer's ``__init__`` (:meth:`_init_env_trainer`), and
     implements :meth:`sampling_settings`.
     """

@@ -40,7 +40,7 @@ from .base import EnvTrainerMixin, check_single_process_launch, require_chat_tem
 from ..rollout.metrics import rollout_metrics, summarize
 from ..training_data.preference import PAIR_COLUMNS, PairStats, make_preference_pairs
 from ..rollout.engine import RolloutBatchResult
-from ..samplers.hf import Sampler
+from ..samplers.base import Sampler
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 TOKENIZED_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -105,7 +105,7 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             the evaluation envs unless ``eval_env_dataset`` is given.
         eval_env_dataset: envs played (all batches) before the first round and after each round when
             ``args.eval_envs_each_round``; logged as ``eval_env/...``.
-        sampler: a :class:`~trl_envs.samplers.hf.Sampler` to roll out with instead of the policy itself.
+        sampler: a :class:`~trl_envs.samplers.base.Sampler` to roll out with instead of the policy itself.
         compute_metrics, callbacks, optimizers, quantization_config, peft_config: as in ``DPOTrainer``.
 
     Attributes (env mode):

@@ -34,7 +34,7 @@ from .base import EnvTrainerMixin, check_single_process_launch, require_chat_tem
 from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_sync
 from ..training_data.row_layout import RowPlan, plan_rows
-from ..samplers.hf import Sampler
+from ..samplers.base import Sampler
 from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 ENV_REWARD_KEY = "env_reward"
@@ -83,7 +83,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
         processing_class: the tokenizer (must have a chat template; it must be the tokenizer the envs' renderer
             uses).
         peft_config: a PEFT config to train an adapter (then ``beta > 0`` uses the adapter-free model as reference).
-        sampler: optional :class:`~trl_envs.samplers.hf.Sampler` to generate with instead of the policy itself.
+        sampler: optional :class:`~trl_envs.samplers.base.Sampler` to generate with instead of the policy itself.
         callbacks, optimizers: as in ``transformers.Trainer``.
 
     Attributes:

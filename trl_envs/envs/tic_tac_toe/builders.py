@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ...core.message_env import MessageTokenEnv
 from ...core.renderer import Renderer
-from ...core.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
-from .._builder import BUILTIN_TEST_SEED_OFFSET, BuiltinDataset, BuiltinDatasetBuilder
+from ...core.types import TEST_SEED_OFFSET, Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
+from .._builder import BuiltinDataset, BuiltinDatasetBuilder
 from .envs import TicTacToePlayerEnv, TicTacToeVsOpponentEnv
 from .match import TicTacToeMatch
 from .opponents import make_opponent
@@ -54,7 +54,7 @@ class TicTacToeSelfPlayGroupBuilder(EnvGroupBuilder):
                                     ) -> list[tuple[float, Metrics]]:
         out = []
         for env in env_group:
-            player = getattr(env, "message_env", env)
+            player = env.unwrapped
             if not isinstance(player, TicTacToePlayerEnv):
                 raise TypeError(f"TicTacToeSelfPlayGroupBuilder: expected TicTacToePlayerEnv envs, got "
                                 f"{type(player).__name__}")
@@ -135,6 +135,6 @@ class TicTacToeDatasetBuilder(BuiltinDatasetBuilder):
         train = TicTacToeSelfPlayDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
                                          self.illegal_move_penalty, self.move_timeout)
         test = TicTacToeVsOpponentDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                          self.test_opponent, self.seed + BUILTIN_TEST_SEED_OFFSET,
+                                          self.test_opponent, self.seed + TEST_SEED_OFFSET,
                                           self.illegal_move_penalty)
         return train, test
