@@ -37,20 +37,30 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
-from trl_envs.registry.env_datasets import EnvRowDataset, is_saved_to_disk, load_env_dataset
+from trl_envs.registry.env_datasets import EnvRowDataset, data_file_builder, is_saved_to_disk, load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry.names import ENV_FIELD, parse_env_kwargs
-from trl_envs.registry.names import make_env_dataset as make_named_env_dataset
+from trl_envs.registry import ENV_FIELD, parse_env_kwargs
+from trl_envs.registry import make_env_dataset as make_named_env_dataset
 from trl_envs.training_data.preference_data import load_preference_dataset
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
-DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-
-
 @dataclass
 class ScriptArguments:
+    """What to train on (the model comes from ``ModelConfig``, the training from ``EnvDPOConfig``).
+
+    Args:
+        dataset_name, dataset_config, data_files, dataset_train_split, dataset_test_split: offline DPO on a preference
+            dataset (default: the built-in arithmetic preference dataset).
+        env_name: env-driven DPO on an env by name (``--env`` for short): built in, registered, installed, or
+            ``package.module:factory``.
+        env_dataset, env_dataset_split: env-driven DPO on a dataset of env rows instead.
+        env_kwargs: options of the env by name, a JSON object (a mapping in YAML).
+        group_size, groups_per_round, num_env_batches: env mode: trajectories per group, groups sampled per round,
+            batches of the training ``RLDataset``.
+    """
+
     dataset_name: str | None = field(
         default=None, metadata={"help": "Preference dataset: Hub id, save_to_disk directory, dataset directory or "
                                         "data file (default: the built-in arithmetic preference dataset)."})
@@ -72,6 +82,21 @@ class ScriptArguments:
     group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
     groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})
     num_env_batches: int = field(default=1000, metadata={"help": "Env mode: batches in the training RLDataset."})
+
+    @property
+    def env_mode(self) -> bool:
+        """Env-driven DPO (an env by name or a dataset of env rows) rather than a preference dataset."""
+        return bool(self.env_name or self.env_dataset)
+
+    def check(self) -> None:
+        """Raise ``ValueError`` for options that do not go together or a bad ``--env_kwargs``."""
+        if self.env_dataset and (self.env_name or self.env_kwargs):
+            raise ValueError("give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env "
+                             "rows, whose rows hold the env options)")
+        if self.env_mode and (self.dataset_name or self.data_files):
+            raise ValueError("give either --env / --env_dataset (env-driven DPO) or a preference dataset "
+                             "(--dataset_name / --data_files)")
+        parse_env_kwargs(self.env_kwargs)
 
 
 # Defaults that make `python scripts/train_dpo.py` a short, visible CPU run. Any of them can be overridden.
@@ -111,60 +136,14 @@ PROGRESS_KEYS = (("loss", "loss"), ("train_loss", "train_loss"), ("margin", "rew
                  ("acc", "rewards/accuracies"), ("eval_loss", "eval_loss"), ("eval_margin", "eval_rewards/margins"))
 
 
-def load_preference_splits(args: ScriptArguments):
-    """The preference data as a ``DatasetDict`` (or a ``Dataset``, taken as the train split)."""
-    from datasets import load_dataset, load_from_disk
-
-    if args.data_files:
-        return load_dataset(_builder_for(args.data_files), data_files={args.dataset_train_split: args.data_files})
-    name = args.dataset_name
-    if name is None:
-        return load_preference_dataset()
-    if is_saved_to_disk(name):
-        return load_from_disk(name)
-    if os.path.isfile(name):
-        return load_dataset(_builder_for([name]), data_files={args.dataset_train_split: [name]})
-    return load_dataset(name, name=args.dataset_config)
-
-
-def _builder_for(files: list[str]) -> str:
-    kinds = {DATA_FILE_BUILDERS.get(os.path.splitext(f)[1].lower()) for f in files}
-    if None in kinds or len(kinds) != 1:
-        raise ValueError(f"--data_files: give files of one kind among {sorted(DATA_FILE_BUILDERS)}, got {files}")
-    return kinds.pop()
-
-
-def pick_split(data, split: str, role: str):
-    if not hasattr(data, "keys"):  # a single Dataset
-        return data
-    if split not in data:
-        raise ValueError(f"the preference data has no {split!r} split for {role}; splits found: {list(data)} "
-                         f"(choose one with --dataset_{'train' if role == 'training' else 'test'}_split)")
-    return data[split]
-
-
-def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | RLDatasetBuilder:
-    if args.env_dataset:
-        rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
-        return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
-    return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
-                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  **_env_kwargs(args))
-
-
-def main() -> None:
-    parser = TrlParser((ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments))
-    parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
-                                    bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: ModelConfig,
+         publish_args: PublishArguments | None = None) -> None:
+    """Train with DPO on the preference data or the env of ``script_args``, save, then evaluate, write the model card
+    and push (``publish_args``)."""
+    script_args.check()
+    publish_args = publish_args or PublishArguments()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
-    env_mode = bool(script_args.env_name or script_args.env_dataset)
-    if script_args.env_dataset and (script_args.env_name or script_args.env_kwargs):
-        parser.error("give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env rows, whose "
-                     "rows hold the env options)")
-    if env_mode and (script_args.dataset_name or script_args.data_files):
-        parser.error("give either --env / --env_dataset (env-driven DPO) or a preference dataset (--dataset_name / "
-                     "--data_files)")
+    env_mode = script_args.env_mode
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
     model_path = model_args.model_name_or_path or build_tiny_model()
@@ -204,17 +183,67 @@ def main() -> None:
     if script_args.env_dataset:  # the card names (and evaluates) the env kinds of the rows, as train_grpo.py's
         envs = sorted(set(datasets["env_dataset"].rows[ENV_FIELD]))
     publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args, envs=envs,
-                env_kwargs=_env_kwargs(script_args), eval_env="arithmetic" if builtin_data else None,
+                env_kwargs=parse_env_kwargs(script_args.env_kwargs), eval_env="arithmetic" if builtin_data else None,
                 datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
                     script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
 
 
-def _env_kwargs(args: ScriptArguments) -> dict:
-    try:
-        return parse_env_kwargs(args.env_kwargs)
-    except ValueError as e:
-        raise SystemExit(f"train_dpo.py: {e}") from None
+def load_preference_splits(args: ScriptArguments):
+    """The preference data as a ``DatasetDict`` (or a ``Dataset``, taken as the train split)."""
+    from datasets import load_dataset, load_from_disk
+
+    if args.data_files:
+        return load_dataset(data_file_builder(args.data_files, "--data_files"),
+                            data_files={args.dataset_train_split: args.data_files})
+    name = args.dataset_name
+    if name is None:
+        return load_preference_dataset()
+    if is_saved_to_disk(name):
+        return load_from_disk(name)
+    if os.path.isfile(name):
+        return load_dataset(data_file_builder([name], "--dataset_name"), data_files={args.dataset_train_split: [name]})
+    return load_dataset(name, name=args.dataset_config)
+
+
+def pick_split(data, split: str, role: str):
+    """The ``split`` of the preference data for ``role`` (training / evaluation); a single ``Dataset`` is every split."""
+    if not hasattr(data, "keys"):  # a single Dataset
+        return data
+    if split not in data:
+        raise ValueError(f"the preference data has no {split!r} split for {role}; splits found: {list(data)} "
+                         f"(choose one with --dataset_{'train' if role == 'training' else 'test'}_split)")
+    return data[split]
+
+
+def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | RLDatasetBuilder:
+    """The envs of env-driven DPO: the rows of ``--env_dataset``, or the env by name (registry)."""
+    if args.env_dataset:
+        rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
+        return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
+    return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
+                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
+                                  **parse_env_kwargs(args.env_kwargs))
+
+
+def make_parser(subparsers=None) -> TrlParser:
+    """The command line and YAML ``--config`` parser (script, training, model and publishing arguments), with the CPU
+    defaults above."""
+    dataclass_types = (ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments)
+    if subparsers is not None:
+        parser = subparsers.add_parser("dpo", help="Train with DPO on preferences or an env",
+                                       dataclass_types=dataclass_types)
+    else:
+        parser = TrlParser(dataclass_types)
+    parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
+                                    bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return parser
 
 
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    try:
+        script_args.check()  # a usage error, reported before any model is loaded
+    except ValueError as e:
+        parser.error(str(e))
+    main(script_args, training_args, model_args, publish_args)

@@ -26,7 +26,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
 from trl_envs.registry.env_datasets import load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry.names import ENV_FIELD, make_env_dataset, parse_env_kwargs
+from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
@@ -34,6 +34,18 @@ from trl_envs.tiny_model import build_tiny_model
 
 @dataclass
 class ScriptArguments:
+    """What to train on (the model comes from ``ModelConfig``, the training from ``EnvGRPOConfig``).
+
+    Args:
+        env_name: an env by name (``--env`` for short; default ``arithmetic``): built in, registered, installed, or
+            ``package.module:factory``.
+        env_dataset: a dataset of env rows instead (Hub id, ``save_to_disk`` folder, data file or folder of them).
+        env_dataset_split: the split of ``env_dataset`` to train on.
+        env_kwargs: options of the env by name, a JSON object (a mapping in YAML); default ``DEFAULT_ENV_KWARGS``.
+        groups_per_batch: env groups per ``RLDataset`` batch (env by name).
+        num_env_batches: batches in the training ``RLDataset`` (env by name).
+    """
+
     env_name: str | None = field(default=None, metadata={
         "aliases": ["--env"], "help": f"Env to train on by name (default: arithmetic): built-in "
                                       f"{sorted(BUILTIN_ENVS)}, registered or installed (`trl_envs.list_envs()`), or "
@@ -48,6 +60,13 @@ class ScriptArguments:
                                         "'{\"max_operand\": 9}'. Default: DEFAULT_ENV_KWARGS[env]."})
     groups_per_batch: int = field(default=4, metadata={"help": "Env groups per RLDataset batch."})
     num_env_batches: int = field(default=1000, metadata={"help": "Batches in the training RLDataset."})
+
+    def check(self) -> None:
+        """Raise ``ValueError`` for options that do not go together or a bad ``--env_kwargs``."""
+        if self.env_dataset and (self.env_name or self.env_kwargs):
+            raise ValueError("give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
+                             "env rows, whose rows hold the env options)")
+        parse_env_kwargs(self.env_kwargs)
 
 
 # The tiny model learns sums by heart: with operands 0..3 (16 sums) its reward rises within a few minutes on a CPU.
@@ -74,11 +93,12 @@ CPU_FRIENDLY_DEFAULTS = dict(
 )
 
 
-def main() -> None:
-    parser = TrlParser((ScriptArguments, EnvGRPOConfig, ModelConfig, PublishArguments))
-    parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
-                                    bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args: ModelConfig,
+         publish_args: PublishArguments | None = None) -> None:
+    """Train with GRPO on the env of ``script_args``, save, then evaluate, write the model card and push
+    (``publish_args``)."""
+    script_args.check()
+    publish_args = publish_args or PublishArguments()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
@@ -88,21 +108,12 @@ def main() -> None:
     # 2. The environment: an env by name (its dataset builder, groups of num_generations envs), or a dataset of env
     #    rows (one group per row; the trainer turns it into an RLDataset).
     if script_args.env_dataset:
-        if script_args.env_name or script_args.env_kwargs:
-            raise SystemExit("give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
-                             "env rows, whose rows hold the env options)")
         env_builder = load_env_dataset(script_args.env_dataset, script_args.env_dataset_split)
         env_names, env_kwargs = sorted(set(env_builder[ENV_FIELD])), None  # the card evaluates each kind's test set
     else:
         env_name = script_args.env_name or "arithmetic"
         env_names = [env_name]
-        if script_args.env_kwargs is None:
-            env_kwargs = DEFAULT_ENV_KWARGS.get(env_name, {})
-        else:
-            try:
-                env_kwargs = parse_env_kwargs(script_args.env_kwargs)
-            except ValueError as e:
-                parser.error(str(e))
+        env_kwargs = env_options(script_args)
         env_builder = make_env_dataset(
             env_name, Renderer(tokenizer), group_size=training_args.num_generations,
             groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches, **env_kwargs)
@@ -127,5 +138,31 @@ def main() -> None:
                 publish_args=publish_args, env_kwargs=env_kwargs, script_args=script_args, model_args=model_args)
 
 
+def env_options(script_args: ScriptArguments) -> dict:
+    """The options of the env by name: ``--env_kwargs``, else ``DEFAULT_ENV_KWARGS`` of that env."""
+    if script_args.env_kwargs is None:
+        return dict(DEFAULT_ENV_KWARGS.get(script_args.env_name or "arithmetic", {}))
+    return parse_env_kwargs(script_args.env_kwargs)
+
+
+def make_parser(subparsers=None) -> TrlParser:
+    """The command line and YAML ``--config`` parser (script, training, model and publishing arguments), with the CPU
+    defaults above."""
+    dataclass_types = (ScriptArguments, EnvGRPOConfig, ModelConfig, PublishArguments)
+    if subparsers is not None:
+        parser = subparsers.add_parser("grpo", help="Train with GRPO on an env", dataclass_types=dataclass_types)
+    else:
+        parser = TrlParser(dataclass_types)
+    parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
+                                    bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return parser
+
+
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    try:
+        script_args.check()  # a usage error, reported before any model is loaded
+    except ValueError as e:
+        parser.error(str(e))
+    main(script_args, training_args, model_args, publish_args)

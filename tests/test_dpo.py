@@ -21,7 +21,7 @@ from trl_envs import (
     ProblemGroupBuilder,
     make_preference_pairs,
 )
-from trl_envs.envs import make_dataset_builder
+from trl_envs import make_env_dataset
 from trl_envs.training_data.preference_data import arithmetic_preference_rows, build_preference_dataset, load_preference_dataset
 
 pytestmark = pytest.mark.timeout(300)
@@ -123,7 +123,7 @@ def test_lora_trains_only_the_adapter_and_saves_it(tmp_path, tiny_model_path, to
 @pytest.mark.parametrize("env", ["arithmetic", "guess_number"])
 def test_one_round_of_env_driven_dpo(env, tmp_path, tiny_model_path, tokenizer, renderer):
     torch.manual_seed(0)
-    builder = make_dataset_builder(env, renderer, group_size=4, batch_size=8, num_batches=4)
+    builder = make_env_dataset(env, renderer, group_size=4, batch_size=8, num_batches=4)
     trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path), env_dataset=builder, processing_class=tokenizer)
     before = params(trainer.model)
     out = trainer.train()
@@ -146,7 +146,7 @@ def test_one_round_of_env_driven_dpo(env, tmp_path, tiny_model_path, tokenizer, 
 
 
 def test_rounds_continue_steps_logs_and_learning_rate(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
-    builder = make_dataset_builder("arithmetic", renderer, group_size=4, batch_size=8, num_batches=4,
+    builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=8, num_batches=4,
                                    num_test_batches=1)
     args = config(tmp_path, num_rounds=2, eval_envs_each_round=True, lr_scheduler_type="linear")
     trainer = EnvDPOTrainer(tiny_model_path, args=args, env_dataset=builder, processing_class=tokenizer)
@@ -173,7 +173,7 @@ def test_env_tokens_are_excluded_from_the_dpo_loss(tmp_path, tiny_model_path, to
     """The log-probabilities DPO trains on (``logps/chosen``, ``logps/rejected``) are the sums over the tokens the model
     sampled, computed here independently; including the env's "Higher."/"Lower." tokens would change them."""
     torch.manual_seed(0)
-    builder = make_dataset_builder("guess_number", renderer, group_size=4, batch_size=8, num_batches=2)
+    builder = make_env_dataset("guess_number", renderer, group_size=4, batch_size=8, num_batches=2)
     trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path), env_dataset=builder, processing_class=tokenizer)
     rows, stats, _ = trainer._sample_pairs(0)
     rows = [r for r in rows if 0 in r["chosen_mask"] and 0 in r["rejected_mask"]][:4]
@@ -263,7 +263,7 @@ def test_exactly_one_kind_of_data(tmp_path, tiny_model_path, tokenizer, renderer
         EnvDPOTrainer(tiny_model_path, args=config(tmp_path), processing_class=tokenizer)
     with pytest.raises(ValueError, match="precompute_ref_log_probs"):
         EnvDPOTrainer(tiny_model_path, args=config(tmp_path, precompute_ref_log_probs=True),
-                      env_dataset=make_dataset_builder("arithmetic", renderer), processing_class=tokenizer)
+                      env_dataset=make_env_dataset("arithmetic", renderer), processing_class=tokenizer)
 
 
 # -- the script ------------------------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ def run_script(monkeypatch, capsys, tmp_path, *args) -> str:
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
     spec.loader.exec_module(module)
     capsys.readouterr()
-    module.main()
+    module.main(*module.make_parser().parse_args_and_config())  # what `if __name__ == "__main__"` does
     return capsys.readouterr().out
 
 
