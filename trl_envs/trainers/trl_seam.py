@@ -14,6 +14,7 @@ them. Upgrading TRL: see docs/DESIGN.md, "Upgrading TRL".
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import warnings
@@ -51,7 +52,7 @@ class PrivateName:
         owner: the dotted path of the class or module that has it.
         relied_on: the TRL behaviour ``trl_envs`` relies on.
         check: how :func:`check_trl_compatibility` verifies it: ``"attr"`` (the owner has the attribute) or
-            ``"source"`` (the owner's source code contains ``name``: attributes set in ``__init__``, messages).
+            ``"source"`` (the source file of the owner contains ``name``: attributes set in ``__init__``, messages).
         overridden_in: for a trainer hook our trainers override, the module (path under the repository root) where a
             method of that name is defined; the package grep test allows ``def name`` and ``super().name(`` there.
     """
@@ -111,13 +112,24 @@ def _resolve(dotted: str):
     return getattr(importlib.import_module(module_name), attr)
 
 
+@functools.lru_cache(maxsize=None)
+def _source_file_text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _source_of(owner) -> str:
+    """The source of the file defining ``owner`` (read once; ``inspect.getsource`` of a class re-parses its module)."""
+    return _source_file_text(inspect.getsourcefile(owner))
+
+
 def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES) -> None:
     """Raise :class:`TRLCompatibilityError` naming this module and the first missing name if the installed TRL (or
     transformers) lacks a private name of :data:`TRL_PRIVATE_NAMES`."""
     for entry in names:
         try:
             owner = _resolve(entry.owner)
-            found = (entry.name in inspect.getsource(owner)) if entry.check == "source" else hasattr(owner, entry.name)
+            found = (entry.name in _source_of(owner)) if entry.check == "source" else hasattr(owner, entry.name)
         except (ImportError, AttributeError, OSError, TypeError):
             found = False
         if not found:
