@@ -147,9 +147,9 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | R
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
-    return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
-                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  **_env_kwargs(args))
+    # An env option named group_size (a tinker-cookbook builder's field) is the env's to set.
+    return make_named_env_dataset(args.env_name, renderer, **{"group_size": args.group_size, **_env_kwargs(args)},
+                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches)
 
 
 def main() -> None:

@@ -103,9 +103,11 @@ def main() -> None:
                 env_kwargs = parse_env_kwargs(script_args.env_kwargs)
             except ValueError as e:
                 parser.error(str(e))
+        # An env option named group_size (a tinker-cookbook builder's field) is the env's to set; by default it is
+        # num_generations.
         env_builder = make_env_dataset(
-            env_name, Renderer(tokenizer), group_size=training_args.num_generations,
-            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches, **env_kwargs)
+            env_name, Renderer(tokenizer), **{"group_size": training_args.num_generations, **env_kwargs},
+            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches)
 
     # 3. GRPO on it.
     trainer = EnvGRPOTrainer(
