@@ -67,7 +67,7 @@ class ScriptArguments:
         default=None, metadata={"help": "Env-driven DPO on a dataset of env rows (one group per row): Hub id, "
                                         "save_to_disk folder, json/jsonl/parquet/csv file or a folder of them."})
     env_dataset_split: str = field(default="train", metadata={"help": "Split of --env_dataset to use."})
-    env_kwargs: str | dict | None = field(
+    env_kwargs: str | None = field(  # a YAML mapping arrives as a dict default; parse_env_kwargs takes both
         default=None, metadata={"help": "Extra env dataset options, a JSON object (a mapping in YAML)."})
     group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
     groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})

@@ -196,6 +196,17 @@ def test_train_script_and_eval_cli_take_a_cookbook_builder(tiny_model_path, tmp_
     assert out.returncode == 0, out.stderr[-3000:]
     logs = json.loads((tmp_path / "run" / "log_history.json").read_text())
     assert any("env/problems/correct" in h for h in logs)  # the cookbook env's metrics, under its logging tag
+    # train_dpo.py: the same builder, one round (group_size from --group_size, batch_size given as an env option)
+    dpo_kwargs = json.dumps({"batch_size": 4, "model_name_for_tokenizer": tiny_model_path,
+                             "renderer_name": RENDERER_NAME, "n_batches": 2, "include_fewshot": False})
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "train_dpo.py")
+    out = subprocess.run([sys.executable, script, "--env", ARITHMETIC, "--env_kwargs", dpo_kwargs,
+                          "--output_dir", str(tmp_path / "dpo"), "--num_rounds", "1", "--group_size", "8",
+                          "--max_tokens_per_turn", "2", "--card_eval", "false"],
+                         capture_output=True, text=True, env=os.environ, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    logs = json.loads((tmp_path / "dpo" / "log_history.json").read_text())
+    assert any(h.get("round") == 1.0 and "env/problems/correct" in h for h in logs), logs
     # trl-envs eval: --samples_per_problem and --num_problems size the cookbook builder's group_size and batch_size
     eval_kwargs = json.dumps({"model_name_for_tokenizer": tiny_model_path, "renderer_name": RENDERER_NAME,
                               "n_batches": 1, "include_fewshot": False})
