@@ -183,6 +183,21 @@ def test_registry_builds_a_cookbook_builder_from_its_import_path(tiny_model_path
         make_env_dataset(ARITHMETIC, None, group_size=4, groups_per_batch=2, renderer_name=RENDERER_NAME, n_batches=1)
 
 
+def test_registry_refuses_a_cookbook_tokenizer_that_is_not_the_trained_models(tiny_model_path, tokenizer):
+    from transformers import AutoTokenizer
+
+    from trl_envs import Renderer
+
+    other = AutoTokenizer.from_pretrained(tiny_model_path)
+    other.add_tokens(["<|unseen|>"])
+    kwargs = dict(group_size=2, groups_per_batch=1, model_name_for_tokenizer=tiny_model_path,
+                  renderer_name=RENDERER_NAME, n_batches=1)
+    assert isinstance(make_env_dataset(ARITHMETIC, Renderer(tokenizer), **kwargs), TinkerDatasetBuilder)
+    with pytest.raises(ValueError, match=r"model_name_for_tokenizer='.*tiny-chat-v1' loads a tokenizer \(\d+ tokens\) "
+                                         r"that is not the trained model's"):
+        make_env_dataset(ARITHMETIC, Renderer(other), **kwargs)
+
+
 def test_train_script_and_eval_cli_take_a_cookbook_builder(tiny_model_path, tmp_path):
     env_kwargs = json.dumps({"batch_size": 2, "model_name_for_tokenizer": tiny_model_path,
                              "renderer_name": RENDERER_NAME, "n_batches": 3, "group_size": 4,

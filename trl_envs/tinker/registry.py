@@ -27,8 +27,10 @@ def env_kind(ref: str, obj: Any) -> EnvKind:
       an error naming the fields it does take;
     * an **instance**: the factory hands it back adapted (no kwargs).
 
-    The trl_envs renderer the registry passes is not used: a cookbook builder makes its own renderer from its
-    ``renderer_name`` and tokenizer fields, which must name the model being trained (or one with its vocabulary).
+    The trl_envs renderer the registry passes is not used to render: a cookbook builder makes its own renderer from
+    its ``renderer_name`` and tokenizer fields (:data:`TOKENIZER_FIELDS`), which must name the model being trained
+    (or one with its tokenizer). The renderer's tokenizer is what they are checked against
+    (:func:`check_same_tokenizer`).
     """
     base = cookbook_base(obj)
     if base is None:
@@ -48,6 +50,10 @@ def env_kind(ref: str, obj: Any) -> EnvKind:
             if missing:
                 raise TypeError(f"env {ref!r}: {obj.__name__} needs option {missing[0]!r} (--env_kwargs); its options "
                                 f"are {_describe(params)}")
+            if renderer is not None:
+                for name_field in TOKENIZER_FIELDS:
+                    if isinstance(kwargs.get(name_field), str):
+                        check_same_tokenizer(ref, name_field, kwargs[name_field], renderer.tokenizer)
             return _as_dataset(obj(**kwargs))
 
         factory.__signature__ = inspect.Signature(
@@ -59,6 +65,28 @@ def env_kind(ref: str, obj: Any) -> EnvKind:
 
     factory.__doc__ = description
     return EnvKind(ref, description, factory, None, "import (tinker-cookbook)")
+
+
+TOKENIZER_FIELDS = ("model_name_for_tokenizer", "model_name")
+"""Fields of the cookbook's builders that name the model whose tokenizer (and so token ids) the envs use."""
+
+_PROBE = "Hello, World! 12 + 345 = 357?\n  Guess: 42 <think>x</think>"
+
+
+def check_same_tokenizer(ref: str, field: str, name: str, tokenizer) -> None:
+    """Raise ``ValueError`` when the tokenizer that a cookbook builder's ``field`` (= ``name``) loads is not the
+    trained model's ``tokenizer``: a different vocabulary, or different ids for the same text (the env would speak
+    token ids the model reads differently, and training would go on silently wrong)."""
+    from tinker_cookbook.tokenizer_utils import get_tokenizer
+
+    theirs = get_tokenizer(name)
+    same = len(theirs) == len(tokenizer) and (theirs.encode(_PROBE, add_special_tokens=False)
+                                              == tokenizer.encode(_PROBE, add_special_tokens=False))
+    if not same:
+        ours = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise ValueError(f"env {ref!r}: {field}={name!r} loads a tokenizer ({len(theirs)} tokens) that is not the "
+                         f"trained model's ({ours!r}, {len(tokenizer)} tokens); the env's token ids would not mean "
+                         f"what the model reads. Set {field} to the model being trained.")
 
 
 def _as_dataset(obj: Any):
