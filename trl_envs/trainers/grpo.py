@@ -32,6 +32,7 @@ from trl.models import unwrap_model_for_generation
 from ..training_data.credit import first_turn_returns, row_token_advantages
 from ..registry.env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
+from .group_index import GroupIndex
 from ..rollout.lockstep import LockstepSampler
 from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
@@ -48,26 +49,6 @@ def env_reward(completions, env_reward: list[float | None], **kwargs) -> list[fl
 
 
 env_reward.__name__ = "env"
-
-
-class _GroupIndex:
-    """Maps the trainer's row keys (``"<split>/<batch>/<position>"``) to the builders of an RLDataset."""
-
-    def __init__(self, split: str, dataset: RLDataset):
-        self.split, self.dataset = split, dataset
-        self.keys = [f"{split}/{i}/{k}" for i in range(len(dataset)) for k in range(len(dataset.get_batch(i)))]
-        if not self.keys:
-            raise ValueError(f"EnvGRPOTrainer: the {split} RLDataset has no env groups")
-        self._batch = functools.lru_cache(maxsize=8)(dataset.get_batch)
-
-    def builder(self, key: str) -> EnvGroupBuilder:
-        split, i, k = key.split("/")
-        if split != self.split:
-            raise KeyError(key)
-        return self._batch(int(i))[int(k)]
-
-    def as_dataset(self) -> Dataset:
-        return Dataset.from_dict({"prompt": self.keys})
 
 
 class EnvGRPOTrainer(GRPOTrainer):
@@ -109,8 +90,8 @@ class EnvGRPOTrainer(GRPOTrainer):
         train_envs, eval_envs = _resolve_datasets(env_dataset, eval_env_dataset)
         _check_batch_geometry(args, eval_envs is not None)
         _check_reference_model(model, args, peft_config)
-        self._train_index = _GroupIndex("train", train_envs)
-        self._eval_index = _GroupIndex("eval", eval_envs) if eval_envs is not None else None
+        self._train_index = GroupIndex("train", train_envs)
+        self._eval_index = GroupIndex("eval", eval_envs) if eval_envs is not None else None
         _check_group_size(self._train_index, args.num_generations, "num_generations")
         if self._eval_index is not None:
             _check_group_size(self._eval_index, args.num_generations_eval or args.num_generations,
@@ -309,8 +290,8 @@ def _check_reference_model(model, args: EnvGRPOConfig, peft_config) -> None:
             "pass a peft_config (the reference is then the model without the adapter), or set beta=0.")
 
 
-def _check_group_size(index: _GroupIndex, expected: int, field_name: str) -> None:
-    builder = index.builder(index.keys[0])
+def _check_group_size(index: GroupIndex, expected: int, field_name: str) -> None:
+    builder = index.builder(index.key(0))
 
     async def probe() -> int:
         try:
