@@ -39,3 +39,18 @@ def grpo_reference_model(reference) -> Iterator[None]:
         yield
     finally:
         grpo_trainer.create_model_from_path = original
+
+
+def dpo_tokens_seen(trainer) -> int:
+    """The running token count behind the ``num_tokens`` metric of a ``DPOTrainer``.
+
+    TRL 1.16 behaviour relied on: ``DPOTrainer`` keeps it in ``self._total_train_tokens`` (set to 0 in ``__init__``,
+    increased by every training batch's attention-mask sum, logged as ``num_tokens``); it is not part of the
+    ``TrainerState`` a checkpoint holds, so a resumed run restores it with :func:`set_dpo_tokens_seen`.
+    """
+    return int(trainer._total_train_tokens)
+
+
+def set_dpo_tokens_seen(trainer, value: int) -> None:
+    """Restore the count read by :func:`dpo_tokens_seen`."""
+    trainer._total_train_tokens = int(value)
