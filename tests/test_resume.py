@@ -1,7 +1,7 @@
 """Resuming from the scripts (issue 16): ``--resume_from_checkpoint`` continues a run exactly.
 
 * ``scripts/train_grpo.py`` on 2 processes (gloo), killed after its step-2 checkpoint was written, then resumed from
-  that checkpoint: the resumed run logs exactly the steps 3..6 of an uninterrupted run (rewards, loss, every logged
+  that checkpoint: the resumed run logs exactly the steps 3..4 of an uninterrupted run (rewards, loss, every logged
   value but timings, so the same batches were sampled and trained) and ends with identical weights.
 * ``scripts/train_dpo.py`` in env mode (env-driven DPO rounds, checkpointed at round ends), resumed after round 1:
   rounds 2 and 3 log the same values and the final weights are identical.
@@ -36,7 +36,7 @@ def grpo_command(model_path: str, output_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "cpu_2proc.yaml"),
             "--main_process_port", str(free_port()), str(REPO / "scripts" / "train_grpo.py"),
             "--model_name_or_path", model_path, "--use_cpu", "true", "--output_dir", str(output_dir),
-            "--max_steps", "6", "--save_strategy", "steps", "--save_steps", "2", "--per_device_train_batch_size", "8",
+            "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2", "--per_device_train_batch_size", "8",
             "--num_generations", "4", "--groups_per_batch", "4", "--num_env_batches", "20",
             "--max_completion_length", "8", "--max_turns", "2", "--card_eval", "false", *extra]
 
@@ -62,26 +62,31 @@ def assert_same_weights(a: Path, b: Path) -> None:
 def test_grpo_script_resumes_a_killed_two_process_run_exactly(tmp_path, tiny_model_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     # the uninterrupted run and the run to be killed start together (the imports dominate a launch's time)
-    with open(tmp_path / "cut.log", "w") as log:
-        killed = subprocess.Popen(grpo_command(tiny_model_path, cut), cwd=REPO, env=launch_env(), stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            run_with_timeout(grpo_command(tiny_model_path, full), LAUNCH_TIMEOUT_S, tmp_path / "full.log")
-            deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-            while not checkpoint_complete(cut / "checkpoint-2") and killed.poll() is None:
-                assert time.monotonic() < deadline, "the run to interrupt wrote no checkpoint-2"
-                time.sleep(0.05)
-            time.sleep(0.5)  # let the checkpoint's last files land
-        finally:
-            kill_tree(killed)
+    logs = [open(tmp_path / "full.log", "w"), open(tmp_path / "cut.log", "w")]
+    runs = [subprocess.Popen(grpo_command(tiny_model_path, out), cwd=REPO, env=launch_env(), stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True) for out, log in zip((full, cut), logs)]
+    try:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        while not checkpoint_complete(cut / "checkpoint-2") and runs[1].poll() is None:
+            assert time.monotonic() < deadline, "the run to interrupt wrote no checkpoint-2 in time"
+            time.sleep(0.05)
+        time.sleep(0.3)  # let the checkpoint's last files land
+        kill_tree(runs[1])
+        rc = runs[0].wait(timeout=max(deadline - time.monotonic(), 1))
+        assert rc == 0, f"the uninterrupted run failed:\n{(tmp_path / 'full.log').read_text()[-4000:]}"
+    finally:
+        for run in runs:
+            kill_tree(run)
+        for log in logs:
+            log.close()
     assert checkpoint_complete(cut / "checkpoint-2")
     assert not (cut / "model.safetensors").exists(), "the run finished before it could be interrupted"
 
     resumed = run_with_timeout(grpo_command(tiny_model_path, cut, "--resume_from_checkpoint",
                                             str(cut / "checkpoint-2")), LAUNCH_TIMEOUT_S, tmp_path / "resumed.log")
     steps = [int(s) for s in re.findall(r"\[trl_envs\] step +(\d+)", resumed)]
-    assert steps == [3, 4, 5, 6]  # continues at step 3: steps 1-2 are not replayed
-    expected, got = step_logs(full / "checkpoint-6"), step_logs(cut / "checkpoint-6")
+    assert steps == [3, 4]  # continues at step 3: steps 1-2 are not replayed
+    expected, got = step_logs(full / "checkpoint-4"), step_logs(cut / "checkpoint-4")
     assert got == expected  # the same values logged at every step (rewards: same batches, same samples)
     assert_same_weights(full, cut)
 
