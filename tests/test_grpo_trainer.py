@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, ListRLDataset
 from trl_envs.envs import make_dataset_builder
