@@ -43,6 +43,7 @@ from trl_envs.registry.names import ENV_FIELD, parse_env_kwargs
 from trl_envs.registry.names import make_env_dataset as make_named_env_dataset
 from trl_envs.training_data.preference_data import load_preference_dataset
 from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.trainers.resume import resolve_checkpoint
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
@@ -158,6 +159,11 @@ def main() -> None:
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
+    try:  # a folder, or true/last for output_dir's newest checkpoint; checked before any model is loaded
+        checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir,
+                                        "--resume_from_checkpoint")
+    except ValueError as e:
+        parser.error(str(e))
     env_mode = bool(script_args.env_name or script_args.env_dataset)
     if script_args.env_dataset and (script_args.env_name or script_args.env_kwargs):
         parser.error("give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env rows, whose "
@@ -193,7 +199,7 @@ def main() -> None:
         **datasets,
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per log instead of the full metrics dict
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
 
     # 4. Save the model (or adapter) and the metrics.
     save_run(trainer, tokenizer)
