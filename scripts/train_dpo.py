@@ -43,6 +43,7 @@ from trl_envs.registry import ENV_FIELD, parse_env_kwargs
 from trl_envs.registry import make_env_dataset as make_named_env_dataset
 from trl_envs.training_data.preference_data import load_preference_dataset
 from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.trainers.resume import resolve_checkpoint
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
@@ -77,7 +78,7 @@ class ScriptArguments:
         default=None, metadata={"help": "Env-driven DPO on a dataset of env rows (one group per row): Hub id, "
                                         "save_to_disk folder, json/jsonl/parquet/csv file or a folder of them."})
     env_dataset_split: str = field(default="train", metadata={"help": "Split of --env_dataset to use."})
-    env_kwargs: str | dict | None = field(
+    env_kwargs: str | None = field(  # a YAML mapping arrives as a dict default; parse_env_kwargs takes both
         default=None, metadata={"help": "Extra env dataset options, a JSON object (a mapping in YAML)."})
     group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
     groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})
@@ -143,6 +144,7 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
     script_args.check()
     publish_args = publish_args or PublishArguments()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
+    checkpoint = resume_checkpoint(training_args)
     env_mode = script_args.env_mode
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
@@ -172,7 +174,7 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
         **datasets,
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per log instead of the full metrics dict
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
 
     # 4. Save the model (or adapter) and the metrics.
     save_run(trainer, tokenizer)
@@ -220,9 +222,17 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | R
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
-    return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
-                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  **parse_env_kwargs(args.env_kwargs))
+    # An env option named group_size (a tinker-cookbook builder's field) is the env's to set.
+    return make_named_env_dataset(args.env_name, renderer,
+                                  **{"group_size": args.group_size, **parse_env_kwargs(args.env_kwargs)},
+                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches)
+
+
+def resume_checkpoint(training_args) -> str | None:
+    """``--resume_from_checkpoint`` resolved: a checkpoint folder, or ``true`` / ``last`` for the newest checkpoint in
+    ``output_dir`` (``ValueError`` naming the option when there is none)."""
+    return resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir,
+                              "--resume_from_checkpoint")
 
 
 def make_parser(subparsers=None) -> TrlParser:
@@ -242,8 +252,9 @@ def make_parser(subparsers=None) -> TrlParser:
 if __name__ == "__main__":
     parser = make_parser()
     script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
-    try:
-        script_args.check()  # a usage error, reported before any model is loaded
+    try:  # usage errors, reported before any model is loaded
+        script_args.check()
+        resume_checkpoint(training_args)
     except ValueError as e:
         parser.error(str(e))
     main(script_args, training_args, model_args, publish_args)

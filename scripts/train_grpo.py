@@ -28,6 +28,7 @@ from trl_envs.registry.env_datasets import load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
 from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.trainers.resume import resolve_checkpoint
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
@@ -100,6 +101,7 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
     script_args.check()
     publish_args = publish_args or PublishArguments()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
+    checkpoint = resume_checkpoint(training_args)
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
     model_path = model_args.model_name_or_path or build_tiny_model()
@@ -114,9 +116,11 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
         env_name = script_args.env_name or "arithmetic"
         env_names = [env_name]
         env_kwargs = env_options(script_args)
+        # An env option named group_size (a tinker-cookbook builder's field) is the env's to set; by default it is
+        # num_generations.
         env_builder = make_env_dataset(
-            env_name, Renderer(tokenizer), group_size=training_args.num_generations,
-            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches, **env_kwargs)
+            env_name, Renderer(tokenizer), **{"group_size": training_args.num_generations, **env_kwargs},
+            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches)
 
     # 3. GRPO on it.
     trainer = EnvGRPOTrainer(
@@ -128,7 +132,7 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
         callbacks=[RewardProgressCallback()],
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per step instead of the full metrics dict
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
 
     # 4. Save the model (or adapter) and the metrics.
     save_run(trainer, tokenizer)
@@ -143,6 +147,13 @@ def env_options(script_args: ScriptArguments) -> dict:
     if script_args.env_kwargs is None:
         return dict(DEFAULT_ENV_KWARGS.get(script_args.env_name or "arithmetic", {}))
     return parse_env_kwargs(script_args.env_kwargs)
+
+
+def resume_checkpoint(training_args) -> str | None:
+    """``--resume_from_checkpoint`` resolved: a checkpoint folder, or ``true`` / ``last`` for the newest checkpoint in
+    ``output_dir`` (``ValueError`` naming the option when there is none)."""
+    return resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir,
+                              "--resume_from_checkpoint")
 
 
 def make_parser(subparsers=None) -> TrlParser:
@@ -161,8 +172,9 @@ def make_parser(subparsers=None) -> TrlParser:
 if __name__ == "__main__":
     parser = make_parser()
     script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
-    try:
-        script_args.check()  # a usage error, reported before any model is loaded
+    try:  # usage errors, reported before any model is loaded
+        script_args.check()
+        resume_checkpoint(training_args)
     except ValueError as e:
         parser.error(str(e))
     main(script_args, training_args, model_args, publish_args)

@@ -273,6 +273,12 @@ def _import_kind(ref: str) -> EnvKind:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
         raise UnknownEnvError(f"env {ref!r}: cannot import {attr!r} from module {module_name!r}: {e}") from e
+    from ..tinker.detect import is_tinker_cookbook_object  # imports nothing of tinker
+
+    if is_tinker_cookbook_object(obj):  # a tinker-cookbook builder or dataset: adapted (trl_envs/tinker/)
+        from ..tinker.registry import env_kind
+
+        return env_kind(ref, obj)
     return EnvKind.from_factory(ref, obj, "import")
 
 

@@ -62,6 +62,10 @@ def validate_row(row: Mapping[str, Any], *, index: int | None = None) -> tuple[s
         raise EnvRowError(f"{where}: a row spec is a mapping like {{'{ENV_FIELD}': 'arithmetic', 'a': 2, 'b': 3}}, got "
                           f"{type(row).__name__}")
     name = row.get(ENV_FIELD)
+    if name is None and ENV_FIELD in row:
+        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: the env name is null; every row needs the name of its env "
+                          f"kind, e.g. {{'{ENV_FIELD}': 'arithmetic', ...}} (a mixed dataset written with missing "
+                          f"'{ENV_FIELD}' values gets nulls there)")
     if name is None:
         raise EnvRowError(f"{where}: missing field {ENV_FIELD!r} (the env kind); fields present: {sorted(row)}")
     if not isinstance(name, str):

@@ -99,6 +99,11 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("_tag_names", "trl.DPOTrainer", "class attribute: the tags DPOTrainer adds to the model (card)"),
     PrivateName("DataCollatorForPreference", "trl.trainer.dpo_trainer", "DPOTrainer's default collator (see above)"),
     PrivateName("DistributedBackend", "trl.distributed", "ZeRO-3 / FSDP parameter handling around generation"),
+    PrivateName("create_model_from_path", "trl.trainer.grpo_trainer",
+                "GRPOTrainer.__init__ builds the reference model (beta != 0, no PEFT) with this function of its module, "
+                "called once; grpo_reference_model replaces it to hand in a frozen copy of the policy"),
+    PrivateName("self._total_train_tokens", "trl.DPOTrainer",
+                "the running token count behind DPO's num_tokens metric, not saved in checkpoints", check="source"),
     PrivateName("You are using 'rollout_func'", "trl.GRPOTrainer",
                 "the start of the experimental-feature warning GRPOTrainer.__init__ gives for rollout_func, silenced "
                 "by its text", check="source"),
@@ -195,6 +200,55 @@ def rollout_func_warning_silenced() -> Iterator[None]:
         yield
 
 
+# -- model construction and resume ------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def grpo_reference_model(reference) -> Iterator[None]:
+    """While active, ``GRPOTrainer.__init__`` takes ``reference`` as its reference model instead of loading one.
+
+    TRL 1.16 behaviour relied on: with ``beta != 0`` and a policy that is not a PEFT model, ``GRPOTrainer.__init__``
+    builds the reference as ``trl.trainer.grpo_trainer.create_model_from_path(get_config_model_id(model.config),
+    ...)``, i.e. reloads the weights saved at ``model.config._name_or_path`` (empty for a model built in memory, stale
+    for one changed since it was loaded); it then disables dropout, adds its fused LM head and prepares that model as
+    it would a loaded one. With a policy given as an instance that is the constructor's only call of
+    ``create_model_from_path``; a second call means TRL changed, and fails loudly rather than returning the reference
+    for something else.
+    """
+    from trl.trainer import grpo_trainer
+
+    original = grpo_trainer.create_model_from_path
+    calls: list[str] = []
+
+    def reference_instead(model_id, **kwargs):
+        calls.append(model_id)
+        if len(calls) > 1:
+            raise RuntimeError("trl_envs.trainers.trl_seam.grpo_reference_model: GRPOTrainer called "
+                               f"create_model_from_path more than once ({calls}); this TRL version builds models "
+                               "differently from TRL 1.16, update trl_seam.py")
+        return reference
+
+    grpo_trainer.create_model_from_path = reference_instead
+    try:
+        yield
+    finally:
+        grpo_trainer.create_model_from_path = original
+
+
+def dpo_tokens_seen(trainer) -> int:
+    """The running token count behind the ``num_tokens`` metric of a ``DPOTrainer``.
+
+    TRL 1.16 behaviour relied on: ``DPOTrainer`` keeps it in ``self._total_train_tokens`` (set to 0 in ``__init__``,
+    increased by every training batch's attention-mask sum, logged as ``num_tokens``); it is not part of the
+    ``TrainerState`` a checkpoint holds, so a resumed run restores it with :func:`set_dpo_tokens_seen`.
+    """
+    return int(trainer._total_train_tokens)
+
+
+def set_dpo_tokens_seen(trainer, value: int) -> None:
+    """Restore the count read by :func:`dpo_tokens_seen`."""
+    trainer._total_train_tokens = int(value)
+
+
 __all__ = ["PreferenceCollator", "PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES",
-           "check_trl_compatibility", "distributed_backend", "keep_columns", "log_generation_metric",
-           "logged_metrics", "model_tags", "rollout_func_warning_silenced", "tokenizer_of"]
+           "check_trl_compatibility", "distributed_backend", "dpo_tokens_seen", "grpo_reference_model", "keep_columns", "log_generation_metric",
+           "logged_metrics", "model_tags", "rollout_func_warning_silenced", "set_dpo_tokens_seen", "tokenizer_of"]
