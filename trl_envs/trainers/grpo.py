@@ -37,6 +37,7 @@ from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
 from ..training_data.row_layout import RowPlan, plan_rows
 from ..samplers.hf import HFSampler, Sampler
+from ..core.renderer import Renderer
 from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 ENV_REWARD_KEY = "env_reward"
@@ -136,6 +137,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         if not getattr(self._tokenizer, "chat_template", None):
             raise ValueError(f"EnvGRPOTrainer: the tokenizer {self._tokenizer.name_or_path!r} has no chat template; "
                              "env renderers need one (use a chat model or set tokenizer.chat_template).")
+        self.eos_token_ids = with_turn_stops(self.eos_token_ids, Renderer(self._tokenizer))
 
     # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
 
@@ -234,6 +236,18 @@ class EnvGRPOTrainer(GRPOTrainer):
         return HFSampler(self.model_wrapped, self._tokenizer, temperature=self.temperature, top_p=self.top_p,
                          top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
                          model_context=model_context)
+
+
+def with_turn_stops(eos_token_ids: Sequence[int], renderer: Renderer) -> list[int]:
+    """TRL's ``eos_token_ids`` plus the chat template's stop tokens.
+
+    TRL counts a row as truncated when its last token is not in ``eos_token_ids`` (+ pad), and with
+    ``mask_truncated_completions`` trains nothing of it. TRL takes those ids from the tokenizer's and generation
+    config's EOS only, so for a base ChatML model (EOS ``<|endoftext|>``, end of turn ``<|im_end|>``) every finished
+    answer would count as truncated. The tokenizer's EOS stays first (it pads the filler rows).
+    """
+    ids = list(eos_token_ids)
+    return ids + [t for t in renderer.get_stop_sequences() if t not in ids]
 
 
 def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, Any]:

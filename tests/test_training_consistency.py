@@ -1,0 +1,59 @@
+"""What TRL trains on must match what was sampled: end-of-turn tokens count as EOS, generation runs under the
+training autocast, and sampler settings reach ``generate`` without changing the recorded logprobs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from transformers import AutoTokenizer, GenerationConfig
+
+from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
+from trl_envs.envs import make_dataset_builder
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _config(tmp_path, **overrides) -> EnvGRPOConfig:
+    kwargs = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
+                  gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=8, max_steps=1,
+                  max_completion_length=8, max_turns=4, learning_rate=1e-3, logging_steps=1, save_strategy="no",
+                  seed=0, beta=0.0)
+    kwargs.update(overrides)
+    return EnvGRPOConfig(**kwargs)
+
+
+@pytest.fixture
+def base_chatml_model(tiny_model_path, tmp_path) -> str:
+    """A copy of the tiny model shaped like a base ChatML model (Qwen2.5 base): EOS ``<|endoftext|>``, while the
+    chat template ends a turn with ``<|im_end|>``."""
+    path = tmp_path / "base-chatml"
+    shutil.copytree(tiny_model_path, path)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.eos_token = "<|endoftext|>"
+    tok.save_pretrained(path)
+    gen = GenerationConfig.from_pretrained(path)
+    gen.eos_token_id = tok.eos_token_id
+    gen.save_pretrained(path)
+    return str(path)
+
+
+def test_end_of_turn_token_ends_completions_when_it_differs_from_eos(base_chatml_model, tmp_path):
+    tok = AutoTokenizer.from_pretrained(base_chatml_model)
+    renderer = Renderer(tok)
+    assert renderer.end_of_turn_token_id != tok.eos_token_id  # the situation under test
+    builder = make_dataset_builder("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2)
+    trainer = EnvGRPOTrainer(base_chatml_model, _config(tmp_path, mask_truncated_completions=True), builder,
+                             processing_class=tok)
+    assert renderer.end_of_turn_token_id in trainer.eos_token_ids
+    trainer.model.train()
+    torch.manual_seed(0)
+    out = trainer._generate_and_score_completions(
+        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)])
+    ended = [t for g in trainer.last_rollout.groups for t in g.trajectories
+             if t.transitions[-1].ac.tokens[-1] == renderer.end_of_turn_token_id]
+    assert ended, "the tiny model should end most answers with <|im_end|>"
+    # TRL counts a row as truncated when its last token is not in eos_token_ids (+ pad), then masks it out
+    assert trainer._metrics["train"]["completions/clipped_ratio"][-1] < 1.0
+    assert out["completion_mask"].sum() > 0
