@@ -57,3 +57,34 @@ def test_end_of_turn_token_ends_completions_when_it_differs_from_eos(base_chatml
     # TRL counts a row as truncated when its last token is not in eos_token_ids (+ pad), then masks it out
     assert trainer._metrics["train"]["completions/clipped_ratio"][-1] < 1.0
     assert out["completion_mask"].sum() > 0
+
+
+def _max_logprob_gap(trainer) -> float:
+    """Largest |sampling logprob - TRL's training logprob| over the sampled tokens of one rollout batch."""
+    trainer.model.train()
+    torch.manual_seed(0)
+    out = trainer._generate_and_score_completions(
+        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)])
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    mask = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    width = out["completion_ids"].size(1)
+    with torch.no_grad():
+        trained, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, width, batch_size=8)
+    sampled = torch.zeros_like(trained)
+    rows = [t for g in trainer.last_rollout.groups for t in g.trajectories]
+    for i, trajectory in enumerate(rows):  # arithmetic: one turn per trajectory
+        logprobs = trajectory.transitions[0].ac.logprobs
+        sampled[i, :len(logprobs)] = torch.tensor(logprobs)
+    return (trained - sampled)[out["completion_mask"].bool()].abs().max().item()
+
+
+def test_peft_bf16_generation_runs_under_the_training_autocast(tiny_model_path, tokenizer, renderer, tmp_path):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    builder = make_dataset_builder("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2)
+    trainer = EnvGRPOTrainer(tiny_model_path, _config(tmp_path, bf16=True), builder, processing_class=tokenizer,
+                             peft_config=lora)
+    assert next(trainer.model.parameters()).dtype == torch.float32  # fp32 weights, bf16 autocast in training
+    # sampled in fp32 the gap is ~0.016 on this model; under the same autocast it is rounding noise
+    assert _max_logprob_gap(trainer) < 1e-4

@@ -257,9 +257,12 @@ def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, 
 
 @contextlib.contextmanager
 def _generation_model(model_wrapped, accelerator, gather_ds3: bool, gc_kwargs, dist):
+    # Generate under the autocast TRL computes the training logprobs in (`accelerator.autocast()`): with bf16 mixed
+    # precision over fp32 weights (e.g. PEFT) sampling in fp32 would make sampling and training logprobs disagree.
     with (unwrap_model_for_generation(model_wrapped, accelerator, gather_deepspeed3_params=gather_ds3,
                                       gradient_checkpointing_kwargs=gc_kwargs) as unwrapped,
-          dist.summon_full_params(model_wrapped, recurse=False)):
+          dist.summon_full_params(model_wrapped, recurse=False),
+          accelerator.autocast()):
         yield unwrapped
 
 
