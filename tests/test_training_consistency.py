@@ -88,3 +88,63 @@ def test_peft_bf16_generation_runs_under_the_training_autocast(tiny_model_path, 
     assert next(trainer.model.parameters()).dtype == torch.float32  # fp32 weights, bf16 autocast in training
     # sampled in fp32 the gap is ~0.016 on this model; under the same autocast it is rounding noise
     assert _max_logprob_gap(trainer) < 1e-4
+
+
+# -- HFSampler settings and the logprobs it records --------------------------------------------------------------
+
+
+def _requests(renderer, n=4, max_tokens=6):
+    from trl_envs.samplers.hf import SampleRequest
+
+    prompt = renderer.build_generation_prompt([{"role": "user", "content": "What is 2 + 3?"}])
+    return [SampleRequest(prompt, renderer.get_stop_sequences(), max_tokens) for _ in range(n)]
+
+
+def test_sampler_passes_generation_kwargs_and_cache_implementation(tiny_model_path, tokenizer, renderer, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from trl_envs.samplers.hf import HFSampler
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    seen = {}
+    real_generate = model.generate
+
+    def spy(*args, generation_config, **kwargs):
+        seen["cache_implementation"] = generation_config.cache_implementation
+        return real_generate(*args, generation_config=generation_config, **kwargs)
+
+    monkeypatch.setattr(model, "generate", spy)
+    eot = renderer.end_of_turn_token_id
+    with pytest.warns(UserWarning, match="suppress_tokens"):
+        sampler = HFSampler(model, tokenizer, generation_kwargs={"suppress_tokens": [eot, tokenizer.eos_token_id]},
+                            cache_implementation="dynamic")
+    torch.manual_seed(0)
+    results = sampler.sample(_requests(renderer))
+    assert all(r.finish_reason == "length" and eot not in r.tokens for r in results)  # end of turn suppressed
+    assert seen["cache_implementation"] == "dynamic"
+    with pytest.raises(ValueError, match=r"generation_kwargs sets \['max_new_tokens'\]"):
+        HFSampler(model, tokenizer, generation_kwargs={"max_new_tokens": 3})
+
+
+def test_sampler_logprobs_exclude_the_repetition_penalty(tiny_model_path, tokenizer, renderer):
+    from transformers import AutoModelForCausalLM
+
+    from trl_envs.samplers.hf import HFSampler
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    sampler = HFSampler(model, tokenizer, temperature=0.7, repetition_penalty=3.0)
+    torch.manual_seed(0)
+    requests = _requests(renderer, n=3, max_tokens=8)
+    for request, result in zip(requests, sampler.sample(requests)):
+        ids = torch.tensor([request.prompt + result.tokens])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(request.prompt) - 1:-1].float() / 0.7
+        expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(result.tokens)[:, None]).squeeze(1)
+        assert torch.allclose(torch.tensor(result.logprobs), expected, atol=1e-4)  # what TRL's training computes
+
+
+def test_repetition_penalty_with_off_policy_mask_warns(tiny_model_path, tokenizer, renderer, tmp_path):
+    builder = make_dataset_builder("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2)
+    with pytest.warns(UserWarning, match=r"repetition_penalty=1.3 .*off_policy_mask_threshold=0.5"):
+        EnvGRPOTrainer(tiny_model_path, _config(tmp_path, repetition_penalty=1.3, off_policy_mask_threshold=0.5),
+                       builder, processing_class=tokenizer)

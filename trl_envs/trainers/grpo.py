@@ -109,6 +109,7 @@ class EnvGRPOTrainer(GRPOTrainer):
             groups_per_batch=max(args.generation_batch_size // args.num_generations, 1), owner="EnvGRPOTrainer")
         train_envs, eval_envs = _resolve_datasets(env_dataset, eval_env_dataset)
         _check_batch_geometry(args, eval_envs is not None)
+        _warn_biased_logprob_comparison(args)
         _check_reference_model(model, args, peft_config)
         self._train_index = _GroupIndex("train", train_envs)
         self._eval_index = _GroupIndex("eval", eval_envs) if eval_envs is not None else None
@@ -235,7 +236,8 @@ class EnvGRPOTrainer(GRPOTrainer):
             self.args.gradient_checkpointing_kwargs, self._dist)
         return HFSampler(self.model_wrapped, self._tokenizer, temperature=self.temperature, top_p=self.top_p,
                          top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
-                         model_context=model_context)
+                         model_context=model_context, generation_kwargs=self.args.generation_kwargs,
+                         cache_implementation=self.args.cache_implementation)
 
 
 def with_turn_stops(eos_token_ids: Sequence[int], renderer: Renderer) -> list[int]:
@@ -313,6 +315,22 @@ def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:
     if has_eval and args.per_device_eval_batch_size % g_eval:
         raise ValueError(f"EnvGRPOConfig: per_device_eval_batch_size={args.per_device_eval_batch_size} is not a "
                          f"multiple of the evaluation group size {g_eval}.")
+
+
+def _warn_biased_logprob_comparison(args: EnvGRPOConfig) -> None:
+    """Sampling logprobs are recorded from the model's logits, as TRL's training logprobs are; a repetition penalty
+    samples from another distribution, so comparing the two (off-policy mask, vLLM importance sampling) is biased."""
+    penalty = (args.generation_kwargs or {}).get("repetition_penalty", args.repetition_penalty)
+    compares = [name for name, on in (
+        (f"off_policy_mask_threshold={args.off_policy_mask_threshold}", args.off_policy_mask_threshold is not None),
+        ("use_vllm with vllm_importance_sampling_correction", args.use_vllm and args.vllm_importance_sampling_correction),
+    ) if on]
+    if penalty != 1.0 and compares:
+        warnings.warn(
+            f"EnvGRPOConfig: repetition_penalty={penalty} samples tokens from a distribution TRL's training logprobs "
+            f"do not include, and {' and '.join(compares)} compares sampling with training logprobs: tokens the "
+            "penalty favoured or disfavoured are masked or reweighted as if off-policy. Set repetition_penalty=1.0 "
+            "or turn the comparison off.", stacklevel=3)
 
 
 def _check_reference_model(model, args: EnvGRPOConfig, peft_config) -> None:
