@@ -143,13 +143,15 @@ def pick_split(data, split: str, role: str):
     return data[split]
 
 
-def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | RLDatasetBuilder:
+def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -> RLDataset | RLDatasetBuilder:
+    """The env dataset to sample preference pairs from; ``seed`` (the trainer's) picks the training problems of envs
+    that take one."""
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
     return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
                                   groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  **_env_kwargs(args))
+                                  defaults={"seed": seed}, **_env_kwargs(args))
 
 
 def main() -> None:
@@ -176,7 +178,7 @@ def main() -> None:
     # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
     datasets = {}
     if env_mode:
-        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer))
+        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer), training_args.seed)
     else:
         data = load_preference_splits(script_args)
         datasets["train_dataset"] = pick_split(data, script_args.dataset_train_split, "training")

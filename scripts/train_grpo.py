@@ -86,7 +86,8 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
 
     # 2. The environment: an env by name (its dataset builder, groups of num_generations envs), or a dataset of env
-    #    rows (one group per row; the trainer turns it into an RLDataset).
+    #    rows (one group per row; the trainer turns it into an RLDataset). The training seed also picks the training
+    #    problems and their order (envs that take a `seed`); the held-out test problems stay the same.
     if script_args.env_dataset:
         if script_args.env_name or script_args.env_kwargs:
             raise SystemExit("give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
@@ -105,7 +106,8 @@ def main() -> None:
                 parser.error(str(e))
         env_builder = make_env_dataset(
             env_name, Renderer(tokenizer), group_size=training_args.num_generations,
-            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches, **env_kwargs)
+            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches,
+            defaults={"seed": training_args.seed}, **env_kwargs)
 
     # 3. GRPO on it.
     trainer = EnvGRPOTrainer(

@@ -9,7 +9,7 @@ from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 BUILTIN_TEST_SEED_OFFSET = 10_000
-"""The test set of a built-in env is its training recipe with seed ``seed + BUILTIN_TEST_SEED_OFFSET`` (the
+"""The test set of a built-in env is its training recipe with seed ``test_seed + BUILTIN_TEST_SEED_OFFSET`` (the
 Gymnasium datasets of :mod:`trl_envs.gym.env` have their own ``TEST_SEED_OFFSET``)."""
 
 
@@ -36,9 +36,16 @@ class BuiltinDataset(RLDataset):
 @dataclass
 class BuiltinDatasetBuilder(RLDatasetBuilder):
     """Train and test datasets of ``batch_size`` groups of ``group_size`` envs per batch: ``num_batches`` and
-    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``seed + BUILTIN_TEST_SEED_OFFSET``.
+    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``test_seed + BUILTIN_TEST_SEED_OFFSET``.
 
-    Subclasses add their own fields (after these; ``seed`` is keyword-only) and define :meth:`dataset`.
+    ``seed`` picks the training problems and their order (the scripts pass the trainer's seed, so every training
+    seed sees its own sequence); ``test_seed`` picks the held-out problems, which stay the same whatever ``seed``.
+
+    Subclasses add their own fields (after these; ``seed`` and ``test_seed`` are keyword-only) and define
+    :meth:`dataset`.
+
+    Raises:
+        ValueError: ``seed`` equals ``test_seed + BUILTIN_TEST_SEED_OFFSET`` (training would replay the test set).
     """
 
     renderer: Renderer
@@ -47,10 +54,17 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
     num_batches: int = 1000
     num_test_batches: int = 2
     seed: int = field(default=0, kw_only=True)
+    test_seed: int = field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.seed == self.test_seed + BUILTIN_TEST_SEED_OFFSET:
+            raise ValueError(f"{type(self).__name__}: seed={self.seed} is the test set's seed (test_seed + "
+                             f"{BUILTIN_TEST_SEED_OFFSET}); training would replay the held-out problems. Pick another "
+                             "seed.")
 
     def dataset(self, num_batches: int, seed: int) -> RLDataset:
         raise NotImplementedError(f"{type(self).__name__} must define dataset(num_batches, seed)")
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         return (self.dataset(self.num_batches, self.seed),
-                self.dataset(self.num_test_batches, self.seed + BUILTIN_TEST_SEED_OFFSET))
+                self.dataset(self.num_test_batches, self.test_seed + BUILTIN_TEST_SEED_OFFSET))
