@@ -84,7 +84,7 @@ def common(out: str, seed: int, args) -> dict:
 
 def train_plain(model_path, tokenizer, seed, args):
     renderer = Renderer(tokenizer)
-    problems = problem_sequence(renderer, seed, args)
+    problems = problem_sequence(renderer, seed + args.plain_sequence_offset, args)
     data = Dataset.from_dict({"prompt": [[{"role": "user", "content": question(a, b)}] for a, b in problems],
                               "answer": [a + b for a, b in problems]})
     out = tempfile.mkdtemp(prefix="parity-plain-")
@@ -122,7 +122,7 @@ def accuracy(model, tokenizer, max_operand: int, *, greedy: bool, samples: int, 
     return sum(right) / len(right)
 
 
-def run(side: str, model_path, tokenizer, seed, args) -> dict[str, float]:
+def run(side: str, model_path, tokenizer, seed, args) -> tuple[dict[str, float], list[float]]:
     torch.manual_seed(seed)
     trainer = (train_plain if side == "plain" else train_env)(model_path, tokenizer, seed, args)
     trainer.remove_callback(PrinterCallback)
@@ -143,7 +143,7 @@ def run(side: str, model_path, tokenizer, seed, args) -> dict[str, float]:
           + f"  (first-10-step reward {statistics.fmean(rewards[:10]):.3f}, last-50 {statistics.fmean(rewards[-50:]):.3f},"
           f" clipped {statistics.fmean(clipped):.3f}; {len(rewards)} steps in {seconds:.0f} s,"
           f" {seconds / max(len(rewards), 1):.2f} s/step)", flush=True)
-    return figures
+    return figures, rewards
 
 
 def mean_std(values: list[float]) -> str:
@@ -161,6 +161,9 @@ def main() -> int:
     parser.add_argument("--max_tokens", type=int, default=16, help="max_completion_length")
     parser.add_argument("--max_operand", type=int, default=3, help="operands 0..N (3: the default run's 16 sums)")
     parser.add_argument("--samples", type=int, default=16, help="sampled answers per held-out problem")
+    parser.add_argument("--plain_sequence_offset", type=int, default=0,
+                        help="give GRPOTrainer the problem sequence of seed + N instead (N != 0 shows what a "
+                             "different problem sequence alone does to the comparison)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model", default=None, help="model id or path (default: the offline tiny model)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every figure is at parity")
@@ -171,12 +174,19 @@ def main() -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     print(f"model {model_path}; seeds {args.seeds}; {args.steps} steps of {args.groups_per_step} groups x "
           f"{args.group_size}; lr {args.lr}; max_completion_length {args.max_tokens}; operands 0..{args.max_operand} "
-          f"(held-out: all {(args.max_operand + 1) ** 2} sums, greedy once and {args.samples} samples each at T=1)",
+          f"(held-out: all {(args.max_operand + 1) ** 2} sums, greedy once and {args.samples} samples each at T=1); "
+          f"GRPOTrainer's problems: {'the same sequence' if not args.plain_sequence_offset else f'seed + {args.plain_sequence_offset} sequence'}",
           flush=True)
     results = {"plain": [], "env": []}
     for seed in args.seeds:  # alternate sides so drift on a shared machine hits both
+        curves = {}
         for side in ("plain", "env"):
-            results[side].append(run(side, model_path, tokenizer, seed, args))
+            figures, curves[side] = run(side, model_path, tokenizer, seed, args)
+            results[side].append(figures)
+        same = [abs(p - e) < 1e-6 for p, e in zip(curves["plain"], curves["env"])]
+        first = same.index(False) if False in same else None
+        print(f"seed {seed}: the logged reward is the same (|Δ| < 1e-6) at {sum(same)} of {len(same)} steps"
+              + (f"; first difference at step {first + 1}" if first is not None else ""), flush=True)
     all_met = True
     print(f"\n{'figure':18s} {'GRPOTrainer':>15s} {'EnvGRPOTrainer':>15s} {'mean |Δ|':>9s}  target <= {TARGET}")
     for fig in FIGURES:
