@@ -18,6 +18,7 @@ MET / NOT MET against the target mean |Δ| <= 0.03.
 
     python bench/learning_parity.py                         # 3 seeds x 300 steps
     python bench/learning_parity.py --seeds 0 1 --steps 100
+    python bench/learning_parity.py --plain_sequence_offset 100   # GRPOTrainer on other problems: the effect alone
 """
 
 from __future__ import annotations
