@@ -84,7 +84,8 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
         _check_observation(env, ob, "initial_observation")
         transitions: list[Transition] = []
         tokens_used = 0
-        extends = bool(getattr(env, "observations_extend", True))
+        # ``observations_extend`` is read when the episode ends: an env may find out mid-episode that its
+        # observations stop extending (the Tinker adapter does) and set it on the instance.
         while True:
             max_tokens = budget.max_tokens_per_turn
             if budget.max_tokens_per_trajectory is not None:
@@ -96,13 +97,17 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
             transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
                                           dict(result.metrics), dict(result.logs)))
             if result.episode_done:
-                return Trajectory(transitions, list(result.next_observation), "done", extends)
+                return Trajectory(transitions, list(result.next_observation), "done", _extends(env))
             ob = _check_observation(env, result.next_observation, "step")
             stop = result.next_stop_condition
             if budget.max_turns is not None and len(transitions) >= budget.max_turns:
-                return Trajectory(transitions, ob, "max_turns", extends)
+                return Trajectory(transitions, ob, "max_turns", _extends(env))
             if budget.max_tokens_per_trajectory is not None and tokens_used >= budget.max_tokens_per_trajectory:
-                return Trajectory(transitions, ob, "max_tokens", extends)
+                return Trajectory(transitions, ob, "max_tokens", _extends(env))
+
+
+def _extends(env: Env) -> bool:
+    return bool(getattr(env, "observations_extend", True))
 
 
 def _check_step_result(env: Env, result: Any, turn: int) -> None:
