@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -130,6 +131,7 @@ def run(side: str, model_path, tokenizer, seed, args) -> tuple[dict[str, float],
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
+    shutil.rmtree(trainer.args.output_dir, ignore_errors=True)  # nothing is saved there (save_strategy="no")
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     clipped = [h["completions/clipped_ratio"] for h in trainer.state.log_history if "completions/clipped_ratio" in h]
     model = trainer.model
