@@ -25,7 +25,7 @@ from ..samplers.hf import Sampler
 from ..core.types import Env, EnvContractError, EnvGroupBuilder, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 from .validation import (ContextBudgetError, check_envs, check_group_rewards, check_initial, check_observation, check_sample,
                          check_step_result, env_name, sampler_name)
-from .watchdog import LoopWatchdog, RolloutTimeoutError, run_with_timeout, watch
+from .watchdog import LoopWatchdog, RolloutTimeoutError, run_with_timeout
 from .worker_threads import use_abandonable_threads
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
     scope = policy.episode() if hasattr(policy, "episode") else contextlib.nullcontext()
     async with scope:
         _doing(f"{name}.initial_observation")
-        ob, stop = check_initial(env, await watch(env.initial_observation(), f"{name}.initial_observation"))
+        ob, stop = check_initial(env, await env.initial_observation())
         transitions: list[Transition] = []
         tokens_used = 0
         extends = bool(getattr(env, "observations_extend", True))
@@ -131,8 +131,7 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
             ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, budget.vocab_size)
             tokens_used += len(ac.tokens)
             _doing(f"{name}.step (turn {turn})")
-            result = await watch(env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason}),
-                                 f"{name}.step", f"{name}.step (turn {turn})")
+            result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
             check_step_result(env, result, turn)
             transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
                                           dict(result.metrics), dict(result.logs)))
@@ -215,7 +214,7 @@ async def _builder_call(builder: EnvGroupBuilder, method: str, call: Callable[[]
     what = f"{type(builder).__name__}.{method}"
     while True:
         try:
-            return check(await run_with_timeout(watch(call(), what), strategy.per_rollout_timeout, what))
+            return check(await run_with_timeout(call(), strategy.per_rollout_timeout, what))
         except Exception as e:  # noqa: BLE001 - counted and retried, or re-raised by spend()
             retries.spend(e, what)
 
@@ -242,7 +241,7 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget
     setup.release()
     errors.update(group_errors)
     try:
-        await watch(builder.cleanup(), f"{type(builder).__name__}.cleanup")
+        await builder.cleanup()
     except Exception as e:
         e.add_note(f"raised by {type(builder).__name__}.cleanup()")
         raise
@@ -251,8 +250,8 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget
 
 async def _cleanup_after_error(builder: EnvGroupBuilder, original: BaseException) -> None:
     try:
-        await watch(builder.cleanup(), f"{type(builder).__name__}.cleanup")
-    except BaseException as cleanup_error:  # noqa: BLE001 - reported with the original error, which is raised
+        await builder.cleanup()
+    except Exception as cleanup_error:  # noqa: BLE001 - reported with the original error, which is raised
         original.add_note(f"While cleaning up after it, {type(builder).__name__}.cleanup() also failed: "
                           f"{type(cleanup_error).__name__}: {cleanup_error}")
         logger.error("%s.cleanup() failed after %s", type(builder).__name__, type(original).__name__,

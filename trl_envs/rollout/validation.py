@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core.types import EnvContractError, StepResult, TokensWithLogprobs
@@ -41,7 +41,7 @@ def _short(value: Any) -> str:
 
 
 def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, str)
+    return type(value) is float or type(value) is int or isinstance(value, numbers.Real)
 
 
 def check_envs(builder: Any, value: Any) -> list:
@@ -73,21 +73,25 @@ def check_observation(env: Any, ob: Any, where: str) -> list[int]:
 
 def check_step_result(env: Any, result: Any, turn: int) -> StepResult:
     """``step()``'s result: a :class:`StepResult` with a finite reward and numeric metrics."""
-    where = f"{env_name(env)}.step (turn {turn})"
     if not isinstance(result, StepResult):
-        raise EnvContractError(f"{where} must return a StepResult, got {type(result).__name__}")
+        raise EnvContractError(f"{env_name(env)}.step (turn {turn}) must return a StepResult, got "
+                               f"{type(result).__name__}")
     if not _is_real(result.reward) or not math.isfinite(result.reward):
-        raise EnvContractError(f"{where} returned reward={_short(result.reward)}; it must be a finite number")
-    check_metrics(where, result.metrics)
+        raise EnvContractError(f"{env_name(env)}.step (turn {turn}) returned reward={_short(result.reward)}; it must "
+                               "be a finite number")
+    if result.metrics:
+        check_metrics(lambda: f"{env_name(env)}.step (turn {turn})", result.metrics)
     return result
 
 
-def check_metrics(where: str, metrics: Any) -> dict[str, float]:
+def check_metrics(where: Callable[[], str], metrics: Any) -> dict[str, float]:
+    """``metrics`` as a dict of real numbers; ``where()`` names their source in the error."""
     if not isinstance(metrics, Mapping):
-        raise EnvContractError(f"{where} returned metrics={_short(metrics)}; metrics must be a dict of numbers")
+        raise EnvContractError(f"{where()} returned metrics={_short(metrics)}; metrics must be a dict of numbers")
     for k, v in metrics.items():
         if not _is_real(v):
-            raise EnvContractError(f"{where} metric {k!r}={_short(v)} is not a number (put non-numeric values in logs)")
+            raise EnvContractError(f"{where()} metric {k!r}={_short(v)} is not a number (put non-numeric values in "
+                                   "logs)")
     return dict(metrics)
 
 
@@ -106,17 +110,23 @@ def check_group_rewards(builder: Any, value: Any, num_trajectories: int) -> tupl
             raise EnvContractError(f"{where} returned reward={_short(reward)} for trajectory {i}; it must be a "
                                    "finite number")
         rewards.append(float(reward))
-        metrics.append(check_metrics(f"{where} (trajectory {i})", item_metrics))
+        metrics.append(check_metrics(lambda: f"{where} (trajectory {i})", item_metrics))
     return rewards, metrics
 
 
 def check_sample(policy: Any, sample: Any, max_tokens: int, vocab_size: int | None) -> TokensWithLogprobs:
     """A sampled action: ``TokensWithLogprobs`` with 1..``max_tokens`` int ids in ``[0, vocab_size)``, logprobs
     ``None`` or one per token, ``finish_reason`` ``"stop"`` or ``"length"``."""
+    tokens = getattr(sample, "tokens", None)
+    if (isinstance(sample, TokensWithLogprobs) and type(tokens) is list and 1 <= len(tokens) <= max_tokens
+            and set(map(type, tokens)) == {int} and min(tokens) >= 0
+            and (vocab_size is None or max(tokens) < vocab_size)
+            and (sample.logprobs is None or len(sample.logprobs) == len(tokens))
+            and sample.finish_reason in ("stop", "length")):
+        return sample  # the common case, checked at C speed; what follows names the problem
     where = f"{sampler_name(policy)}.sample"
     if not isinstance(sample, TokensWithLogprobs):
         raise EnvContractError(f"{where} must return TokensWithLogprobs per request, got {type(sample).__name__}")
-    tokens = sample.tokens
     if not isinstance(tokens, list):
         hint = " (convert with .tolist())" if hasattr(tokens, "tolist") else ""
         raise EnvContractError(f"{where} returned tokens as {type(tokens).__module__}.{type(tokens).__name__}; they "
@@ -125,7 +135,7 @@ def check_sample(policy: Any, sample: Any, max_tokens: int, vocab_size: int | No
         raise EnvContractError(f"{where} returned {len(tokens)} tokens for a request of at most {max_tokens}; a "
                                "sampler returns between 1 and max_tokens")
     for t in tokens:
-        if not isinstance(t, int) or isinstance(t, bool):
+        if type(t) is not int:
             raise EnvContractError(f"{where} returned token {_short(t)} of type {type(t).__name__}; token ids must be "
                                    "Python ints")
         if t < 0 or (vocab_size is not None and t >= vocab_size):
@@ -134,7 +144,4 @@ def check_sample(policy: Any, sample: Any, max_tokens: int, vocab_size: int | No
     if sample.logprobs is not None and len(sample.logprobs) != len(tokens):
         raise EnvContractError(f"{where} returned {len(sample.logprobs)} logprobs for {len(tokens)} tokens; give one "
                                "per token, or None")
-    if sample.finish_reason not in ("stop", "length"):
-        raise EnvContractError(f"{where} returned finish_reason={sample.finish_reason!r}; it must be 'stop' or "
-                               "'length'")
-    return sample
+    raise EnvContractError(f"{where} returned finish_reason={sample.finish_reason!r}; it must be 'stop' or 'length'")

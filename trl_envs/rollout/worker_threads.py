@@ -7,8 +7,7 @@ of ``cpu_count + 4`` workers can fill up with such threads until nothing else (t
 
 :func:`use_abandonable_threads` makes the running loop's default executor :class:`AbandonableThreadPool`:
 
-* a call submitted while an env method runs (the watchdog marks those, see ``trl_envs.rollout.watchdog``) is never
-  waited for at shutdown: if its env was cancelled it finishes in the background, on a daemon thread that does not
+* a call submitted from env code (an env or builder method on the submitting stack) is never waited for at shutdown: if its env was cancelled it finishes in the background, on a daemon thread that does not
   keep the interpreter alive either;
 * every other call (the sampler's, a user's own ``to_thread`` outside env code) is waited for, as before;
 * a new worker starts whenever none is idle, so stuck threads never starve the others; idle workers exit after
@@ -19,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import queue
+import sys
 import threading
 from typing import Any, Callable
 
-env_call: contextvars.ContextVar[str | None] = contextvars.ContextVar("trl_envs_env_call", default=None)
-"""The env method being run by the calling code (``"Sleepy.step"``), set by the watchdog; ``None`` elsewhere."""
+from .watchdog import env_method_on_stack
 
 
 class AbandonableThreadPool(concurrent.futures.ThreadPoolExecutor):
@@ -43,8 +41,9 @@ class AbandonableThreadPool(concurrent.futures.ThreadPoolExecutor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
+        submitted_by = env_method_on_stack(sys._getframe(1))
         with self._lock:
-            self._running[future] = env_call.get()
+            self._running[future] = submitted_by
             start_worker = self._idle == 0
             if not start_worker:
                 self._idle -= 1
