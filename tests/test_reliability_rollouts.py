@@ -10,10 +10,8 @@ import traceback
 import pytest
 import torch
 
-from trl_envs import (Env, EnvContractError, EnvGroupBuilder, FailFast, RetryOnFailure, RolloutBudget, StepResult,
-                      TokensWithLogprobs, run_rollout_batch)
-from trl_envs.rollout.validation import ContextBudgetError
-from trl_envs.rollout.watchdog import RolloutTimeoutError
+from trl_envs import (ContextBudgetError, Env, EnvContractError, EnvGroupBuilder, FailFast, RetryOnFailure,
+                      RolloutBudget, RolloutTimeoutError, StepResult, TokensWithLogprobs, run_rollout_batch)
 
 EOT = 2
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import threading
 import time
@@ -20,12 +19,12 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from .batching import BatchingSampler, rollout_clock
+from .batching import BatchingSampler
 from ..samplers.hf import Sampler
 from ..core.types import Env, EnvContractError, EnvGroupBuilder, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 from .validation import (ContextBudgetError, check_envs, check_group_rewards, check_initial, check_observation, check_sample,
                          check_step_result, env_name, sampler_name)
-from .watchdog import LoopWatchdog, RolloutTimeoutError, run_with_timeout
+from .watchdog import LoopWatchdog, note_activity, run_with_deadline, run_with_timeout
 from .worker_threads import use_abandonable_threads
 
 logger = logging.getLogger(__name__)
@@ -84,17 +83,6 @@ class RolloutBudget:
                              f"{self.report_blocking_after_s}")
 
 
-_episode_activity: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "trl_envs_episode_activity", default=None)
-"""Where the calling episode is (``["Sleepy.step (turn 2)"]``), kept up to date for timeout messages."""
-
-
-def _doing(what: str) -> None:
-    slot = _episode_activity.get()
-    if slot is not None:
-        slot[0] = what
-
-
 async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget | None = None) -> Trajectory:
     """Play ``env`` to the end with ``policy`` and return the trajectory.
 
@@ -106,7 +94,7 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
     name = env_name(env)
     scope = policy.episode() if hasattr(policy, "episode") else contextlib.nullcontext()
     async with scope:
-        _doing(f"{name}.initial_observation")
+        note_activity(f"{name}.initial_observation")
         ob, stop = check_initial(env, await env.initial_observation())
         transitions: list[Transition] = []
         tokens_used = 0
@@ -127,10 +115,10 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
                     logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
                     return Trajectory(transitions, ob, "max_tokens", extends)
                 max_tokens = min(max_tokens, room)
-            _doing(f"sampling turn {turn} with {sampler_name(policy)}")
+            note_activity(f"sampling turn {turn} with {sampler_name(policy)}")
             ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, budget.vocab_size)
             tokens_used += len(ac.tokens)
-            _doing(f"{name}.step (turn {turn})")
+            note_activity(f"{name}.step (turn {turn})")
             result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
             check_step_result(env, result, turn)
             transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
@@ -312,40 +300,6 @@ async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]],
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _timed_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget | None, seconds: float | None,
-                         where: str) -> Trajectory:
-    """:func:`do_single_rollout` under a ``seconds`` limit on the rollout's own time (its requests' wait for other
-    episodes to join a sampling batch excluded); past it, :class:`RolloutTimeoutError` says what it was doing."""
-    if seconds is None:
-        return await do_single_rollout(policy, env, budget)
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    activity = ["starting"]
-    activity_token = _episode_activity.set(activity)
-    deadline = None
-    finished_late = False
-    try:
-        async with _timeout(seconds) as deadline:
-            clock_token = rollout_clock.set(_PausableClock(deadline))
-            try:
-                trajectory = await do_single_rollout(policy, env, budget)
-            finally:
-                rollout_clock.reset(clock_token)
-            when = deadline.when()
-            if when is not None and loop.time() > when:  # an env call blocked the loop past the deadline
-                finished_late = True
-                raise TimeoutError
-            return trajectory
-    except (asyncio.TimeoutError, TimeoutError):
-        if not finished_late and not (deadline is not None and deadline.expired()):
-            raise  # the env's own TimeoutError, not the rollout's
-        raise RolloutTimeoutError(
-            f"{where} timed out: its own time (env, model, grading) passed rollout_timeout={seconds}s; it was in "
-            f"{activity[0]}, {loop.time() - start:.1f}s after it started") from None
-    finally:
-        _episode_activity.reset(activity_token)
-
-
 async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPolicy, budget: RolloutBudget | None,
                     strategy: ErrorStrategy, retries: _GroupRetries, after_start: Callable[[], None]
                     ) -> list[Trajectory]:
@@ -353,8 +307,8 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
     name = type(builder).__name__
 
     def rollout(i: int) -> Coroutine[Any, Any, Trajectory]:
-        return _timed_rollout(policy, envs[i], budget, strategy.per_rollout_timeout,
-                              f"{name}: rollout {i} ({env_name(envs[i])})")
+        return run_with_deadline(lambda: do_single_rollout(policy, envs[i], budget), strategy.per_rollout_timeout,
+                                 f"{name}: rollout {i} ({env_name(envs[i])})")
 
     if not retries.retry:
         return await _gather_fail_fast([rollout(i) for i in range(len(envs))], after_start)
@@ -406,74 +360,6 @@ def _retry_units(builder: EnvGroupBuilder, n: int) -> list[list[int]]:
 
 def _unit_name(unit: list[int]) -> str:
     return str(unit[0]) if len(unit) == 1 else "of coupled envs " + ", ".join(map(str, unit))
-
-
-def _timeout(seconds: float | None) -> contextlib.AbstractAsyncContextManager:
-    """``asyncio.timeout`` (runs the body in the current task, so an episode registers with the batcher at once)."""
-    if seconds is None:
-        return contextlib.nullcontext()
-    if hasattr(asyncio, "timeout"):
-        return asyncio.timeout(seconds)
-    return _WaitForTimeout(seconds)  # Python 3.10
-
-
-class _WaitForTimeout:
-    """The part of ``asyncio.Timeout`` used here (``when`` / ``reschedule``), for Python 3.10."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self._handle: asyncio.TimerHandle | None = None
-        self._when: float | None = None
-        self._expired = False
-
-    async def __aenter__(self):
-        self._task = asyncio.current_task()
-        self._loop = asyncio.get_running_loop()
-        self.reschedule(self._loop.time() + self.seconds)
-        return self
-
-    def when(self) -> float | None:
-        return self._when
-
-    def expired(self) -> bool:
-        return self._expired
-
-    def reschedule(self, when: float | None) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._when = when
-        self._handle = None if when is None else self._loop.call_at(when, self._expire)
-
-    def _expire(self) -> None:
-        self._expired = True
-        self._task.cancel()
-
-    async def __aexit__(self, exc_type, exc, tb):
-        if self._handle is not None:
-            self._handle.cancel()
-        if exc_type is asyncio.CancelledError and self._expired:
-            raise TimeoutError from exc
-        return False
-
-
-class _PausableClock:
-    """Stops and restarts a rollout's deadline (see ``trl_envs.rollout.batching.rollout_clock``)."""
-
-    def __init__(self, deadline: Any):
-        self._deadline = deadline
-        self._remaining: float | None = None
-
-    def pause(self) -> None:
-        when = self._deadline.when()
-        if self._remaining is None and when is not None:
-            self._remaining = max(0.0, when - asyncio.get_running_loop().time())
-            self._deadline.reschedule(None)
-
-    def resume(self) -> None:
-        if self._remaining is not None:
-            remaining, self._remaining = self._remaining, None
-            with contextlib.suppress(RuntimeError):  # the rollout already left its timeout block
-                self._deadline.reschedule(asyncio.get_running_loop().time() + remaining)
 
 
 # -- batches ---------------------------------------------------------------------------------------------------

@@ -7,22 +7,26 @@ thread that finds the heartbeat older than ``threshold_s`` looks at the loop thr
 running there (``Sleepy.step``), while it still blocks (so an env stuck forever is named too). Each env method is
 reported once per process, as a logged warning. Nothing runs per env call: healthy rollouts pay nothing.
 
-:class:`RolloutTimeoutError` is what a rollout that ran past ``rollout_timeout`` raises; :func:`run_with_timeout`
-applies such a limit to one env call.
+Rollouts that run too long: :func:`run_with_deadline` limits one episode's own time (not the time its sampling
+requests wait for other episodes), :func:`run_with_timeout` one env call; both raise :class:`RolloutTimeoutError`
+naming what ran, what it was doing (:func:`note_activity`) and for how long.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import sys
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any, TypeVar
 
 from ..core.types import Env, EnvGroupBuilder
+from .batching import rollout_clock
 from .validation import env_name
 
 logger = logging.getLogger(__name__)
@@ -112,6 +116,53 @@ class LoopWatchdog:
         logger.warning(message)
 
 
+_episode_activity: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "trl_envs_episode_activity", default=None)
+"""Where the calling episode is (``["Sleepy.step (turn 2)"]``), kept up to date for timeout messages."""
+
+
+def note_activity(what: str) -> None:
+    """Record what the calling episode is doing (for the message of its timeout, see :func:`run_with_deadline`)."""
+    slot = _episode_activity.get()
+    if slot is not None:
+        slot[0] = what
+
+
+async def run_with_deadline(rollout: Callable[[], Awaitable[T]], seconds: float | None, where: str) -> T:
+    """Await ``rollout()`` (one episode) under a ``seconds`` limit on its own time (its requests' wait for other
+    episodes to join a sampling batch excluded: the clock is paused through ``trl_envs.rollout.batching.rollout_clock``);
+    past it, :class:`RolloutTimeoutError` names ``where`` and what the episode was doing (:func:`note_activity`).
+    A rollout that finishes late (an env call blocked the loop past the deadline) counts as timed out too."""
+    if seconds is None:
+        return await rollout()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    activity = ["starting"]
+    activity_token = _episode_activity.set(activity)
+    deadline = None
+    finished_late = False
+    try:
+        async with _timeout(seconds) as deadline:
+            clock_token = rollout_clock.set(_PausableClock(deadline))
+            try:
+                result = await rollout()
+            finally:
+                rollout_clock.reset(clock_token)
+            when = deadline.when()
+            if when is not None and loop.time() > when:  # an env call blocked the loop past the deadline
+                finished_late = True
+                raise TimeoutError
+            return result
+    except (asyncio.TimeoutError, TimeoutError):
+        if not finished_late and not (deadline is not None and deadline.expired()):
+            raise  # the env's own TimeoutError, not the rollout's
+        raise RolloutTimeoutError(
+            f"{where} timed out: its own time (env, model, grading) passed rollout_timeout={seconds}s; it was in "
+            f"{activity[0]}, {loop.time() - start:.1f}s after it started") from None
+    finally:
+        _episode_activity.reset(activity_token)
+
+
 async def run_with_timeout(awaitable: Awaitable[T], seconds: float | None, what: str) -> T:
     """Await ``awaitable``; past ``seconds`` (``None``: no limit) raise :class:`RolloutTimeoutError` naming ``what``."""
     if seconds is None:
@@ -122,3 +173,71 @@ async def run_with_timeout(awaitable: Awaitable[T], seconds: float | None, what:
     except (asyncio.TimeoutError, TimeoutError):
         raise RolloutTimeoutError(f"{what} timed out: still running after {time.perf_counter() - start:.1f}s "
                                   f"(rollout_timeout={seconds}s)") from None
+
+
+def _timeout(seconds: float | None) -> contextlib.AbstractAsyncContextManager:
+    """``asyncio.timeout`` (runs the body in the current task, so an episode registers with the batcher at once)."""
+    if seconds is None:
+        return contextlib.nullcontext()
+    if hasattr(asyncio, "timeout"):
+        return asyncio.timeout(seconds)
+    return _WaitForTimeout(seconds)  # Python 3.10
+
+
+class _WaitForTimeout:
+    """The part of ``asyncio.Timeout`` used here (``when`` / ``reschedule``), for Python 3.10."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._handle: asyncio.TimerHandle | None = None
+        self._when: float | None = None
+        self._expired = False
+
+    async def __aenter__(self):
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self.reschedule(self._loop.time() + self.seconds)
+        return self
+
+    def when(self) -> float | None:
+        return self._when
+
+    def expired(self) -> bool:
+        return self._expired
+
+    def reschedule(self, when: float | None) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._when = when
+        self._handle = None if when is None else self._loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self._expired = True
+        self._task.cancel()
+
+    async def __aexit__(self, exc_type, exc, tb):
+        if self._handle is not None:
+            self._handle.cancel()
+        if exc_type is asyncio.CancelledError and self._expired:
+            raise TimeoutError from exc
+        return False
+
+
+class _PausableClock:
+    """Stops and restarts a rollout's deadline (see ``trl_envs.rollout.batching.rollout_clock``)."""
+
+    def __init__(self, deadline: Any):
+        self._deadline = deadline
+        self._remaining: float | None = None
+
+    def pause(self) -> None:
+        when = self._deadline.when()
+        if self._remaining is None and when is not None:
+            self._remaining = max(0.0, when - asyncio.get_running_loop().time())
+            self._deadline.reschedule(None)
+
+    def resume(self) -> None:
+        if self._remaining is not None:
+            remaining, self._remaining = self._remaining, None
+            with contextlib.suppress(RuntimeError):  # the rollout already left its timeout block
+                self._deadline.reschedule(asyncio.get_running_loop().time() + remaining)
