@@ -125,12 +125,12 @@ def test_step_stuck_blocking_the_loop_is_named_while_it_blocks_without_timeout(w
 
     class StuckInSyncCall(Turns):
         async def step(self, action, *, extra=None):
-            time.sleep(0.6)  # a hang inside synchronous code: no timeout could cut it
+            time.sleep(0.8)  # a hang inside synchronous code: no timeout could cut it
             seen_while_blocked.append(watchdog_log.text)
             return await super().step(action, extra=extra)
 
     run_rollout_batch([Group(lambda c, i: StuckInSyncCall(), size=1)], Sampler(),
-                      RolloutBudget(report_blocking_after_s=0.1))
+                      RolloutBudget(report_blocking_after_s=0.2))
     assert "StuckInSyncCall.step has blocked the event loop for" in seen_while_blocked[0]
 
 
@@ -138,15 +138,32 @@ def test_step_stuck_blocking_the_loop_is_named_while_it_blocks_without_timeout(w
 def test_blocking_step_is_reported_once_by_name(watchdog_log):
     class BlocksTheLoop(Turns):
         async def step(self, action, *, extra=None):
-            time.sleep(0.3)
+            time.sleep(0.5)
             return await super().step(action, extra=extra)
 
     result = run_rollout_batch([Group(lambda c, i: BlocksTheLoop(), size=3)], Sampler(),
-                               RolloutBudget(report_blocking_after_s=0.1))
+                               RolloutBudget(report_blocking_after_s=0.2))
     assert result.groups[0] is not None
     reports = [r.getMessage() for r in watchdog_log.records if "BlocksTheLoop" in r.getMessage()]
     assert len(reports) == 1, reports  # 3 blocking steps, one report
     assert "BlocksTheLoop.step has blocked the event loop" in reports[0] and "asyncio.to_thread" in reports[0]
+
+
+@pytest.mark.timeout(20)
+def test_blocking_message_env_is_named_by_its_own_class(watchdog_log, renderer):
+    from trl_envs.core.message_env import MessageTokenEnv
+    from trl_envs.envs.guess_number import GuessNumberEnv
+
+    class SyncGrader(GuessNumberEnv):
+        async def step(self, response):
+            time.sleep(0.8)
+            return await super().step(response)
+
+    eot = renderer.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    sampler = Sampler(lambda prompt, max_tokens: TokensWithLogprobs([eot], None))
+    run_rollout_batch([Group(lambda c, i: MessageTokenEnv(SyncGrader(target=3), renderer), size=1)], sampler,
+                      RolloutBudget(max_turns=1, report_blocking_after_s=0.2))
+    assert any(r.getMessage().startswith("SyncGrader.step has blocked the event loop") for r in watchdog_log.records)
 
 
 @pytest.mark.timeout(20)

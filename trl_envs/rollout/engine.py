@@ -24,7 +24,7 @@ from ..samplers.hf import Sampler
 from ..core.types import Env, EnvContractError, EnvGroupBuilder, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 from .validation import (ContextBudgetError, check_envs, check_group_rewards, check_initial, check_observation, check_sample,
                          check_step_result, env_name, sampler_name)
-from .watchdog import LoopWatchdog, note_activity, run_with_deadline, run_with_timeout
+from .watchdog import LoopWatchdog, note_activity, register_env_methods, run_with_deadline, run_with_timeout
 from .worker_threads import use_abandonable_threads
 
 logger = logging.getLogger(__name__)
@@ -251,8 +251,9 @@ async def _play_group(builder: EnvGroupBuilder, policy: TokenPolicy, budget: Rol
                       ) -> TrajectoryGroup | None:
     retries = _GroupRetries(strategy, group_errors)
     try:
+        register_env_methods(builder)
         envs = await _builder_call(builder, "make_envs", builder.make_envs, strategy, retries,
-                                   lambda value: check_envs(builder, value))
+                                   lambda value: _registered(check_envs(builder, value)))
         trajectories = await _rollouts(builder, envs, policy, budget, strategy, retries, after_start)
         rewards, metrics = await _builder_call(
             builder, "compute_group_rewards", lambda: builder.compute_group_rewards(trajectories, envs), strategy,
@@ -263,6 +264,12 @@ async def _play_group(builder: EnvGroupBuilder, policy: TokenPolicy, budget: Rol
         return None
     return TrajectoryGroup(trajectories, rewards, metrics, tags=list(builder.logging_tags()),
                            error_counts=dict(group_errors))
+
+
+def _registered(envs: list[Env]) -> list[Env]:
+    for env in envs:
+        register_env_methods(env)  # so that the watchdog can name the env method that blocks the loop
+    return envs
 
 
 class _Participant:
@@ -335,7 +342,7 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
                 started = None
                 retries.spend(e, f"{name}: rollout {_unit_name(unit)}")
             fresh = await _builder_call(builder, "make_envs", builder.make_envs, strategy, retries,
-                                        lambda value: check_envs(builder, value))
+                                        lambda value: _registered(check_envs(builder, value)))
             if len(fresh) != len(envs):
                 raise EnvContractError(f"{name}.make_envs returned {len(fresh)} envs on retry, "
                                        f"{len(envs)} the first time")

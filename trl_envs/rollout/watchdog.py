@@ -4,7 +4,7 @@ All envs of a rollout batch share one asyncio event loop. An env method that blo
 synchronous HTTP call, a CPU-heavy grader) stops every other episode meanwhile, and no timeout can interrupt it.
 :class:`LoopWatchdog` notices: a heartbeat callback on the loop stamps the time every ``threshold_s / 4``; a helper
 thread that finds the heartbeat older than ``threshold_s`` looks at the loop thread's stack and names the env method
-running there (``Sleepy.step``), while it still blocks (so an env stuck forever is named too). Each env method is
+running there (``Sleepy.step``, from code objects registered by :func:`register_env_methods`), while it still blocks (so an env stuck forever is named too). Each env method is
 reported once per process, as a logged warning. Nothing runs per env call: healthy rollouts pay nothing.
 
 Rollouts that run too long: :func:`run_with_deadline` limits one episode's own time (not the time its sampling
@@ -17,17 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import inspect
 import logging
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, TypeVar
 
-from ..core.types import Env, EnvGroupBuilder
 from .batching import rollout_clock
-from .validation import env_name
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,16 +39,38 @@ class RolloutTimeoutError(TimeoutError):
     """A rollout, or one env call, ran past its ``rollout_timeout`` (``per_rollout_timeout``)."""
 
 
+_WATCHED_METHODS = ("initial_observation", "initial_messages", "step", "make_envs", "compute_group_rewards", "cleanup")
+_method_names: dict[CodeType, str] = {}
+_registered_types: set[type] = set()
+_registry_lock = threading.Lock()
+
+
+def register_env_methods(obj: Any) -> None:
+    """Let :func:`env_method_on_stack` name the methods of ``obj``'s class (an env, a builder) and of the message env
+    inside a ``MessageTokenEnv``: code objects are mapped to ``"DefiningClass.method"`` once per class."""
+    for target in (obj, getattr(obj, "message_env", None)):
+        cls = type(target)
+        if target is None or cls in _registered_types:
+            continue
+        names = {}
+        for klass in cls.__mro__:
+            for name in _WATCHED_METHODS:
+                code = getattr(inspect.unwrap(klass.__dict__[name]), "__code__", None) if name in klass.__dict__ else None
+                if code is not None:
+                    names[code] = f"{klass.__name__}.{name}"
+        with _registry_lock:
+            for code, name in names.items():
+                _method_names.setdefault(code, name)
+            _registered_types.add(cls)
+
+
 def env_method_on_stack(frame: FrameType | None) -> str | None:
-    """``"Env.method"`` of the innermost env or builder method on the stack ending at ``frame`` (``None``: none)."""
+    """``"Env.method"`` of the innermost registered env or builder method on the stack ending at ``frame`` (``None``:
+    none). Reads only code objects, so it is safe on another thread's stack."""
     while frame is not None:
-        code = frame.f_code
-        if code.co_argcount and code.co_varnames[0] == "self":
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, Env):
-                return f"{env_name(owner)}.{code.co_name}"
-            if isinstance(owner, EnvGroupBuilder):
-                return f"{type(owner).__name__}.{code.co_name}"
+        name = _method_names.get(frame.f_code)
+        if name is not None:
+            return name
         frame = frame.f_back
     return None
 
@@ -94,15 +115,24 @@ class LoopWatchdog:
             self._beat = self._loop.call_later(self._interval, self._heartbeat)
 
     def _watch(self) -> None:
-        while not self._stop.wait(self._interval):
-            blocked = time.perf_counter() - self._last_beat - self._interval  # the beat may have been due that late
-            if blocked >= self.threshold_s:
-                frame = sys._current_frames().get(self._loop_thread)
-                where = env_method_on_stack(frame)
-                if where is None and frame is not None:
-                    where = f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})"
-                if where is not None and not self._stop.is_set():
-                    self._report(where, blocked)
+        suspect: tuple[float, str] | None = None  # (heartbeat, where) of the last poll that found the loop blocked
+        while True:
+            woke_due = time.perf_counter() + self._interval
+            if self._stop.wait(self._interval):
+                return
+            now = time.perf_counter()
+            beat = self._last_beat
+            blocked = now - beat - self._interval  # the beat may have been due that late
+            if blocked < self.threshold_s or now - woke_due > self.threshold_s / 2:
+                suspect = None  # not blocked, or this thread itself was starved of CPU: the whole process was
+                continue
+            frame = sys._current_frames().get(self._loop_thread)
+            where = env_method_on_stack(frame)
+            if where is None and frame is not None:
+                where = f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})"
+            if where is not None and suspect == (beat, where) and not self._stop.is_set():
+                self._report(where, blocked)  # seen twice in a row in the same stretch: the loop really is stuck there
+            suspect = (beat, where) if where is not None else None
 
     def _report(self, where: str, blocked: float) -> None:
         with _reported_lock:
