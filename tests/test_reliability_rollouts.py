@@ -33,7 +33,7 @@ class Turns(Env):
 
     def __init__(self, turns=1, prompt_len=2, reply=2):
         self.turns, self.reply, self.turn = turns, reply, 0
-        self.ob = list(range(100, 100 + prompt_len))
+        self.ob = [100 + k % 50 for k in range(prompt_len)]
 
     async def initial_observation(self):
         return list(self.ob), [EOT]
@@ -333,6 +333,16 @@ def test_trainer_budget_defaults_to_the_model_limits():
     assert RolloutArguments().model_limits(Model()) == {"max_context_tokens": 1024, "context_overflow": "end",
                                                         "vocab_size": 300}
     assert RolloutArguments(max_context_tokens=64).model_limits(Model())["max_context_tokens"] == 64
+
+
+@pytest.mark.timeout(300)
+def test_trainer_never_samples_past_the_models_positions(cpu_grpo_config, tiny_model_path, tokenizer):
+    from trl_envs import EnvGRPOTrainer, ListRLDataset
+
+    builders = [Group(lambda c, i: Turns(prompt_len=1100), size=4) for _ in range(2)]
+    trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(), ListRLDataset(builders, 2), processing_class=tokenizer)
+    with pytest.raises(ContextBudgetError, match=r"Turns: the observation of turn 0 is 1100 tokens.* 1024 tokens"):
+        trainer.train()
 
 
 class OffVocabSampler(Sampler):
