@@ -123,7 +123,7 @@ class LoopWatchdog:
             now = time.perf_counter()
             beat = self._last_beat
             blocked = now - beat - self._interval  # the beat may have been due that late
-            if blocked < self.threshold_s or now - woke_due > self.threshold_s / 2:
+            if blocked < self.threshold_s or now - woke_due > self.threshold_s:
                 suspect = None  # not blocked, or this thread itself was starved of CPU: the whole process was
                 continue
             frame = sys._current_frames().get(self._loop_thread)
