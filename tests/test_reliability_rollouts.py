@@ -366,3 +366,21 @@ def test_sampler_logprobs_must_match_tokens():
     sampler = OffVocabSampler(lambda prompt, max_tokens: TokensWithLogprobs([7, EOT], [-0.1]))
     with pytest.raises(EnvContractError, match=r"OffVocabSampler\.sample returned 1 logprobs for 2 tokens"):
         run_rollout_batch([Group()], sampler)
+
+
+def test_cleanup_started_before_a_cancellation_still_runs_to_its_end():
+    # a group that finished and is cleaning up when a sibling group fails must still finish its cleanup
+    class SlowCleanup(Group):
+        async def cleanup(self):
+            await asyncio.sleep(0.2)
+            self.cleaned += 1
+
+    class FailsLate(Turns):
+        async def step(self, action, *, extra=None):
+            await asyncio.sleep(0.1)  # the healthy group is inside its cleanup by now
+            raise RuntimeError("late failure")
+
+    healthy, failing = SlowCleanup(), Group(lambda c, i: FailsLate())
+    with pytest.raises(RuntimeError, match="late failure"):
+        run_rollout_batch([healthy, failing], Sampler())
+    assert healthy.cleaned == 1 and failing.cleaned == 1

@@ -229,16 +229,31 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget
     setup.release()
     errors.update(group_errors)
     try:
-        await builder.cleanup()
+        await _cleanup(builder)
     except Exception as e:
         e.add_note(f"raised by {type(builder).__name__}.cleanup()")
         raise
     return group
 
 
+async def _cleanup(builder: EnvGroupBuilder) -> None:
+    """Await ``builder.cleanup()`` to its end even when the group is cancelled meanwhile (a sibling group failed, the
+    batch was interrupted): the cancellation is re-raised once the cleanup is done. A second cancellation stops the
+    wait (the cleanup task runs on until the loop closes)."""
+    task = asyncio.ensure_future(builder.cleanup())
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError as cancelled:
+        await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            cancelled.add_note(f"{type(builder).__name__}.cleanup() failed: {type(task.exception()).__name__}: "
+                               f"{task.exception()}")
+        raise
+
+
 async def _cleanup_after_error(builder: EnvGroupBuilder, original: BaseException) -> None:
     try:
-        await builder.cleanup()
+        await _cleanup(builder)
     except Exception as cleanup_error:  # noqa: BLE001 - reported with the original error, which is raised
         original.add_note(f"While cleaning up after it, {type(builder).__name__}.cleanup() also failed: "
                           f"{type(cleanup_error).__name__}: {cleanup_error}")
