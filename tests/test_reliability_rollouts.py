@@ -108,7 +108,8 @@ def test_hung_step_under_retry_with_timeout_is_retried():
 def test_rollout_timeout_config_reaches_fail_fast():
     from trl_envs.trainers.rollout_args import RolloutArguments
 
-    assert RolloutArguments(rollout_timeout=3.0).error_strategy() == FailFast(per_rollout_timeout=3.0)
+    with pytest.warns(UserWarning, match="stops training with an error"):
+        assert RolloutArguments(rollout_timeout=3.0).error_strategy() == FailFast(per_rollout_timeout=3.0)
     assert RolloutArguments(rollout_timeout=3.0, rollout_error_strategy="retry",
                             rollout_max_retries=1).error_strategy() == RetryOnFailure(1, 3.0)
 
@@ -343,6 +344,17 @@ def test_trainer_never_samples_past_the_models_positions(cpu_grpo_config, tiny_m
     trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(), ListRLDataset(builders, 2), processing_class=tokenizer)
     with pytest.raises(ContextBudgetError, match=r"Turns: the observation of turn 0 is 1100 tokens.* 1024 tokens"):
         trainer.train()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("max_context_tokens", 0, "RolloutArguments.max_context_tokens must be an integer >= 1 or None"),
+    ("context_overflow", "truncate", "RolloutArguments.context_overflow must be 'end' or 'error', got 'truncate'"),
+])
+def test_context_settings_are_checked_when_the_config_is_built(field, value, message):
+    from trl_envs.trainers.rollout_args import RolloutArguments
+
+    with pytest.raises(ValueError, match=message):
+        RolloutArguments(**{field: value})
 
 
 class OffVocabSampler(Sampler):

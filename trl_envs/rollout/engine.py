@@ -98,7 +98,8 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
         ob, stop = check_initial(env, await env.initial_observation())
         transitions: list[Transition] = []
         tokens_used = 0
-        extends = bool(getattr(env, "observations_extend", True))
+        # ``observations_extend`` is read when the episode ends: an env may find out mid-episode that its
+        # observations stop extending (the Tinker adapter does) and set it on the instance.
         while True:
             turn = len(transitions)
             max_tokens = budget.max_tokens_per_turn
@@ -113,7 +114,7 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
                     if turn == 0 or budget.context_overflow == "error":
                         raise ContextBudgetError(message)
                     logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
-                    return Trajectory(transitions, ob, "max_tokens", extends)
+                    return Trajectory(transitions, ob, "max_tokens", _extends(env))
                 max_tokens = min(max_tokens, room)
             note_activity(f"sampling turn {turn} with {sampler_name(policy)}")
             ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, budget.vocab_size)
@@ -124,13 +125,17 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
             transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
                                           dict(result.metrics), dict(result.logs)))
             if result.episode_done:
-                return Trajectory(transitions, list(result.next_observation), "done", extends)
+                return Trajectory(transitions, list(result.next_observation), "done", _extends(env))
             ob = check_observation(env, result.next_observation, "step")
             stop = result.next_stop_condition
             if budget.max_turns is not None and len(transitions) >= budget.max_turns:
-                return Trajectory(transitions, ob, "max_turns", extends)
+                return Trajectory(transitions, ob, "max_turns", _extends(env))
             if budget.max_tokens_per_trajectory is not None and tokens_used >= budget.max_tokens_per_trajectory:
-                return Trajectory(transitions, ob, "max_tokens", extends)
+                return Trajectory(transitions, ob, "max_tokens", _extends(env))
+
+
+def _extends(env: Env) -> bool:
+    return bool(getattr(env, "observations_extend", True))
 
 
 # -- error strategies ------------------------------------------------------------------------------------------

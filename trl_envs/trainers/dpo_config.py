@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig
 
-from .rollout_args import RolloutArguments
+from .rollout_args import RolloutArguments, check_count
 from ..rollout.engine import RolloutBudget
 
 
 @dataclass
-class EnvDPOConfig(DPOConfig, RolloutArguments):
+class EnvDPOConfig(RolloutArguments, DPOConfig):
     """``DPOConfig`` with the settings of env-driven (iterative / online) DPO. Every DPO option keeps its TRL meaning.
 
     On a preference dataset (``train_dataset``) only the ``DPOConfig`` part matters. With envs (``env_dataset``),
@@ -38,8 +38,8 @@ class EnvDPOConfig(DPOConfig, RolloutArguments):
     max_tokens_per_turn: int = field(default=64, metadata={"help": "Env mode: most sampled tokens per action."})
 
     def __post_init__(self):
-        super().__post_init__()
-        self.check_rollout_arguments()
+        super().__post_init__()  # TRL's config, then RolloutArguments' checks
+        check_count(self, "max_tokens_per_turn", minimum=1)
         if self.num_rounds < 1:
             raise ValueError(f"EnvDPOConfig.num_rounds must be >= 1, got {self.num_rounds}")
         if self.batches_per_round < 1:
