@@ -447,7 +447,7 @@ class EnvDPOTrainer(DPOTrainer):
         local = list(builders)[self.accelerator.process_index::self.accelerator.num_processes]
         sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device)
         try:
-            return run_rollout_batch(local, sampler, args.rollout_budget(), args.error_strategy(),
+            return run_rollout_batch(local, sampler, args.rollout_budget(self.model), args.error_strategy(),
                                      args.sampler_max_wait_s)
         finally:
             sampler.drain()

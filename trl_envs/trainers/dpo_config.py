@@ -47,6 +47,7 @@ class EnvDPOConfig(RolloutArguments, DPOConfig):
         if self.min_reward_gap < 0:
             raise ValueError(f"EnvDPOConfig.min_reward_gap must be >= 0, got {self.min_reward_gap}")
 
-    def rollout_budget(self) -> RolloutBudget:
+    def rollout_budget(self, model=None) -> RolloutBudget:
+        """The episode budget; ``model`` (when given) sets the context budget and vocabulary (``model_limits``)."""
         return RolloutBudget(max_turns=self.max_turns, max_tokens_per_turn=self.max_tokens_per_turn,
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)
+                             max_tokens_per_trajectory=self.max_tokens_per_trajectory, **self.model_limits(model))

@@ -163,7 +163,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device,
                                   equal_batch_sizes=equal_batches)
         try:
-            result = run_rollout_batch(builders, sampler, self.args.rollout_budget(),
+            result = run_rollout_batch(builders, sampler, self.args.rollout_budget(self.model),
                                        self.args.error_strategy(), self.args.sampler_max_wait_s)
         finally:
             sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)

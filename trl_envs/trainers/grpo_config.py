@@ -46,7 +46,8 @@ class EnvGRPOConfig(RolloutArguments, GRPOConfig):
         if not 0.0 <= self.credit_gamma <= 1.0:
             raise ValueError(f"EnvGRPOConfig.credit_gamma must be in [0, 1], got {self.credit_gamma}")
 
-    def rollout_budget(self) -> RolloutBudget:
+    def rollout_budget(self, model=None) -> RolloutBudget:
+        """The episode budget; ``model`` (when given) sets the context budget and vocabulary (``model_limits``)."""
         return RolloutBudget(max_turns=self.max_turns,
                              max_tokens_per_turn=self.max_tokens_per_turn or self.max_completion_length,
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)
+                             max_tokens_per_trajectory=self.max_tokens_per_trajectory, **self.model_limits(model))
