@@ -157,7 +157,7 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
     # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
     datasets = {}
     if env_mode:
-        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer))
+        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer), training_args.seed)
     else:
         data = load_preference_splits(script_args)
         datasets["train_dataset"] = pick_split(data, script_args.dataset_train_split, "training")
@@ -217,15 +217,17 @@ def pick_split(data, split: str, role: str):
     return data[split]
 
 
-def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | RLDatasetBuilder:
-    """The envs of env-driven DPO: the rows of ``--env_dataset``, or the env by name (registry)."""
+def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -> RLDataset | RLDatasetBuilder:
+    """The envs of env-driven DPO: the rows of ``--env_dataset``, or the env by name (registry); ``seed`` (the
+    trainer's) picks the training problems of envs that take one."""
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
     # An env option named group_size (a tinker-cookbook builder's field) is the env's to set.
     return make_named_env_dataset(args.env_name, renderer,
                                   **{"group_size": args.group_size, **parse_env_kwargs(args.env_kwargs)},
-                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches)
+                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
+                                  defaults={"seed": seed})
 
 
 def resume_checkpoint(training_args) -> str | None:

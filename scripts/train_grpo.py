@@ -108,7 +108,8 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
 
     # 2. The environment: an env by name (its dataset builder, groups of num_generations envs), or a dataset of env
-    #    rows (one group per row; the trainer turns it into an RLDataset).
+    #    rows (one group per row; the trainer turns it into an RLDataset). The training seed also picks the training
+    #    problems and their order (envs that take a `seed`); the held-out test problems stay the same.
     if script_args.env_dataset:
         env_builder = load_env_dataset(script_args.env_dataset, script_args.env_dataset_split)
         env_names, env_kwargs = sorted(set(env_builder[ENV_FIELD])), None  # the card evaluates each kind's test set
@@ -120,7 +121,8 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
         # num_generations.
         env_builder = make_env_dataset(
             env_name, Renderer(tokenizer), **{"group_size": training_args.num_generations, **env_kwargs},
-            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches)
+            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches,
+            defaults={"seed": training_args.seed})
 
     # 3. GRPO on it.
     trainer = EnvGRPOTrainer(

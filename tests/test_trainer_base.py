@@ -16,7 +16,8 @@ class _Trainer(base.EnvTrainerMixin):
     def __init__(self, args):
         self.args = args
         self.model_wrapped = torch.nn.Linear(2, 2)
-        self.accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=None))
+        self.accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=None),
+                                           autocast=contextlib.nullcontext)
 
 
 @pytest.mark.parametrize("config_class", [EnvDPOConfig, EnvGRPOConfig])

@@ -45,6 +45,8 @@ from .rollout.engine import (
     run_rollout_batch_async,
 )
 from .rollout.evaluation import EvalResult, TagStats, evaluate, pass_at_k
+from .rollout.validation import ContextBudgetError
+from .rollout.watchdog import RolloutTimeoutError
 
 # training_data/: trajectories -> what is trained
 from .training_data.preference import PairStats, PreferencePair, make_preference_pairs
@@ -110,8 +112,8 @@ __all__ = [
     # samplers/
     "HFSampler", "SampleRequest", "Sampler", "TextPolicySampler",
     # rollout/
-    "BatchingPolicy", "BatchingSampler", "EvalResult", "FailFast", "RetryOnFailure", "RolloutBatchResult",
-    "RolloutBudget", "TagStats", "do_group_rollout", "do_single_rollout", "evaluate", "parked", "pass_at_k",
+    "BatchingPolicy", "BatchingSampler", "ContextBudgetError", "EvalResult", "FailFast", "RetryOnFailure", "RolloutBatchResult",
+    "RolloutBudget", "RolloutTimeoutError", "TagStats", "do_group_rollout", "do_single_rollout", "evaluate", "parked", "pass_at_k",
     "run_rollout_batch", "run_rollout_batch_async",
     # training_data/
     "NonExtendingObservationError", "PairStats", "PreferencePair", "TrainingRow", "assemble_training_data",

@@ -68,13 +68,16 @@ class EnvTrainerMixin:
     @contextlib.contextmanager
     def _generation_model(self) -> Iterator:
         """The policy, ready to ``generate``: unwrapped from DDP / DeepSpeed (ZeRO-3 parameters gathered unless
-        ``args.ds3_gather_for_generation`` is False), FSDP v1 parameters materialised."""
+        ``args.ds3_gather_for_generation`` is False), FSDP v1 parameters materialised, under the autocast TRL computes
+        the training logprobs in (``accelerator.autocast()``: with bf16 mixed precision over fp32 weights, e.g. PEFT,
+        sampling in fp32 would make sampling and training logprobs disagree)."""
         args = self.args
         with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                           gather_deepspeed3_params=args.ds3_gather_for_generation,
                                           gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
               as unwrapped,
-              trl_seam.distributed_backend(self.accelerator).summon_full_params(self.model_wrapped, recurse=False)):
+              trl_seam.distributed_backend(self.accelerator).summon_full_params(self.model_wrapped, recurse=False),
+              self.accelerator.autocast()):
             yield unwrapped
 
     # -- rollouts ------------------------------------------------------------------------------------------------
@@ -88,7 +91,7 @@ class EnvTrainerMixin:
         sampler = LockstepSampler(self._sampler(), [trl_seam.tokenizer_of(self).pad_token_id], self.accelerator.device,
                                   equal_batch_sizes=equal_batch_sizes)
         try:
-            return run_rollout_batch(builders, sampler, args.rollout_budget(), args.error_strategy(),
+            return run_rollout_batch(builders, sampler, args.rollout_budget(self.model), args.error_strategy(),
                                      args.sampler_max_wait_s)
         finally:
             sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)

@@ -37,6 +37,7 @@ from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_sync
 from ..training_data.row_layout import RowPlan, plan_rows
 from ..samplers.base import Sampler
+from ..core.renderer import Renderer
 from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 ENV_REWARD_KEY = "env_reward"
@@ -92,6 +93,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
             env_dataset, eval_env_dataset, "EnvGRPOTrainer",
             accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows")
         _check_batch_geometry(args, eval_envs is not None)
+        _warn_biased_logprob_comparison(args)
         self._train_index = GroupIndex("train", train_envs)
         self._eval_index = GroupIndex("eval", eval_envs) if eval_envs is not None else None
         _check_group_size(self._train_index, args.num_generations, "num_generations")
@@ -117,6 +119,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
             )
         check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvGRPOTrainer")
         require_chat_template(trl_seam.tokenizer_of(self), "EnvGRPOTrainer")
+        self.eos_token_ids = with_turn_stops(self.eos_token_ids, Renderer(trl_seam.tokenizer_of(self)))
 
     # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
 
@@ -195,6 +198,21 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
             raise KeyError(f"EnvGRPOTrainer: no env dataset for row key {key!r}")
         return index.builder(key)
 
+    def sampling_settings(self) -> dict[str, Any]:
+        return {**super().sampling_settings(), "generation_kwargs": self.args.generation_kwargs,
+                "cache_implementation": self.args.cache_implementation}
+
+
+def with_turn_stops(eos_token_ids: Sequence[int], renderer: Renderer) -> list[int]:
+    """TRL's ``eos_token_ids`` plus the chat template's stop tokens.
+
+    TRL counts a row as truncated when its last token is not in ``eos_token_ids`` (+ pad), and with
+    ``mask_truncated_completions`` trains nothing of it. TRL takes those ids from the tokenizer's and generation
+    config's EOS only, so for a base ChatML model (EOS ``<|endoftext|>``, end of turn ``<|im_end|>``) every finished
+    answer would count as truncated. The tokenizer's EOS stays first (it pads the filler rows).
+    """
+    ids = list(eos_token_ids)
+    return ids + [t for t in renderer.get_stop_sequences() if t not in ids]
 
 
 def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, Any]:
@@ -227,6 +245,22 @@ def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:
     if has_eval and args.per_device_eval_batch_size % g_eval:
         raise ValueError(f"EnvGRPOConfig: per_device_eval_batch_size={args.per_device_eval_batch_size} is not a "
                          f"multiple of the evaluation group size {g_eval}.")
+
+
+def _warn_biased_logprob_comparison(args: EnvGRPOConfig) -> None:
+    """Sampling logprobs are recorded from the model's logits, as TRL's training logprobs are; a repetition penalty
+    samples from another distribution, so comparing the two (off-policy mask, vLLM importance sampling) is biased."""
+    penalty = (args.generation_kwargs or {}).get("repetition_penalty", args.repetition_penalty)
+    compares = [name for name, on in (
+        (f"off_policy_mask_threshold={args.off_policy_mask_threshold}", args.off_policy_mask_threshold is not None),
+        ("use_vllm with vllm_importance_sampling_correction", args.use_vllm and args.vllm_importance_sampling_correction),
+    ) if on]
+    if penalty != 1.0 and compares:
+        warnings.warn(
+            f"EnvGRPOConfig: repetition_penalty={penalty} samples tokens from a distribution TRL's training logprobs "
+            f"do not include, and {' and '.join(compares)} compares sampling with training logprobs: tokens the "
+            "penalty favoured or disfavoured are masked or reweighted as if off-policy. Set repetition_penalty=1.0 "
+            "or turn the comparison off.", stacklevel=3)
 
 
 def _frozen_reference(model, args: EnvGRPOConfig, peft_config):

@@ -6,6 +6,7 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..rollout.engine import ErrorStrategy, FailFast, RetryOnFailure, RolloutBudget
 
@@ -29,7 +30,14 @@ class RolloutArguments:
     rollout_timeout: float | None = field(
         default=None, metadata={"help": "Seconds one rollout may take (None: no limit). With 'retry' a rollout that "
                                         "takes longer is replaced like a failed one; with 'fail_fast' it stops "
-                                        "training with an error."})
+                                        "training with an error. Also bounds one make_envs / compute_group_rewards "
+                                        "call."})
+    max_context_tokens: int | None = field(
+        default=None, metadata={"help": "Most tokens of context per episode (observation + action); None: the "
+                                        "model's maximum positions."})
+    context_overflow: str = field(
+        default="end", metadata={"help": "An episode that outgrows max_context_tokens: 'end' (stop reason "
+                                         "max_tokens) or 'error'."})
     sampler_max_wait_s: float | None = field(
         default=30.0, metadata={"help": "Longest wait for all live episodes to ask for a turn before sampling the "
                                         "requests already pending."})
@@ -54,6 +62,10 @@ class RolloutArguments:
         check_count(self, "rollout_max_retries", minimum=0)
         check_seconds(self, "rollout_timeout")
         check_seconds(self, "sampler_max_wait_s")
+        check_count(self, "max_context_tokens", minimum=1, optional=True)
+        if self.context_overflow not in ("end", "error"):
+            raise ValueError(f"{type(self).__name__}.context_overflow must be 'end' or 'error', got "
+                             f"{self.context_overflow!r}")
         if self.rollout_timeout is not None and self.rollout_error_strategy == "fail_fast":
             warnings.warn(
                 f"{type(self).__name__}: rollout_timeout={self.rollout_timeout} with rollout_error_strategy="
@@ -66,17 +78,34 @@ class RolloutArguments:
         """The per-turn token budget when ``max_tokens_per_turn`` is unset (``EnvGRPOConfig``: ``max_completion_length``)."""
         return None
 
-    def rollout_budget(self) -> RolloutBudget:
+    def rollout_budget(self, model=None) -> RolloutBudget:
         """The budget of one episode: ``max_turns``, ``max_tokens_per_turn`` (or :meth:`default_max_tokens_per_turn`),
-        ``max_tokens_per_trajectory``."""
+        ``max_tokens_per_trajectory``; ``model`` (when given) sets the context budget and vocabulary
+        (:meth:`model_limits`)."""
         return RolloutBudget(max_turns=self.max_turns,
                              max_tokens_per_turn=self.max_tokens_per_turn or self.default_max_tokens_per_turn(),
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)
+                             max_tokens_per_trajectory=self.max_tokens_per_trajectory, **self.model_limits(model))
 
     def error_strategy(self) -> ErrorStrategy:
         if self.rollout_error_strategy == "retry":
             return RetryOnFailure(self.rollout_max_retries, self.rollout_timeout)
-        return FailFast()
+        return FailFast(self.rollout_timeout)
+
+    def model_limits(self, model: Any = None) -> dict[str, Any]:
+        """The ``RolloutBudget`` fields that come from the model: ``max_context_tokens`` (this config's, else the
+        model's maximum positions), ``context_overflow`` and ``vocab_size`` (sampled ids must be below it)."""
+        text_config = _text_config(model)
+        max_positions = getattr(text_config, "max_position_embeddings", None)
+        return {"max_context_tokens": self.max_context_tokens or max_positions,
+                "context_overflow": self.context_overflow,
+                "vocab_size": getattr(text_config, "vocab_size", None)}
+
+
+def _text_config(model: Any) -> Any:
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    return config
 
 
 def check_count(config, name: str, *, minimum: int, optional: bool = False) -> None:

@@ -146,6 +146,6 @@ class TicTacToeDatasetBuilder(BuiltinDatasetBuilder):
         train = TicTacToeSelfPlayDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
                                          self.illegal_move_penalty, self.move_timeout)
         test = TicTacToeVsOpponentDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                          self.test_opponent, self.seed + TEST_SEED_OFFSET,
+                                          self.test_opponent, self.test_seed + TEST_SEED_OFFSET,
                                           self.illegal_move_penalty)
         return train, test
