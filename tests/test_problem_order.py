@@ -70,6 +70,6 @@ def test_train_grpo_script_trains_each_seed_on_its_own_problems(tiny_model_path,
     for seed in ("0", "1"):
         monkeypatch.setattr(sys, "argv", ["train_grpo.py", "--model_name_or_path", tiny_model_path, "--seed", seed])
         with pytest.raises(_Stop):
-            script.main()
+            script.main(*script.make_parser().parse_args_and_config())
         runs[seed] = seen["splits"]
     assert runs["0"][0] != runs["1"][0] and runs["0"][1] == runs["1"][1]
