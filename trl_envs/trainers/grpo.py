@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
