@@ -3,7 +3,7 @@
 Every episode of a rollout batch runs as its own coroutine and asks for its next action with
 ``await batcher.sample(...)``. :class:`BatchingSampler` holds those requests until every live episode is either
 waiting for an action or finished, then sends them all to the synchronous :class:`~trl_envs.samplers.hf.Sampler` in
-ONE call (in a worker thread, so env coroutines awaiting I/O keep running meanwhile). Envs that take a while
+ONE call (in a reused worker thread, ``event_loop.run_blocking``, so env coroutines awaiting I/O keep running meanwhile). Envs that take a while
 (I/O, grading) therefore cost their latency once per turn, not once per episode.
 
 ``max_wait_s`` is a safety valve: if some live episode does not ask for an action within that many seconds
@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from .event_loop import run_blocking
 from ..samplers.hf import SampleRequest, Sampler
 from ..core.types import StopCondition, TokensWithLogprobs
 
@@ -158,7 +159,7 @@ class BatchingSampler:
     async def _run(self, batch: list[_Pending]) -> None:
         try:
             start = time.perf_counter()
-            results = await asyncio.to_thread(self.sampler.sample, [p.request for p in batch])
+            results = await run_blocking(self.sampler.sample, [p.request for p in batch])
             self.sampler_seconds += time.perf_counter() - start
             self.num_calls += 1
             self.batch_sizes.append(len(batch))

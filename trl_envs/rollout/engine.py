@@ -3,8 +3,8 @@
 * :func:`do_single_rollout` plays one :class:`~trl_envs.core.types.Env` to the end (or to a budget).
 * :func:`do_group_rollout` makes a group's envs, plays them concurrently under an error strategy
   (:class:`FailFast` or :class:`RetryOnFailure`), adds the group rewards, and always awaits ``cleanup()``.
-* :func:`run_rollout_batch` runs all groups of a batch concurrently in one asyncio loop, with one batched
-  sampler call per turn for all active episodes (:class:`~trl_envs.rollout.batching.BatchingSampler`).
+* :func:`run_rollout_batch` runs all groups of a batch concurrently on the process's long-lived rollout loop
+  (``event_loop.run_sync``), with one batched sampler call per turn for all active episodes (:class:`~trl_envs.rollout.batching.BatchingSampler`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from .batching import BatchingSampler, rollout_clock
+from .event_loop import run_sync  # noqa: F401 - re-exported: the trainers and scripts import it from here
 from ..samplers.hf import Sampler
 from ..core.types import Env, EnvContractError, EnvGroupBuilder, StepResult, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 
@@ -400,26 +400,3 @@ def run_rollout_batch(builders: Sequence[EnvGroupBuilder], sampler: Sampler, bud
                       strategy: ErrorStrategy = FailFast(), max_wait_s: float | None = 30.0) -> RolloutBatchResult:
     """Synchronous :func:`run_rollout_batch_async` (works inside an already running event loop too)."""
     return run_sync(lambda: run_rollout_batch_async(builders, sampler, budget, strategy, max_wait_s))
-
-
-def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine to completion from synchronous code, also when an event loop is already running (Jupyter):
-    then it runs in a fresh loop on a helper thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make_coro())
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(make_coro())
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
-
-    thread = threading.Thread(target=target, name="trl_envs-rollouts")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]

@@ -1,0 +1,212 @@
+"""One long-lived asyncio event loop for rollouts, and :func:`run_sync` to run coroutines on it from sync code.
+
+Why: the trainers call into async rollout code once or more per training step. ``asyncio.run`` per call creates
+and tears down a loop and its default thread pool every time (~15 ms on a small CPU box, measured by
+``bench/rollout_batching.py``), which dominates small-model and fast-env steps. Instead every :func:`run_sync` in a
+process submits to ONE loop running forever in a daemon thread (``trl_envs-rollout-loop``):
+
+* The loop and its thread start on first use and are stopped and closed at interpreter exit (``atexit``) or by
+  :func:`close_rollout_loop` (the trainers do not need to call it).
+* Fork-safe: a forked child does not inherit the parent's loop thread; the first :func:`run_sync` in the child
+  starts its own loop (the process id is checked on each call). Each process of a multi-process run has its own.
+* Works when the caller already runs a loop (Jupyter): the caller's thread just blocks on the result.
+* A coroutine that itself calls :func:`run_sync` from the rollout loop (nested) gets a fresh loop on a helper
+  thread, as blocking the loop's own thread would deadlock.
+* The caller's ``contextvars`` are visible to the coroutine (it runs in a copy of the caller's context, as with
+  ``asyncio.run``).
+* Errors propagate as raised by the coroutine, with no event-loop plumbing chained to them; Ctrl-C in the caller
+  cancels the coroutine and waits (briefly) for it to unwind before re-raising.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextvars
+import os
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_CANCEL_GRACE_S = 5.0
+
+
+class _RolloutLoop:
+    """An event loop running forever in a daemon thread of the process that created it."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), name="trl_envs-rollout-loop", daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(ready.set)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T], context: contextvars.Context) -> concurrent.futures.Future:
+        """Schedule ``coro`` as a task created inside ``context`` (so the task runs in a copy of it). Cancelling
+        the returned future cancels the task."""
+        result: concurrent.futures.Future = concurrent.futures.Future()
+
+        def start() -> None:
+            if result.cancelled():
+                coro.close()
+                return
+            task = context.run(self.loop.create_task, _deliver(coro, result))
+            result.add_done_callback(lambda f: f.cancelled() and self._call_soon(task.cancel))
+
+        self.loop.call_soon_threadsafe(start)
+        return result
+
+    def _call_soon(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # the loop was closed meanwhile (interpreter exit): nothing left to cancel
+            pass
+
+    def close(self) -> None:
+        """Cancel what is still running, stop the loop, join its thread and close it."""
+        if self.loop.is_closed():
+            return
+        if self.thread.is_alive():
+            async def shutdown() -> None:
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await self.loop.shutdown_asyncgens()
+                await self.loop.shutdown_default_executor()
+
+            try:
+                asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout=_CANCEL_GRACE_S)
+            except (concurrent.futures.TimeoutError, RuntimeError):
+                pass
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=_CANCEL_GRACE_S)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+async def _deliver(coro: Coroutine[Any, Any, T], result: concurrent.futures.Future) -> None:
+    """Await ``coro`` and hand its outcome to ``result``. Every exception goes to the caller, KeyboardInterrupt and
+    SystemExit included (raised out of a task they would stop the loop and leave the caller waiting forever)."""
+    try:
+        value = await coro
+    except asyncio.CancelledError:
+        result.cancel()
+        raise
+    except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by result.result()
+        _settle(result.set_exception, e)
+    else:
+        _settle(result.set_result, value)
+
+
+def _settle(setter: Callable[[Any], None], value: Any) -> None:
+    try:
+        setter(value)
+    except concurrent.futures.InvalidStateError:  # the caller cancelled it meanwhile
+        pass
+
+
+_lock = threading.Lock()
+_loop: _RolloutLoop | None = None
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_EXECUTOR_THREADS = 4  # a sampler call per batcher in flight; >1 so nested or concurrent batchers never wait on each other
+
+
+def blocking_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's thread pool for blocking calls made from rollout coroutines (the batched sampler call of each
+    turn): created once and reused, so no thread is started or joined per call."""
+    global _executor
+    with _lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(_EXECUTOR_THREADS, thread_name_prefix="trl_envs-sampler")
+        return _executor
+
+
+async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
+    """``await`` ``fn(*args)`` run in :func:`blocking_executor`, in a copy of the caller's ``contextvars`` (as
+    ``asyncio.to_thread``, without its per-loop default pool)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(blocking_executor(), context.run, fn, *args)
+
+
+def _rollout_loop() -> _RolloutLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.pid != os.getpid() or not _loop.thread.is_alive():
+            _loop = _RolloutLoop()
+        return _loop
+
+
+def close_rollout_loop() -> None:
+    """Stop and close this process's rollout loop and blocking-call pool (if started). The next :func:`run_sync` starts a new one.
+    Called at interpreter exit; call it yourself only to release the thread earlier."""
+    global _loop, _executor
+    with _lock:
+        loop, _loop = _loop, None
+        executor, _executor = _executor, None
+    if loop is not None and loop.pid == os.getpid():
+        loop.close()
+    if executor is not None:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _forget_after_fork() -> None:
+    global _loop, _lock, _executor
+    _executor = None  # its threads do not exist in the child either
+    _loop = None  # the parent's loop thread does not exist in the child; never touch its loop
+    _lock = threading.Lock()
+
+
+atexit.register(close_rollout_loop)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run the coroutine ``make_coro()`` to completion on the process's rollout loop and return its result.
+
+    Works from any thread, also when that thread already runs an event loop (Jupyter). Called from a coroutine
+    running on the rollout loop itself, it runs ``make_coro()`` in a fresh loop on a helper thread instead.
+    """
+    loop = _rollout_loop()
+    if threading.current_thread() is loop.thread:
+        return _run_on_helper_thread(make_coro)
+    future = loop.submit(make_coro(), contextvars.copy_context())
+    try:
+        return future.result()
+    except BaseException:
+        if not future.done():  # interrupted here (Ctrl-C): cancel the coroutine and let it unwind
+            future.cancel()
+            try:
+                future.result(timeout=_CANCEL_GRACE_S)
+            except BaseException:  # noqa: BLE001 - the original interruption is what the caller gets
+                pass
+        raise
+
+
+def _run_on_helper_thread(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    box: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            box["value"] = context.run(asyncio.run, make_coro())
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name="trl_envs-nested-run-sync")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        error = box.pop("error")
+        raise error
+    return box["value"]
