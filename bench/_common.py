@@ -94,7 +94,7 @@ class Targets:
     def finish(self, check: bool) -> None:
         print()
         for description, ok in self.results:
-            print(f"target {'MET   ' if ok else 'MISSED'}: {description}")
+            print(f"target {'MET    ' if ok else 'NOT MET'}: {description}")
         missed = [d for d, ok in self.results if not ok]
         if missed and check:
             print(f"--check: {len(missed)} target(s) missed", file=sys.stderr)

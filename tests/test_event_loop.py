@@ -19,11 +19,19 @@ async def _loop_and_thread():
     return asyncio.get_running_loop(), threading.current_thread()
 
 
-def test_one_loop_and_thread_serve_every_call():
+def test_one_long_lived_loop_serves_every_call_in_the_calling_thread():
     first = run_sync(_loop_and_thread)
     second = run_sync(_loop_and_thread)
-    assert first[0] is second[0] and first[1] is second[1]
-    assert first[1] is not threading.current_thread()
+    assert first[0] is second[0] and not first[0].is_closed()
+    assert first[1] is second[1] is threading.current_thread()  # no thread hop per call
+
+
+def test_each_thread_keeps_its_own_loop():
+    seen = []
+    worker = threading.Thread(target=lambda: seen.extend([run_sync(_loop_and_thread), run_sync(_loop_and_thread)]))
+    worker.start()
+    worker.join()
+    assert seen[0][0] is seen[1][0] and seen[0][0] is not run_sync(_loop_and_thread)[0]
 
 
 def test_errors_propagate_without_event_loop_noise():
@@ -64,13 +72,16 @@ def test_works_inside_a_running_loop_and_nested():
     async def inner():
         return 7
 
-    async def outer():  # runs on the rollout loop; a nested run_sync must not deadlock it
+    async def outer():  # runs on the rollout loop thread; a nested run_sync must not deadlock it
         return run_sync(inner) + 1
 
     async def notebook_cell():  # a caller that already runs its own loop (Jupyter)
+        first, second = run_sync(_loop_and_thread), run_sync(_loop_and_thread)
+        assert first == second and first[1] is not threading.current_thread()  # the one rollout loop thread
         return run_sync(outer)
 
     assert asyncio.run(notebook_cell()) == 8
+    assert run_sync(outer) == 8  # nested from the calling thread's loop
 
 
 def test_blocking_calls_reuse_threads():
@@ -81,10 +92,10 @@ def test_blocking_calls_reuse_threads():
 
 
 def test_close_then_reuse():
-    run_sync(_loop_and_thread)
+    old, _ = run_sync(_loop_and_thread)
     close_rollout_loop()
     loop, thread = run_sync(_loop_and_thread)
-    assert thread.is_alive() and not loop.is_closed()
+    assert old.is_closed() and thread.is_alive() and not loop.is_closed()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -95,7 +106,8 @@ def test_forked_child_gets_its_own_loop():
     if pid == 0:  # child: must not hang on the parent's (absent) loop thread
         try:
             loop, thread = run_sync(_loop_and_thread)
-            os.write(write, b"ok" if loop is not parent_loop and thread.is_alive() else b"no")
+            ok = loop is not parent_loop and thread.is_alive() and run_sync(_loop_and_thread)[0] is loop
+            os.write(write, b"ok" if ok else b"no")
         finally:
             os._exit(0)
     os.close(write)

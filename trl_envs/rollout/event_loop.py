@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import contextvars
 import os
 import threading
@@ -153,8 +154,13 @@ def close_rollout_loop() -> None:
     with _lock:
         loop, _loop = _loop, None
         executor, _executor = _executor, None
+        runners = [r for r in _all_runners]
+        _all_runners.clear()
     if loop is not None and loop.pid == os.getpid():
         loop.close()
+    for runner in runners:
+        with contextlib.suppress(RuntimeError):  # one running right now (close called from inside it) stays open
+            runner.close()
     if executor is not None:
         executor.shutdown(wait=False, cancel_futures=True)
 
@@ -164,6 +170,7 @@ def _forget_after_fork() -> None:
     _executor = None  # its threads do not exist in the child either
     _loop = None  # the parent's loop thread does not exist in the child; never touch its loop
     _lock = threading.Lock()
+    _all_runners.clear()  # the child must not close the parent's loops (their fds are shared)
 
 
 atexit.register(close_rollout_loop)
@@ -171,12 +178,39 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run the coroutine ``make_coro()`` to completion on the process's rollout loop and return its result.
+_runners = threading.local()  # this thread's asyncio.Runner (its long-lived loop)
+_all_runners: list = []  # the open ones, closed at exit (emptied in a forked child: the parent's are not its own)
 
-    Works from any thread, also when that thread already runs an event loop (Jupyter). Called from a coroutine
-    running on the rollout loop itself, it runs ``make_coro()`` in a fresh loop on a helper thread instead.
+
+def _thread_runner() -> asyncio.Runner:
+    runner = getattr(_runners, "runner", None)
+    with _lock:
+        if runner is None or runner not in _all_runners:  # none yet, closed, or inherited across fork
+            runner = asyncio.Runner()
+            _runners.runner = runner
+            _all_runners.append(runner)
+    return runner
+
+
+def _caller_runs_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run the coroutine ``make_coro()`` to completion and return its result, on a long-lived event loop.
+
+    From a thread that runs no event loop (a trainer, a script), the coroutine runs right in the calling thread, on
+    that thread's long-lived loop (an ``asyncio.Runner`` kept across calls: no loop or thread pool is made per call,
+    and no thread hop). From a thread that already runs a loop (Jupyter, or a coroutine calling ``run_sync``), it
+    runs on the process's rollout loop thread and the caller blocks on the result. Called from a coroutine on that
+    rollout loop thread itself, it runs in a fresh loop on a helper thread.
     """
+    if not _caller_runs_a_loop() and hasattr(asyncio, "Runner"):
+        return _thread_runner().run(make_coro(), context=contextvars.copy_context())
     loop = _rollout_loop()
     if threading.current_thread() is loop.thread:
         return _run_on_helper_thread(make_coro)
