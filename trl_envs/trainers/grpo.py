@@ -32,6 +32,7 @@ from trl.models import unwrap_model_for_generation
 from ..training_data.credit import first_turn_returns, row_token_advantages
 from ..registry.env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
+from .trl_seam import record_mean_metrics
 from ..rollout.lockstep import LockstepSampler
 from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
@@ -154,10 +155,11 @@ class EnvGRPOTrainer(GRPOTrainer):
                                        f"(num_generations) is {group_size}")
         plan = plan_rows(result.groups, group_size, self.args.training_rows, names)
         self._pad_to_common_shape(plan, mode)
+        metrics = rollout_metrics(result.groups, result.error_counts)
         if plan.num_trajectories:
-            self._pending_metrics["rows/per_turn_fraction"].append(
-                plan.num_per_turn_trajectories / plan.num_trajectories)
-        self._pending_metrics["rows/filler_fraction"].append(plan.num_fillers / len(plan.rows))
+            metrics["rows/per_turn_fraction"] = [plan.num_per_turn_trajectories / plan.num_trajectories]
+        metrics["rows/filler_fraction"] = [plan.num_fillers / len(plan.rows)]
+        record_mean_metrics(self, mode, metrics)  # one gather for all env metrics of the step
         self._planned_rows = plan
         try:
             output = super()._generate_and_score_completions([dict(inputs[i]) for i in plan.source_rows()])
@@ -179,8 +181,6 @@ class EnvGRPOTrainer(GRPOTrainer):
         finally:
             sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
         self.last_rollout = result
-        for name, values in rollout_metrics(result.groups, result.error_counts).items():
-            self._pending_metrics[name].extend(values)
         return result
 
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
