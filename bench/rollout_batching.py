@@ -80,49 +80,6 @@ class _MemoryPerTurn:
         return out
 
 
-def _slowed(builders, seconds: float):
-    """The builders with every env step busy-waiting ``seconds`` first."""
-    if not seconds:
-        return builders
-
-    def slow_step(step):
-        async def step_(*a, **k):
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                pass
-            return await step(*a, **k)
-        return step_
-
-    for builder in builders:
-        make_envs = builder.make_envs
-
-        async def make(make_envs=make_envs):
-            envs = list(await make_envs())
-            for env in envs:
-                env.step = slow_step(env.step)
-            return envs
-        builder.make_envs = make
-    return builders
-
-
-class _GenerateTimer:
-    """Wraps ``model.generate`` to add up the time spent inside it."""
-
-    def __init__(self, model):
-        self.seconds = 0.0
-        self._generate = model.generate
-
-        @functools.wraps(self._generate)
-        def generate(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return self._generate(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - start
-
-        model.generate = generate
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     _common.setup_torch(args.threads, args.seed)
@@ -148,7 +105,7 @@ def main(argv=None) -> dict:
     runs = []
     for i in range(args.warmup + args.repeats):
         gen_timer.seconds, sampler.rss, sampler.seconds = 0.0, [], 0.0
-        builders = _slowed(dataset.get_batch(i), args.slow_env_ms / 1000)
+        builders = _common.slow_env_steps(dataset.get_batch(i), args.slow_env_ms / 1000)
         result, outer_wall = _common.timed(lambda: run_rollout_batch(builders, sampler, budget))
         trajectories = [t for g in result.groups if g is not None for t in g.trajectories]
         max_turns = max(len(t.transitions) for t in trajectories)

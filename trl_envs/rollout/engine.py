@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from .batching import BatchingSampler, rollout_clock
-from .event_loop import run_sync  # noqa: F401 - re-exported: the trainers and scripts import it from here
+from .event_loop import cyclic_gc_paused, run_sync  # run_sync re-exported: the trainers and scripts import it here
 from ..samplers.hf import Sampler
 from ..core.types import Env, EnvContractError, EnvGroupBuilder, StepResult, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 
@@ -399,4 +399,5 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
 def run_rollout_batch(builders: Sequence[EnvGroupBuilder], sampler: Sampler, budget: RolloutBudget | None = None,
                       strategy: ErrorStrategy = FailFast(), max_wait_s: float | None = 30.0) -> RolloutBatchResult:
     """Synchronous :func:`run_rollout_batch_async` (works inside an already running event loop too)."""
-    return run_sync(lambda: run_rollout_batch_async(builders, sampler, budget, strategy, max_wait_s))
+    with cyclic_gc_paused():  # several full-heap collections per large batch otherwise (see cyclic_gc_paused)
+        return run_sync(lambda: run_rollout_batch_async(builders, sampler, budget, strategy, max_wait_s))
