@@ -80,6 +80,24 @@ class _MemoryPerTurn:
         return out
 
 
+class _GenerateTimer:
+    """Wraps ``model.generate`` to add up the time spent inside it."""
+
+    def __init__(self, model):
+        self.seconds = 0.0
+        self._generate = model.generate
+
+        @functools.wraps(self._generate)
+        def generate(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return self._generate(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        model.generate = generate
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     _common.setup_torch(args.threads, args.seed)

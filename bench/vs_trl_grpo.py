@@ -27,7 +27,6 @@ import argparse
 import os
 import random
 import re
-import sys
 import tempfile
 import time
 
@@ -160,7 +159,7 @@ def measure(name: str, model_path: str, args, max_tokens: int, handicap: dict[st
     return out
 
 
-def main() -> int:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common.add_common_args(parser, repeats=3, warmup=3)
     parser.add_argument("--models", default="tiny,wide", help="comma-separated: tiny, wide")
@@ -174,7 +173,7 @@ def main() -> int:
     parser.add_argument("--model_path", default=None, help="the tiny model (default: build/load the offline one)")
     parser.add_argument("--handicap", default=None, metavar="SIDE:MS", help="busy-wait MS ms in each step of SIDE "
                                                                               "(plain or env): a self-check")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     _common.setup_torch(args.threads, args.seed)
     handicap: dict[str, float] = {}
     if args.handicap:
@@ -187,6 +186,7 @@ def main() -> int:
           + (f"; handicap {args.handicap} ms" if handicap else ""))
     tiny_path = args.model_path or build_tiny_model()
     targets = _common.Targets()
+    results = {}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         if name == "tiny":
             ratios = measure("tiny", tiny_path, args, args.max_tokens, handicap)
@@ -198,12 +198,13 @@ def main() -> int:
                                  handicap)
         else:
             parser.error(f"unknown model {name!r} (tiny, wide)")
+        results[name] = ratios
         for clock in ("cpu", "wall"):
             targets.add(f"[{name}] ratio env/plain of median {clock} step time {ratios[clock]:.3f} <= "
                         f"{TARGETS[name]:.2f}", ratios[clock] <= TARGETS[name])
     targets.finish(args.check)
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
