@@ -1,21 +1,21 @@
-"""One long-lived asyncio event loop for rollouts, and :func:`run_sync` to run coroutines on it from sync code.
+"""Long-lived asyncio event loops for rollouts, and :func:`run_sync` to run coroutines on them from sync code.
 
 Why: the trainers call into async rollout code once or more per training step. ``asyncio.run`` per call creates
-and tears down a loop and its default thread pool every time (~15 ms on a small CPU box, measured by
-``bench/rollout_batching.py``), which dominates small-model and fast-env steps. Instead every :func:`run_sync` in a
-process submits to ONE loop running forever in a daemon thread (``trl_envs-rollout-loop``):
+and tears down a loop and its default thread pool every time (16.6 ms per batch on a small shared CPU box, measured
+by ``bench/rollout_batching.py``), which dominated small-model and fast-env steps. Instead (docs/DESIGN.md):
 
-* The loop and its thread start on first use and are stopped and closed at interpreter exit (``atexit``) or by
-  :func:`close_rollout_loop` (the trainers do not need to call it).
-* Fork-safe: a forked child does not inherit the parent's loop thread; the first :func:`run_sync` in the child
-  starts its own loop (the process id is checked on each call). Each process of a multi-process run has its own.
-* Works when the caller already runs a loop (Jupyter): the caller's thread just blocks on the result.
-* A coroutine that itself calls :func:`run_sync` from the rollout loop (nested) gets a fresh loop on a helper
-  thread, as blocking the loop's own thread would deadlock.
+* A thread that runs no loop (a trainer, a script) runs the coroutine itself, on its own long-lived
+  ``asyncio.Runner``, kept across calls: no loop, thread or pool is made per call, and no thread hop.
+* A thread that already runs a loop (Jupyter, a coroutine calling :func:`run_sync`) hands the coroutine to ONE rollout
+  loop running forever in a daemon thread (``trl_envs-rollout-loop``) and blocks on the result. A coroutine on that
+  thread calling :func:`run_sync` again gets a fresh loop on a helper thread (blocking it would deadlock).
+* Blocking calls made from rollouts (the batched sampler call of each turn) go to one reused thread pool
+  (:func:`run_blocking`).
+* Loops and pool are closed at interpreter exit (``atexit``) or by :func:`close_rollout_loop`. Fork-safe: a forked
+  child never touches its parent's loops (their epoll and self-pipe fds are shared) and starts its own.
 * The caller's ``contextvars`` are visible to the coroutine (it runs in a copy of the caller's context, as with
-  ``asyncio.run``).
-* Errors propagate as raised by the coroutine, with no event-loop plumbing chained to them; Ctrl-C in the caller
-  cancels the coroutine and waits (briefly) for it to unwind before re-raising.
+  ``asyncio.run``). Errors propagate as raised by the coroutine, with no event-loop plumbing chained to them;
+  Ctrl-C in the caller cancels the coroutine and lets it unwind before re-raising.
 """
 
 from __future__ import annotations
@@ -149,8 +149,9 @@ def _rollout_loop() -> _RolloutLoop:
 
 
 def close_rollout_loop() -> None:
-    """Stop and close this process's rollout loop and blocking-call pool (if started). The next :func:`run_sync` starts a new one.
-    Called at interpreter exit; call it yourself only to release the thread earlier."""
+    """Stop and close this process's loops (the rollout loop thread and every thread's ``Runner``) and its
+    blocking-call pool. The next :func:`run_sync` starts new ones. Called at interpreter exit; call it yourself only
+    to release them earlier."""
     global _loop, _executor
     with _lock:
         loop, _loop = _loop, None
