@@ -91,6 +91,8 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     """
 
     from_row: ClassVar = ArithmeticGroupBuilder.from_row
+    env_name: ClassVar[str] = "arithmetic"
+    int_options: ClassVar[dict[str, int]] = {"max_operand": 0}
 
     max_operand: int = 9
 

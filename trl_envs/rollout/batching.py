@@ -85,6 +85,7 @@ class BatchingSampler:
         self._pending: list[_Pending] = []
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
+        self._in_flight: set[asyncio.Task] = set()
         self.num_calls = 0
         self.batch_sizes: list[int] = []
         self.sampler_seconds = 0.0
@@ -135,6 +136,12 @@ class BatchingSampler:
 
     __call__ = sample
 
+    async def wait_idle(self) -> None:
+        """Wait for the sampler calls still running (their results are dropped). A batch that ends early (an error)
+        must not leave ``generate`` running in a worker thread while the caller goes on to train the model."""
+        while self._in_flight:
+            await asyncio.gather(*list(self._in_flight), return_exceptions=True)
+
     def _maybe_flush(self, force: bool = False) -> None:
         if force:
             self._timer = None
@@ -154,7 +161,9 @@ class BatchingSampler:
         for p in batch:
             if p.clock is not None:
                 p.clock.resume()
-        asyncio.get_running_loop().create_task(self._run(batch))
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
 
     async def _run(self, batch: list[_Pending]) -> None:
         try:
