@@ -82,6 +82,34 @@ def timed(fn: Callable[[], object]) -> tuple[object, float]:
     return out, time.perf_counter() - start
 
 
+def busy_wait(seconds: float) -> None:
+    """Burn CPU for ``seconds`` (a deliberate, measurable slowdown for the benches' self-checks)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def slow_env_steps(builders, seconds: float):
+    """``builders`` (EnvGroupBuilders), changed so that every env they make busy-waits ``seconds`` at each step."""
+    if not seconds:
+        return builders
+
+    def slowed(step):
+        async def step_(*args, **kwargs):
+            busy_wait(seconds)
+            return await step(*args, **kwargs)
+        return step_
+
+    for builder in builders:
+        async def make_envs(make_envs=builder.make_envs):
+            envs = list(await make_envs())
+            for env in envs:
+                env.step = slowed(env.step)
+            return envs
+        builder.make_envs = make_envs
+    return builders
+
+
 class Targets:
     """Collects target checks; ``finish(check)`` prints a verdict and exits 1 on a miss when ``check``."""
 
@@ -94,7 +122,7 @@ class Targets:
     def finish(self, check: bool) -> None:
         print()
         for description, ok in self.results:
-            print(f"target {'MET   ' if ok else 'MISSED'}: {description}")
+            print(f"target {'MET    ' if ok else 'NOT MET'}: {description}")
         missed = [d for d, ok in self.results if not ok]
         if missed and check:
             print(f"--check: {len(missed)} target(s) missed", file=sys.stderr)

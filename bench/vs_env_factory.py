@@ -1,15 +1,17 @@
 """trl_envs vs TRL 1.16's own ``environment_factory`` tool loop: generation-side throughput on ``guess_number``.
 
-What it measures: sampled (model) tokens per second of the generation part of one GRPO step, for the same game, the
-same tiny model, the same budgets, on both sides:
+What it measures: sampled (model) tokens per second of the whole generation-and-scoring part of one GRPO step, for
+the same game, the same tiny model, the same budgets, on both sides. Timed on both sides: the whole
+``_generate_and_score_completions(inputs)`` call (wall clock) on a batch of ``--groups`` x ``--group_size`` rows --
+rollouts, rewards, advantages and the old-logprob pass alike. (Timing only ``_generate`` would be wrong:
+``EnvGRPOTrainer`` rolls its episodes out before TRL calls ``_generate``, which then only hands back finished rows.)
 
 * TRL: ``GRPOTrainer(environment_factory=GuessNumberToolEnv)``, an env class whose ``reset(target=...)`` returns the
   intro text and whose public method ``guess(number: int) -> str`` is the tool ("Higher." / "Lower." / "Correct!").
-  Timed: ``GRPOTrainer._generate`` (TRL's multi-turn tool loop: one ``generate`` per turn for the rows that called
-  the tool) inside ``_generate_and_score_completions`` on a batch of ``--groups`` x ``--group_size`` rows. Model
-  tokens = ``sum(tool_mask)`` (tool-result tokens are 0 in TRL's mask).
-* trl_envs: ``EnvGRPOTrainer`` on ``GuessNumberDataset`` (its ``rollout_func`` runs ``run_rollout_batch`` with an
-  ``HFSampler``), the same ``_generate`` timed the same way; model tokens = ``sum(env_mask)``.
+  TRL's multi-turn tool loop runs one ``generate`` per turn for the rows that called the tool. Model tokens =
+  ``sum(tool_mask)`` of what ``_generate`` returned (tool-result tokens are 0 in TRL's mask).
+* trl_envs: ``EnvGRPOTrainer`` on ``GuessNumberDataset`` (``run_rollout_batch`` with an ``HFSampler``); model
+  tokens = ``sum(env_mask)``.
 
 Budgets: same episodes (16 groups x 4, same hidden numbers), at most ``--max_turns`` model turns per episode (TRL:
 ``max_tool_calling_iterations = max_turns - 1``), at most ``--max_tokens`` tokens per turn (TRL:
@@ -32,6 +34,8 @@ guess. Besides the headline (guess_number as shipped), the script therefore also
 whose env likewise plays on after a correct guess and ends on a non-number reply (``--no_matched`` skips it).
 
 Target: tokens/s ratio trl_envs / TRL >= ``--min_ratio`` (default 1.0) for the headline. ``--check`` exits 1 on a miss.
+``--handicap SIDE:MS`` (SIDE ``trl`` or ``env``) busy-waits MS ms inside each timed call of one side (a self-check
+that the ratio is computed from the timed calls). ``--tiny``: 2 groups x 2, 2 turns, 1 run, no warm-up, no matched.
 """
 
 from __future__ import annotations
@@ -120,8 +124,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--min_ratio", type=float, default=1.0, help="target for trl_envs/TRL tokens per second")
     parser.add_argument("--no_matched", action="store_true", help="skip the matched-workload trl_envs variant")
     parser.add_argument("--model_path", default=None)
+    parser.add_argument("--handicap", default=None, metavar="SIDE:MS", help="busy-wait MS ms in each timed call of "
+                                                                              "SIDE (trl or env): a self-check")
+    parser.add_argument("--tiny", action="store_true", help="2 groups x 2, 2 turns, 1 run, no warm-up, no matched")
     _common.add_common_args(parser, repeats=5)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.groups, args.group_size, args.max_turns, args.repeats, args.warmup = 2, 2, 2, 1, 0
+        args.no_matched = True
+    args.handicap_s = {"trl": 0.0, "env": 0.0}
+    if args.handicap:
+        side, ms = args.handicap.split(":")
+        if side not in args.handicap_s:
+            parser.error(f"--handicap side must be trl or env, got {side!r}")
+        args.handicap_s[side] = float(ms) / 1000
+    return args
 
 
 def _matched_dataset(renderer, groups: int, group_size: int, max_turns: int, seed: int):
@@ -153,26 +170,27 @@ def _matched_dataset(renderer, groups: int, group_size: int, max_turns: int, see
 
 
 class _GenerateProbe:
-    """Wraps ``trainer._generate`` to time it and keep what it returned."""
+    """Wraps ``trainer._generate`` to keep what it returned (the rows, to count model tokens); burns
+    ``handicap_s`` of CPU inside it (so inside the timed call) when asked to."""
 
-    def __init__(self, trainer):
-        self.seconds = 0.0
+    def __init__(self, trainer, handicap_s: float = 0.0):
         self.output = None
         original = trainer._generate
 
         def generate(prompts):
-            start = time.perf_counter()
+            end = time.perf_counter() + handicap_s
+            while time.perf_counter() < end:
+                pass
             self.output = original(prompts)
-            self.seconds = time.perf_counter() - start
             return self.output
 
         trainer._generate = generate
 
 
 class Side:
-    def __init__(self, name: str, trainer, inputs: list[dict]):
+    def __init__(self, name: str, trainer, inputs: list[dict], handicap_s: float = 0.0):
         self.name, self.trainer, self.inputs = name, trainer, inputs
-        self.probe = _GenerateProbe(trainer)
+        self.probe = _GenerateProbe(trainer, handicap_s)
         self.runs: list[dict] = []
 
     def run_once(self, measured: bool) -> dict:
@@ -183,13 +201,11 @@ class Side:
         prompt_ids, completion_ids, mask, completions, *_ = self.probe.output
         model_tokens = sum(sum(m) for m in mask)
         turns = [_count_turns(m) for m in mask]
-        run = {"gen_s": self.probe.seconds, "step_s": step_seconds, "tokens": model_tokens,
-               "tokens_per_s": model_tokens / self.probe.seconds, "episodes": len(completion_ids),
-               "mean_turns": sum(turns) / len(turns), "max_turns": max(turns)}
-        print(f"  {self.name:<28} {'run   ' if measured else 'warmup'}: _generate {run['gen_s']:.3f}s "
-              f"(whole _generate_and_score_completions {step_seconds:.3f}s), {run['episodes']} episodes, model tokens "
-              f"{model_tokens}, turns/episode mean {run['mean_turns']:.2f} max {run['max_turns']}, "
-              f"{run['tokens_per_s']:.1f} tok/s")
+        run = {"step_s": step_seconds, "tokens": model_tokens, "tokens_per_s": model_tokens / step_seconds,
+               "episodes": len(completion_ids), "mean_turns": sum(turns) / len(turns), "max_turns": max(turns)}
+        print(f"  {self.name:<28} {'run   ' if measured else 'warmup'}: _generate_and_score_completions "
+              f"{step_seconds:.3f}s, {run['episodes']} episodes, model tokens {model_tokens}, turns/episode mean "
+              f"{run['mean_turns']:.2f} max {run['max_turns']}, {run['tokens_per_s']:.1f} tok/s")
         if measured:
             self.runs.append(run)
         return run
@@ -215,7 +231,7 @@ def _grpo_kwargs(args, output_dir: str, n_rows: int) -> dict:
                 seed=args.seed, disable_tqdm=True)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict:
     args = parse_args(argv)
     _common.setup_torch(args.threads, args.seed)
     import torch
@@ -233,6 +249,9 @@ def main(argv=None) -> None:
     out_dir = tempfile.mkdtemp(prefix="bench-vs-env-factory-")
     print(f"guess_number: {args.groups} groups x {args.group_size} = {n_rows} episodes, max_turns={args.max_turns}, "
           f"max_tokens_per_turn={args.max_tokens}, torch threads={args.threads}")
+    print(f"timed on both sides: the whole _generate_and_score_completions call (wall clock), {args.warmup} warm-up + "
+          f"{args.repeats} measured runs, interleaved; tokens/s = model tokens / that time"
+          + (f"; handicap {args.handicap} ms" if args.handicap else ""))
 
     # -- TRL: first show why the stock tiny tokenizer cannot run environment_factory -----------------------------------
     trl_dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * args.groups, "target": targets})
@@ -269,8 +288,8 @@ def main(argv=None) -> None:
         return EnvGRPOTrainer(path, config, env_dataset, processing_class=tokenizer)
 
     env_inputs = [{"prompt": f"train/0/{k}"} for k in range(args.groups) for _ in range(args.group_size)]
-    sides = [Side("TRL environment_factory", trl_trainer, trl_inputs),
-             Side("trl_envs EnvGRPOTrainer", env_trainer(dataset), env_inputs)]
+    sides = [Side("TRL environment_factory", trl_trainer, trl_inputs, args.handicap_s["trl"]),
+             Side("trl_envs EnvGRPOTrainer", env_trainer(dataset), env_inputs, args.handicap_s["env"])]
     if not args.no_matched:
         matched = _matched_dataset(renderer, args.groups, args.group_size, args.max_turns, args.seed)
         sides.append(Side("trl_envs (matched workload)", env_trainer(matched), env_inputs))
@@ -287,17 +306,20 @@ def main(argv=None) -> None:
         print(f"{side.name} model tokens/s: {side.median('tokens_per_s'):.1f}   (median; per run ~"
               f"{side.median('tokens'):.0f} model tokens, {side.median('mean_turns'):.2f} turns/episode) "
               f"{_common.spread([r['tokens_per_s'] for r in side.runs], '{:.1f}')}")
-    print(f"tokens/s ratio trl_envs/TRL: {ratio:.2f}   (target >= {args.min_ratio:.2f})")
+    print(f"tokens/s ratio trl_envs/TRL (whole _generate_and_score_completions): {ratio:.2f}   (target >= {args.min_ratio:.2f})")
     if not args.no_matched:
         matched_ratio = sides[2].median("tokens_per_s") / trl_side.median("tokens_per_s")
         print(f"tokens/s ratio trl_envs/TRL, matched workload (info): {matched_ratio:.2f}")
-    print(f"episodes/s, TRL: {n_rows / trl_side.median('gen_s'):.1f}; trl_envs: {n_rows / env_side.median('gen_s'):.1f}"
-          f"   (info: TRL episodes play all {args.max_turns} turns, see the docstring)")
+    print(f"whole _generate_and_score_completions per batch of {n_rows} episodes (median): TRL "
+          f"{trl_side.median('step_s'):.3f}s {_common.spread([r['step_s'] for r in trl_side.runs])}; trl_envs "
+          f"{env_side.median('step_s'):.3f}s {_common.spread([r['step_s'] for r in env_side.runs])}   (info: TRL "
+          f"episodes play all {args.max_turns} turns, see the docstring)")
 
     shutil.rmtree(out_dir, ignore_errors=True)
     checks = _common.Targets()
     checks.add(f"trl_envs/TRL tokens/s >= {args.min_ratio:.2f} (got {ratio:.2f})", ratio >= args.min_ratio)
     checks.finish(args.check)
+    return {"ratio": ratio, "trl_step_s": trl_side.median("step_s"), "env_step_s": env_side.median("step_s")}
 
 
 if __name__ == "__main__":

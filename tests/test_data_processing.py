@@ -161,3 +161,24 @@ def test_advantages_are_tensors_per_group():
     advs = compute_advantages([_group([1.0, 0.0]), _group([1.0, 2.0, 3.0])])
     assert all(isinstance(a, torch.Tensor) for a in advs)
     assert [a.shape[0] for a in advs] == [2, 3]
+
+
+def test_rewritten_system_prompt_is_caught_by_the_head_check():
+    prompt = list(range(100, 180))
+    a1 = TokensWithLogprobs([20, 2])
+    second = [999] + prompt[1:] + a1.tokens + [30]  # a per-turn template edit of the first token; suffix intact
+    tr = Trajectory([Transition(prompt, a1, 0.0, False), Transition(second, TokensWithLogprobs([22, 2]), 1.0, True)],
+                    final_ob=[])
+    with pytest.raises(NonExtendingObservationError, match=r"turn 1 .*\(first difference at token 0"):
+        trajectory_to_data(tr, env_name="TemplateEnv")
+
+
+def test_long_episode_row_is_the_concatenation_of_turns():
+    ob, transitions = [1, 2, 3], []
+    for turn in range(300):
+        action = TokensWithLogprobs([1000 + turn, 2], [-0.5, -0.25])
+        transitions.append(Transition(ob, action, 0.0, turn == 299))
+        ob = ob + action.tokens + [7, 8]
+    row = trajectory_to_data(Trajectory(transitions, final_ob=ob))
+    assert [1, 2, 3] + row.completion_ids == ob[:-2]
+    assert sum(row.mask) == 600 and row.action_spans[-1] == (len(row.completion_ids) - 2, len(row.completion_ids))

@@ -347,6 +347,26 @@ def test_fail_fast_through_run_rollout_batch_cleans_up_every_group():
     assert [b.cleaned for b in (others[0], bad, others[1])] == [1, 1, 1]
 
 
+def test_a_failed_batch_returns_only_after_its_last_sampler_call():
+    """The rollout loop outlives the batch: a generate call started just before a fail-fast error must have
+    finished when run_rollout_batch raises (the caller may go on to train the same model)."""
+    calls = {"started": 0, "finished": 0}
+
+    class SlowSampler(ScriptedSampler):
+        def sample(self, requests):
+            calls["started"] += 1
+            time.sleep(0.3)
+            out = super().sample(requests)
+            calls["finished"] += 1
+            return out
+
+    bad = ToyBuilder(lambda call, i: ToyEnv(turns=3, fail_at=1, step_delay=0.05, error=RuntimeError("env crashed")),
+                     size=1)
+    with pytest.raises(RuntimeError, match="env crashed"):
+        run_rollout_batch([ok_builder(turns=3), bad], SlowSampler(), strategy=FailFast())
+    assert calls["started"] == calls["finished"] >= 3
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("python310_timeout", [False, True])
 def test_hanging_env_is_cut_by_per_rollout_timeout(monkeypatch, python310_timeout):

@@ -3,7 +3,7 @@
 Every episode of a rollout batch runs as its own coroutine and asks for its next action with
 ``await batcher.sample(...)``. :class:`BatchingPolicy` holds those requests until every live episode is either
 waiting for an action or finished, then sends them all to the synchronous :class:`~trl_envs.samplers.base.Sampler` in
-ONE call (in a worker thread, so env coroutines awaiting I/O keep running meanwhile). Envs that take a while
+ONE call (in a reused worker thread, ``event_loop.run_blocking``, so env coroutines awaiting I/O keep running meanwhile). Envs that take a while
 (I/O, grading) therefore cost their latency once per turn, not once per episode.
 
 ``max_wait_s`` is a safety valve: if some live episode does not ask for an action within that many seconds
@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from .event_loop import run_blocking
 from ..samplers.base import SampleRequest, Sampler
 from ..core.types import StopCondition, TokensWithLogprobs
 
@@ -87,6 +88,7 @@ class BatchingPolicy:
         self._pending: list[_Pending] = []
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
+        self._in_flight: set[asyncio.Task] = set()
         self.num_calls = 0
         self.batch_sizes: list[int] = []
         self.sampler_seconds = 0.0
@@ -137,6 +139,12 @@ class BatchingPolicy:
 
     __call__ = sample
 
+    async def wait_idle(self) -> None:
+        """Wait for the sampler calls still running (their results are dropped). A batch that ends early (an error)
+        must not leave ``generate`` running in a worker thread while the caller goes on to train the model."""
+        while self._in_flight:
+            await asyncio.gather(*list(self._in_flight), return_exceptions=True)
+
     def _maybe_flush(self, force: bool = False) -> None:
         if force:
             self._timer = None
@@ -156,12 +164,14 @@ class BatchingPolicy:
         for p in batch:
             if p.clock is not None:
                 p.clock.resume()
-        asyncio.get_running_loop().create_task(self._run(batch))
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
 
     async def _run(self, batch: list[_Pending]) -> None:
         try:
             start = time.perf_counter()
-            results = await asyncio.to_thread(self.sampler.sample, [p.request for p in batch])
+            results = await run_blocking(self.sampler.sample, [p.request for p in batch])
             self.sampler_seconds += time.perf_counter() - start
             self.num_calls += 1
             self.batch_sizes.append(len(batch))

@@ -3,8 +3,9 @@
 * :func:`do_single_rollout` plays one :class:`~trl_envs.core.types.Env` to the end (or to a budget).
 * :func:`do_group_rollout` makes a group's envs, plays them concurrently under an error strategy
   (:class:`FailFast` or :class:`RetryOnFailure`), adds the group rewards, and always awaits ``cleanup()``.
-* :func:`run_rollout_batch` runs all groups of a batch concurrently in one asyncio loop, with one batched
-  sampler call per turn for all active episodes (:class:`~trl_envs.rollout.batching.BatchingPolicy`).
+* :func:`run_rollout_batch` runs all groups of a batch concurrently on the process's long-lived rollout loop
+  (``event_loop.run_sync``), with one batched sampler call per turn for all active episodes
+  (:class:`~trl_envs.rollout.batching.BatchingPolicy`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from .batching import BatchingPolicy
+from .event_loop import cyclic_gc_paused, run_sync  # run_sync re-exported: the trainers and scripts import it here
 from ..samplers.base import Sampler
 from ..core.types import Env, EnvContractError, EnvGroupBuilder, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 from .validation import (ContextBudgetError, check_envs, check_group_rewards, check_initial, check_observation, check_sample,
@@ -422,9 +423,12 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
     start = time.perf_counter()
     use_abandonable_threads()  # an env's abandoned asyncio.to_thread call never holds up the end of the batch
     setup = _Participant(batcher)
-    with LoopWatchdog((budget or RolloutBudget()).report_blocking_after_s):
-        groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors) for b in builders],
-                                         setup.release)
+    try:
+        with LoopWatchdog((budget or RolloutBudget()).report_blocking_after_s):
+            groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors)
+                                              for b in builders], setup.release)
+    finally:
+        await batcher.wait_idle()  # the loop outlives the batch: never leave a generate call running behind it
     return RolloutBatchResult(groups, dict(errors), batcher.num_calls, list(batcher.batch_sizes),
                               time.perf_counter() - start, batcher.sampler_seconds, batcher.num_valve_flushes)
 
@@ -432,30 +436,5 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
 def run_rollout_batch(builders: Sequence[EnvGroupBuilder], sampler: Sampler, budget: RolloutBudget | None = None,
                       strategy: ErrorStrategy = FailFast(), max_wait_s: float | None = 30.0) -> RolloutBatchResult:
     """Synchronous :func:`run_rollout_batch_async` (works inside an already running event loop too)."""
-    return run_sync(lambda: run_rollout_batch_async(builders, sampler, budget, strategy, max_wait_s))
-
-
-def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine to completion from synchronous code, also when an event loop is already running (Jupyter):
-    then it runs in a fresh loop on a helper thread."""
-    try:
-        asyncio.get_running_loop()
-        in_a_loop = True
-    except RuntimeError:
-        in_a_loop = False
-    if not in_a_loop:  # outside the except block: errors raised here carry no "no running event loop" context
-        return asyncio.run(make_coro())
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(make_coro())
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
-
-    thread = threading.Thread(target=target, name="trl_envs-rollouts")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    with cyclic_gc_paused():  # several full-heap collections per large batch otherwise (see cyclic_gc_paused)
+        return run_sync(lambda: run_rollout_batch_async(builders, sampler, budget, strategy, max_wait_s))

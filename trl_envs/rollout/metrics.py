@@ -27,23 +27,19 @@ def rollout_metrics(groups: Sequence[TrajectoryGroup | None], error_counts: dict
     for group in groups:
         if group is None:
             continue
-        keys = ["all"] + [t for t in group.tags if t != "all"]
         totals = group.get_total_rewards()
-        for key in keys:
-            base = f"{prefix}/{key}"
-            out[f"{base}/mixed_rewards"].append(float(len(set(totals)) > 1))
-            for traj, total, g_reward, g_metrics in zip(group.trajectories, totals, group.group_rewards,
-                                                        group.group_metrics):
-                out[f"{base}/reward/total"].append(total)
-                out[f"{base}/reward/step"].append(traj.step_reward)
-                out[f"{base}/reward/group"].append(g_reward)
-                out[f"{base}/turns"].append(float(len(traj.transitions)))
-                out[f"{base}/action_tokens"].append(float(traj.num_action_tokens))
-                out[f"{base}/done"].append(float(traj.stop_reason == "done"))
-                for name, values in _step_metric_means(traj.transitions).items():
-                    out[f"{base}/{name}"].append(values)
-                for name, value in g_metrics.items():
-                    out[f"{base}/group/{name}"].append(float(value))
+        samples: list[tuple[str, float]] = [("mixed_rewards", float(len(set(totals)) > 1))]  # computed once, then
+        for traj, total, g_reward, g_metrics in zip(group.trajectories, totals, group.group_rewards,  # filed under
+                                                    group.group_metrics):  # "all" and each tag
+            samples += [("reward/total", total), ("reward/step", traj.step_reward), ("reward/group", g_reward),
+                        ("turns", float(len(traj.transitions))), ("action_tokens", float(traj.num_action_tokens)),
+                        ("done", float(traj.stop_reason == "done"))]
+            samples += _step_metric_means(traj.transitions).items()
+            samples += [(f"group/{name}", float(value)) for name, value in g_metrics.items()]
+        for key in ["all"] + [t for t in group.tags if t != "all"]:
+            base = f"{prefix}/{key}/"
+            for name, value in samples:
+                out[base + name].append(value)
     n_groups = max(len(groups), 1)
     skipped = sum(g is None for g in groups)
     out[f"{prefix}/all/skipped_groups"] = [1.0] * skipped + [0.0] * (len(groups) - skipped)

@@ -139,10 +139,11 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
                                        f"(num_generations) is {group_size}")
         plan = plan_rows(result.groups, group_size, self.args.training_rows, names)
         self._pad_to_common_shape(plan, mode)
+        metrics = rollout_metrics(result.groups, result.error_counts)
         if plan.num_trajectories:
-            trl_seam.log_generation_metric(self, "rows/per_turn_fraction",
-                                           [plan.num_per_turn_trajectories / plan.num_trajectories])
-        trl_seam.log_generation_metric(self, "rows/filler_fraction", [plan.num_fillers / len(plan.rows)])
+            metrics["rows/per_turn_fraction"] = [plan.num_per_turn_trajectories / plan.num_trajectories]
+        metrics["rows/filler_fraction"] = [plan.num_fillers / len(plan.rows)]
+        trl_seam.record_mean_metrics(self, mode, metrics)  # one gather for all env metrics of the step
         self._planned_rows = plan
         try:
             output = super()._generate_and_score_completions([dict(inputs[i]) for i in plan.source_rows()])
@@ -157,8 +158,6 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
         equal_batches = self.use_vllm and (self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1)
         result = self._rollout_groups(builders, equal_batch_sizes=equal_batches)
         self.last_rollout = result
-        for name, values in rollout_metrics(result.groups, result.error_counts).items():
-            trl_seam.log_generation_metric(self, name, values)
         return result
 
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:

@@ -20,6 +20,10 @@ import inspect
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+
+import torch
+from accelerate.utils import gather_object
 
 import trl
 
@@ -76,6 +80,10 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "the text tokenizer of the processing class (its .tokenizer for a processor)", check="source"),
     PrivateName("self._tokenizer", "trl.DPOTrainer",
                 "the text tokenizer of the processing class (its .tokenizer for a processor)", check="source"),
+    PrivateName("self._metrics", "trl.GRPOTrainer",
+                "mode ('train'/'eval') -> metric name -> list of values whose mean over the logging window log() "
+                "logs; record_mean_metrics appends the env metrics there after one cross-rank gather",
+                check="source"),
     PrivateName("self._metrics", "trl.DPOTrainer",
                 "mode ('train'/'eval') -> metric name -> values gathered across ranks since the last log()",
                 check="source"),
@@ -249,6 +257,29 @@ def set_dpo_tokens_seen(trainer, value: int) -> None:
     trainer._total_train_tokens = int(value)
 
 
+def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float]]) -> None:
+    """Append, for each metric, the mean of its samples over all processes to the values TRL logs, with ONE
+    gather for all metrics (TRL's ``_pending_metrics`` path gathers once per metric name, per step).
+
+    TRL 1.16 behaviour relied on: ``GRPOTrainer._metrics[mode][name]`` is a list whose mean over the logging window
+    ``GRPOTrainer.log`` logs as ``name``. Every process must call it at the same point (it is a collective when
+    there are several); names may differ between processes (a name missing on one counts no samples there).
+    """
+    accelerator = trainer.accelerator
+    names = sorted(metrics)
+    if accelerator.num_processes > 1:
+        names = sorted({n for rank_names in gather_object([names]) for n in rank_names})
+    if not names:
+        return
+    local = torch.tensor([[float(sum(metrics.get(n, ()))), float(len(metrics.get(n, ())))] for n in names],
+                         dtype=torch.float64)
+    if accelerator.num_processes > 1:
+        local = accelerator.gather(local.to(accelerator.device)).view(-1, len(names), 2).sum(0).cpu()
+    for name, (total, count) in zip(names, local.tolist()):
+        if count:
+            trainer._metrics[mode][name].append(total / count)
+
+
 __all__ = ["PreferenceCollator", "PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES",
            "check_trl_compatibility", "distributed_backend", "dpo_tokens_seen", "grpo_reference_model", "keep_columns", "log_generation_metric",
-           "logged_metrics", "model_tags", "rollout_func_warning_silenced", "set_dpo_tokens_seen", "tokenizer_of"]
+           "logged_metrics", "record_mean_metrics", "model_tags", "rollout_func_warning_silenced", "set_dpo_tokens_seen", "tokenizer_of"]

@@ -3,7 +3,8 @@
 One trajectory becomes one row: ``prompt`` = its first observation; ``completion`` = every action plus the env
 tokens between actions (each next observation minus the context before it); ``mask`` = 1 exactly on sampled
 tokens; ``logprobs`` aligned with the completion (0 on env tokens). This only works when each observation
-extends the previous context token-exactly; otherwise :class:`NonExtendingObservationError` names the env and
+extends the previous context token-exactly (checked on each turn's new tokens, so in time linear in the episode:
+see ``_extends``); otherwise :class:`NonExtendingObservationError` names the env and
 the turn. Trajectories whose observations do not extend each other train as one row per turn instead
 (:func:`trajectory_to_turn_rows`): prompt = that turn's observation, completion = that turn's action.
 """
@@ -115,14 +116,14 @@ def trajectory_to_data(trajectory: Trajectory, env_name: str = "env") -> Trainin
     mask: list[int] = []
     logprobs: list[float] = []
     spans: list[tuple[int, int]] = []
-    context_len = len(prompt)
+    previous = None
     for turn, tr in enumerate(trajectory.transitions):
         if turn > 0:
-            full = prompt + completion
             ob = tr.ob
-            if ob[:len(full)] != full:
-                raise NonExtendingObservationError(_drift_message(env_name, turn, full, ob))
-            env_tokens = ob[len(full):]
+            context_len = len(prompt) + len(completion)
+            if not _extends(ob, prompt, previous, context_len):
+                raise NonExtendingObservationError(_drift_message(env_name, turn, prompt + completion, ob))
+            env_tokens = ob[context_len:]
             completion += env_tokens
             mask += [0] * len(env_tokens)
             logprobs += [0.0] * len(env_tokens)
@@ -131,11 +132,29 @@ def trajectory_to_data(trajectory: Trajectory, env_name: str = "env") -> Trainin
         completion += action
         mask += [1] * len(action)
         logprobs += _action_logprobs(tr, turn, env_name)
-        context_len = len(prompt) + len(completion)
+        previous = tr
     if not completion:
         raise ValueError(f"{env_name}: trajectory sampled no tokens; a completion cannot be empty")
-    assert context_len == len(prompt) + len(completion)
     return TrainingRow(prompt, completion, mask, logprobs, action_spans=spans)
+
+
+HEAD_CHECK_TOKENS = 64
+"""How many leading tokens of each observation are compared with the first observation's (see :func:`_extends`)."""
+
+
+def _extends(ob: list[int], prompt: list[int], previous, context_len: int) -> bool:
+    """Whether ``ob`` extends the context (first observation + completion so far), checked in time linear in the
+    NEW tokens, not in the whole context: the previous action must appear right after the previous observation
+    (``ob[len(previous.ob):context_len] == previous action``: where re-tokenization drift shows, at the boundary
+    of the last action and the new turn), and the first :data:`HEAD_CHECK_TOKENS` tokens must be the prompt's
+    (a template that rewrites the system prompt per turn). The rest of the history is taken to be the previous
+    observation, as every observation before it was checked the same way; comparing it again each turn made
+    this check quadratic in episode length (docs/DESIGN.md, "Token-exact check")."""
+    start = len(previous.ob)
+    if len(ob) < context_len or ob[start:context_len] != list(previous.ac.tokens):
+        return False
+    head = min(HEAD_CHECK_TOKENS, len(prompt))
+    return ob[:head] == prompt[:head]
 
 
 def trajectory_to_turn_rows(trajectory: Trajectory, env_name: str = "env") -> list[TrainingRow]:

@@ -1,0 +1,70 @@
+"""Every timing bench runs on a tiny setting, and its headline moves when one side is deliberately slowed: the
+number it prints is computed from what it measured, not assumed. (bench/learning*.py, cartpole, credit, dpo and
+self_play measure learning, not time; scaling launches processes: not run here.)"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench(tiny_model_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield lambda name: importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_rollout_batching_share_rises_when_envs_are_slowed(bench, tiny_model_path, capsys):
+    run = bench("rollout_batching").main
+    base = run(["--tiny", "--model_path", tiny_model_path])
+    slowed = run(["--tiny", "--model_path", tiny_model_path, "--slow_env_ms", "60"])
+    out = capsys.readouterr().out
+    assert "timed: the whole run_rollout_batch call" in out and "resident memory growth per turn" in out
+    assert base["calls_per_turn"] == 1.0
+    assert slowed["outside_share"] > base["outside_share"] + 0.2  # 3 turns x 4 episodes x 60 ms of env time
+
+
+def test_long_episodes_share_rises_when_envs_are_slowed(bench, tiny_model_path, capsys):
+    run = bench("long_episodes").main
+    base = run(["--tiny", "--model_path", tiny_model_path])
+    slowed = run(["--tiny", "--model_path", tiny_model_path, "--slow_env_ms", "40"])
+    assert "timed (wall): the whole run_rollout_batch call" in capsys.readouterr().out
+    assert slowed["outside_share"] > base["outside_share"] + 0.15  # 20 turns x 2 episodes x 40 ms
+    assert base["scaling"] < 3.5  # the token-exact check: ~2 when linear
+
+
+def test_env_latency_wait_follows_the_env_latency(bench, capsys):
+    run = bench("env_latency").main
+    short = run(["--no_model", "--groups", "2", "--group_size", "2", "--turns", "3", "--latency", "0.01",
+                 "--repeats", "1", "--warmup", "0"])
+    long = run(["--no_model", "--groups", "2", "--group_size", "2", "--turns", "3", "--latency", "0.1",
+                "--repeats", "1", "--warmup", "0"])
+    assert "timed:" in capsys.readouterr().out
+    assert long["stub_wait"] >= 0.3 > short["stub_wait"]
+
+
+@pytest.mark.parametrize("side, expect_above_one", [("env", True), ("plain", False)])
+def test_vs_trl_grpo_ratio_follows_a_slowed_side(bench, tiny_model_path, side, expect_above_one, capsys):
+    ratios = bench("vs_trl_grpo").main(["--models", "tiny", "--steps", "3", "--warmup", "1", "--repeats", "1",
+                                        "--model_path", tiny_model_path, "--handicap", f"{side}:600"])
+    assert "timed: each optimizer step" in capsys.readouterr().out
+    for clock in ("wall", "cpu"):
+        assert (ratios["tiny"][clock] > 1.3) if expect_above_one else (ratios["tiny"][clock] < 0.77), ratios
+
+
+@pytest.mark.parametrize("side, expect_above_one", [("trl", True), ("env", False)])
+def test_vs_env_factory_ratio_follows_a_slowed_side(bench, tiny_model_path, side, expect_above_one, capsys):
+    result = bench("vs_env_factory").main(["--tiny", "--model_path", tiny_model_path, "--handicap", f"{side}:1500"])
+    out = capsys.readouterr().out
+    assert "timed on both sides: the whole _generate_and_score_completions call" in out
+    slowed = result["trl_step_s"] if side == "trl" else result["env_step_s"]
+    assert slowed >= 1.5
+    assert (result["ratio"] > 1.0) if expect_above_one else (result["ratio"] < 1.0), result
