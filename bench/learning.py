@@ -43,7 +43,7 @@ from trl_envs.rollout.evaluation import evaluate  # noqa: E402
 from trl_envs.tiny_model import DEMO_MODEL_NAME, build_tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT_KEYS = {"env_name", "env_kwargs", "groups_per_batch", "num_env_batches", "card_eval"}
+SCRIPT_KEYS = {"tiny_model", "env_name", "env_kwargs", "groups_per_batch", "num_env_batches", "card_eval"}
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,9 @@ NOT_RUN = {
 }
 
 
-def load_recipe(row: Row) -> tuple[dict, dict]:
-    """``(script options, EnvGRPOConfig options)`` of the row's YAML recipe."""
-    options = yaml.safe_load((REPO / "scripts" / "configs" / row.config).read_text())
+def load_recipe(row: Row, path: str | None = None) -> tuple[dict, dict]:
+    """``(script options, EnvGRPOConfig options)`` of the row's YAML recipe (or of the YAML file ``path``)."""
+    options = yaml.safe_load(Path(path or REPO / "scripts" / "configs" / row.config).read_text())
     script = {k: v for k, v in options.items() if k in SCRIPT_KEYS}
     fields = {f.name for f in dataclasses.fields(EnvGRPOConfig)}
     unknown = set(options) - SCRIPT_KEYS - fields
@@ -103,8 +103,9 @@ def score(model, tokenizer, test, metric: str, env: str, budget: RolloutBudget, 
     return Scores(*out)
 
 
-def run_seed(row: Row, seed: int, model_path: str, tokenizer, eval_batches: int) -> tuple[Scores, Scores, float]:
-    script, config = load_recipe(row)
+def run_seed(row: Row, seed: int, model_path: str, tokenizer, eval_batches: int,
+             config_path: str | None = None) -> tuple[Scores, Scores, float]:
+    script, config = load_recipe(row, config_path)
     env = script["env_name"]
     builder = make_env_dataset(env, Renderer(tokenizer), group_size=config["num_generations"],
                                groups_per_batch=script.get("groups_per_batch", 4), num_batches=1000,
@@ -141,9 +142,12 @@ def main() -> int:
                         help="test batches (x the recipe's groups_per_batch x num_generations episodes)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a shared 2-core box)")
     parser.add_argument("--model", default=None, help=f"model path (default: the offline {DEMO_MODEL_NAME})")
+    parser.add_argument("--config", default=None, help="a YAML recipe to use instead of the row's (one row only)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every row run is MET")
     args = parser.parse_args()
 
+    if args.config and len(args.rows) != 1:
+        parser.error("--config replaces one row's recipe: give exactly one --rows")
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     model_path = args.model or build_tiny_model(name=DEMO_MODEL_NAME)
@@ -159,7 +163,7 @@ def main() -> int:
         row = ROWS[name]
         before, after = [], []
         for seed in args.seeds:
-            b, a, seconds = run_seed(row, seed, model_path, tokenizer, args.eval_batches)
+            b, a, seconds = run_seed(row, seed, model_path, tokenizer, args.eval_batches, args.config)
             before.append(b)
             after.append(a)
             print(f"{name:18s} seed {seed}: pass@1 {b.sampled:.3f} -> {a.sampled:.3f}   greedy {b.greedy:.3f} -> "
