@@ -43,6 +43,7 @@ from trl_envs.registry.names import ENV_FIELD, parse_env_kwargs
 from trl_envs.registry.names import make_env_dataset as make_named_env_dataset
 from trl_envs.training_data.preference_data import load_preference_dataset
 from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.trainers.resume import resolve_checkpoint
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
@@ -67,7 +68,7 @@ class ScriptArguments:
         default=None, metadata={"help": "Env-driven DPO on a dataset of env rows (one group per row): Hub id, "
                                         "save_to_disk folder, json/jsonl/parquet/csv file or a folder of them."})
     env_dataset_split: str = field(default="train", metadata={"help": "Split of --env_dataset to use."})
-    env_kwargs: str | dict | None = field(
+    env_kwargs: str | None = field(  # a YAML mapping arrives as a dict default; parse_env_kwargs takes both
         default=None, metadata={"help": "Extra env dataset options, a JSON object (a mapping in YAML)."})
     group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
     groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})
@@ -143,13 +144,16 @@ def pick_split(data, split: str, role: str):
     return data[split]
 
 
-def make_env_dataset(args: ScriptArguments, renderer: Renderer) -> RLDataset | RLDatasetBuilder:
+def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -> RLDataset | RLDatasetBuilder:
+    """The env dataset to sample preference pairs from; ``seed`` (the trainer's) picks the training problems of envs
+    that take one."""
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
-    return make_named_env_dataset(args.env_name, renderer, group_size=args.group_size,
+    # An env option named group_size (a tinker-cookbook builder's field) is the env's to set.
+    return make_named_env_dataset(args.env_name, renderer, **{"group_size": args.group_size, **_env_kwargs(args)},
                                   groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  **_env_kwargs(args))
+                                  defaults={"seed": seed})
 
 
 def main() -> None:
@@ -158,6 +162,11 @@ def main() -> None:
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
+    try:  # a folder, or true/last for output_dir's newest checkpoint; checked before any model is loaded
+        checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir,
+                                        "--resume_from_checkpoint")
+    except ValueError as e:
+        parser.error(str(e))
     env_mode = bool(script_args.env_name or script_args.env_dataset)
     if script_args.env_dataset and (script_args.env_name or script_args.env_kwargs):
         parser.error("give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env rows, whose "
@@ -176,7 +185,7 @@ def main() -> None:
     # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
     datasets = {}
     if env_mode:
-        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer))
+        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer), training_args.seed)
     else:
         data = load_preference_splits(script_args)
         datasets["train_dataset"] = pick_split(data, script_args.dataset_train_split, "training")
@@ -193,7 +202,7 @@ def main() -> None:
         **datasets,
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per log instead of the full metrics dict
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
 
     # 4. Save the model (or adapter) and the metrics.
     save_run(trainer, tokenizer)

@@ -28,6 +28,7 @@ from trl_envs.registry.env_datasets import load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry.names import ENV_FIELD, make_env_dataset, parse_env_kwargs
 from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.trainers.resume import resolve_checkpoint
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
@@ -83,13 +84,19 @@ def main() -> None:
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
+    try:  # a folder, or true/last for output_dir's newest checkpoint; checked before any model is loaded
+        checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir,
+                                        "--resume_from_checkpoint")
+    except ValueError as e:
+        parser.error(str(e))
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
     model_path = model_args.model_name_or_path or build_tiny_model(name=script_args.tiny_model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
 
     # 2. The environment: an env by name (its dataset builder, groups of num_generations envs), or a dataset of env
-    #    rows (one group per row; the trainer turns it into an RLDataset).
+    #    rows (one group per row; the trainer turns it into an RLDataset). The training seed also picks the training
+    #    problems and their order (envs that take a `seed`); the held-out test problems stay the same.
     if script_args.env_dataset:
         if script_args.env_name or script_args.env_kwargs:
             raise SystemExit("give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
@@ -106,9 +113,12 @@ def main() -> None:
                 env_kwargs = parse_env_kwargs(script_args.env_kwargs)
             except ValueError as e:
                 parser.error(str(e))
+        # An env option named group_size (a tinker-cookbook builder's field) is the env's to set; by default it is
+        # num_generations.
         env_builder = make_env_dataset(
-            env_name, Renderer(tokenizer), group_size=training_args.num_generations,
-            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches, **env_kwargs)
+            env_name, Renderer(tokenizer), **{"group_size": training_args.num_generations, **env_kwargs},
+            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches,
+            defaults={"seed": training_args.seed})
 
     # 3. GRPO on it.
     trainer = EnvGRPOTrainer(
@@ -120,7 +130,7 @@ def main() -> None:
         callbacks=[RewardProgressCallback()],
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per step instead of the full metrics dict
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
 
     # 4. Save the model (or adapter) and the metrics.
     save_run(trainer, tokenizer)

@@ -16,7 +16,8 @@ import pytest
 import torch
 from datasets import Dataset, DatasetDict, load_dataset
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer, registry
+from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
+from trl_envs.registry import names as registry
 from trl_envs.registry.env_datasets import EnvRowDataset, export_env_dataset, load_env_dataset, rows_to_dataset
 from trl_envs.envs import BUILTIN_ENVS, make_dataset_builder
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticGroupBuilder

@@ -64,6 +64,8 @@ def test_held_out_split_never_trains_on_test_questions(renderer):
     assert seen <= set(train_pairs) and tested <= set(held_out) and len(tested) > 5
     with pytest.raises(ValueError, match="held_out_fraction"):
         split_problems(9, 1.0)
+    with pytest.raises(ValueError, match="arithmetic: option held_out_fraction"):
+        ArithmeticDatasetBuilder(renderer, held_out_fraction=1.5)
 
 
 def test_model_names(tmp_path, monkeypatch):

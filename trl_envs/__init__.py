@@ -40,6 +40,8 @@ from .rollout.engine import (
     run_rollout_batch,
     run_rollout_batch_async,
 )
+from .rollout.validation import ContextBudgetError
+from .rollout.watchdog import RolloutTimeoutError
 from .samplers.hf import HFSampler, SampleRequest, Sampler
 from .samplers.text_policy import TextPolicySampler
 from .core.types import (
@@ -85,7 +87,7 @@ __all__ = [
     "Action", "BatchingSampler", "EvalResult", "evaluate", "Env", "EnvContractError", "EnvGRPOConfig", "EnvGRPOTrainer", "EnvGroupBuilder", "FailFast", "HFSampler",
     "ListRLDataset", "Message", "MessageEnv", "MessageStepResult", "MessageTokenEnv", "NonExtendingObservationError",
     "Observation", "ParsedResponse", "ProblemEnv", "ProblemGroupBuilder", "RLDataset", "RLDatasetBuilder", "Renderer",
-    "RetryOnFailure", "RolloutBatchResult", "RolloutBudget", "SampleRequest", "Sampler", "StepResult",
+    "RetryOnFailure", "RolloutBatchResult", "RolloutBudget", "RolloutTimeoutError", "ContextBudgetError", "SampleRequest", "Sampler", "StepResult",
     "StopCondition", "TokensWithLogprobs", "Trajectory", "TrajectoryGroup", "Transition", "assemble_training_data",
     "compute_advantages", "do_group_rollout", "do_single_rollout", "remove_constant_reward_groups",
     "run_rollout_batch", "run_rollout_batch_async", "trajectory_to_data",

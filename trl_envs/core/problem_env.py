@@ -7,15 +7,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .renderer import Message, Renderer
-from .types import Action, Env, EnvGroupBuilder, Observation, StepResult, StopCondition
+from .types import Action, Env, EnvContractError, EnvGroupBuilder, Observation, StepResult, StopCondition
 
 
 class ProblemEnv(Env):
     """A single-turn problem. Subclasses say what the question is and how to check an answer.
 
-    Reward: ``format_coef * (format_ok - 1) + answer_ok``. With ``format_coef=0.1``: 1.0 for a well-formed right
+    Only :meth:`get_question` and :meth:`check_answer` are required (as in the Tinker cookbook's overview);
+    :meth:`check_format` accepts any text and :meth:`get_reference_answer` gives ``None`` unless overridden.
+
+    Reward: ``format_coef * (format_ok - 1) + answer_score``, where ``answer_score`` is :meth:`check_answer`'s
+    result: a bool, or a score in [0, 1] for partial credit. With ``format_coef=0.1``: 1.0 for a well-formed right
     answer, 0.9 for a badly formed right one, 0.0 for a well-formed wrong one, -0.1 for a badly formed wrong one.
-    A response counts as well formed when it ended on the end-of-turn token and :meth:`check_format` accepts it.
+    A response counts as well formed when it ended on the end-of-turn token and :meth:`check_format` accepts it
+    (so even with the default :meth:`check_format`, a reply cut by the token budget earns the format penalty).
     Unparsable output is never an error: it just earns the format penalty.
 
     Args:
@@ -34,35 +39,50 @@ class ProblemEnv(Env):
         """The user message text."""
 
     @abstractmethod
-    def check_answer(self, sample_str: str) -> bool:
-        """Whether the response text answers the question correctly."""
+    def check_answer(self, sample_str: str) -> bool | float:
+        """Whether the response text answers the question correctly: a bool, or a score in [0, 1] (partial
+        credit). Anything else (a score outside [0, 1], NaN, a string) raises ``EnvContractError``."""
 
-    @abstractmethod
     def check_format(self, sample_str: str) -> bool:
-        """Whether the response text has the expected form."""
+        """Whether the response text has the expected form. Default: any text does (the reply must still end on
+        the end-of-turn token to count as well formed)."""
+        return True
 
-    @abstractmethod
-    def get_reference_answer(self) -> str:
-        """A correct answer, for logs and for warm-start data."""
+    def get_reference_answer(self) -> str | None:
+        """A correct answer, for logs and for warm-start data. Default: ``None`` (no reference known)."""
+        return None
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         messages = self.convo_prefix + [{"role": "user", "content": self.get_question()}]
         return self.renderer.build_generation_prompt(messages), self.renderer.get_stop_sequences()
 
     async def step(self, action: Action, *, extra: dict[str, Any] | None = None) -> StepResult:
-        parsed = self.renderer.parse_response(action)
-        content = parsed.message["content"]
-        format_ok = parsed.ok and self.check_format(content)
-        answer_ok = self.check_answer(content)
-        reward = self.format_coef * (float(format_ok) - 1.0) + float(answer_ok)
+        message, well_formed = self.renderer.parse_response(action)
+        content = message["content"]
+        format_ok = well_formed and bool(self.check_format(content))
+        answer_score = _answer_score(self.check_answer(content), type(self).__name__)
+        reward = self.format_coef * (float(format_ok) - 1.0) + answer_score
         return StepResult(
             reward=reward,
             episode_done=True,
             next_observation=[],
             next_stop_condition=self.renderer.get_stop_sequences(),
-            metrics={"format": float(format_ok), "correct": float(answer_ok)},
+            metrics={"format": float(format_ok), "correct": answer_score},
             logs={"question": self.get_question(), "response": content, "reference": self.get_reference_answer()},
         )
+
+
+def _answer_score(value: Any, env_name: str) -> float:
+    """``check_answer``'s result as a score in [0, 1]: a bool counts as 0 or 1."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= float(value) <= 1.0:
+        return float(value)
+    # numpy bools and scalars
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return _answer_score(value.item(), env_name)
+    raise EnvContractError(f"{env_name}.check_answer returned {value!r} ({type(value).__name__}); it must return a "
+                           "bool or a score in [0, 1]")
 
 
 class ProblemGroupBuilder(EnvGroupBuilder):

@@ -26,6 +26,8 @@ _PROBE_ASSISTANT = {"role": "assistant", "content": "Hello"}
 class ParsedResponse:
     """An assistant message parsed from sampled tokens.
 
+    Unpacks like the Tinker cookbook's ``parse_response`` result: ``message, ok = renderer.parse_response(tokens)``.
+
     Attributes:
         message: ``{"role": "assistant", "content": text}``, special tokens removed.
         end: ``"stop"`` when the tokens end with the end-of-turn token, ``"eos"`` when they end with the
@@ -37,7 +39,12 @@ class ParsedResponse:
 
     @property
     def ok(self) -> bool:
+        """Whether the response is well formed: it ended on the end-of-turn token or EOS."""
         return self.end != "malformed"
+
+    def __iter__(self):
+        """``(message, ok)``, so that ``message, ok = renderer.parse_response(tokens)`` works."""
+        return iter((self.message, self.ok))
 
 
 class Renderer:

@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 BUILTIN_TEST_SEED_OFFSET = 10_000
-"""The test set of a built-in env is its training recipe with seed ``seed + BUILTIN_TEST_SEED_OFFSET`` (the
+"""The test set of a built-in env is its training recipe with seed ``test_seed + BUILTIN_TEST_SEED_OFFSET`` (the
 Gymnasium datasets of :mod:`trl_envs.gym.env` have their own ``TEST_SEED_OFFSET``)."""
+
+
+def check_int_option(env: str, option: str, value: Any, minimum: int | None = None) -> None:
+    """Raise a ``ValueError`` naming the env and the option unless ``value`` is an int (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (minimum is not None and value < minimum):
+        bound = f" >= {minimum}" if minimum is not None else ""
+        raise ValueError(f"env {env!r}: option {option!r} must be an integer{bound}, got {value!r}")
+
+
+def check_number_option(env: str, option: str, value: Any, *, positive: bool = False) -> None:
+    """Raise a ``ValueError`` naming the env and the option unless ``value`` is a finite number (> 0 if
+    ``positive``)."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or (positive and value <= 0)):
+        raise ValueError(f"env {env!r}: option {option!r} must be a finite number{' > 0' if positive else ''}, got "
+                         f"{value!r}")
 
 
 class BuiltinDataset(RLDataset):
@@ -36,10 +55,23 @@ class BuiltinDataset(RLDataset):
 @dataclass
 class BuiltinDatasetBuilder(RLDatasetBuilder):
     """Train and test datasets of ``batch_size`` groups of ``group_size`` envs per batch: ``num_batches`` and
-    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``seed + BUILTIN_TEST_SEED_OFFSET``.
+    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``test_seed + BUILTIN_TEST_SEED_OFFSET``.
 
-    Subclasses add their own fields (after these; ``seed`` is keyword-only) and define :meth:`dataset`.
+    ``seed`` picks the training problems and their order (the scripts pass the trainer's seed, so every training
+    seed sees its own sequence); ``test_seed`` picks the held-out problems, which stay the same whatever ``seed``.
+
+    Subclasses add their own fields (after these; ``seed`` and ``test_seed`` are keyword-only) and define
+    :meth:`dataset`; they name themselves in ``env_name`` and list their integer options with their least allowed
+    value in ``int_options`` (checked with the shared sizes when the builder is made; override :meth:`check_options`
+    for more).
+
+    Raises:
+        ValueError: a bad option, or ``seed`` equal to ``test_seed + BUILTIN_TEST_SEED_OFFSET`` (training would
+            replay the test set).
     """
+
+    env_name: ClassVar[str] = "builtin"
+    int_options: ClassVar[dict[str, int]] = {}
 
     renderer: Renderer
     batch_size: int = 4
@@ -47,10 +79,26 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
     num_batches: int = 1000
     num_test_batches: int = 2
     seed: int = field(default=0, kw_only=True)
+    test_seed: int = field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        self.check_options()
+
+    def check_options(self) -> None:
+        """Raise a ``ValueError`` naming the env and the option for a bad value (before any model or env is made)."""
+        sizes = {"batch_size": 1, "group_size": 1, "num_batches": 1, "num_test_batches": 1}
+        for option, minimum in {**sizes, **self.int_options}.items():
+            check_int_option(self.env_name, option, getattr(self, option), minimum)
+        check_int_option(self.env_name, "seed", self.seed)
+        check_int_option(self.env_name, "test_seed", self.test_seed)
+        if self.seed == self.test_seed + BUILTIN_TEST_SEED_OFFSET:
+            raise ValueError(f"{type(self).__name__}: seed={self.seed} is the test set's seed (test_seed + "
+                             f"{BUILTIN_TEST_SEED_OFFSET}); training would replay the held-out problems. Pick another "
+                             "seed.")
 
     def dataset(self, num_batches: int, seed: int) -> RLDataset:
         raise NotImplementedError(f"{type(self).__name__} must define dataset(num_batches, seed)")
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         return (self.dataset(self.num_batches, self.seed),
-                self.dataset(self.num_test_batches, self.seed + BUILTIN_TEST_SEED_OFFSET))
+                self.dataset(self.num_test_batches, self.test_seed + BUILTIN_TEST_SEED_OFFSET))

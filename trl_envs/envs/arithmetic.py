@@ -108,9 +108,17 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     """
 
     from_row: ClassVar = ArithmeticGroupBuilder.from_row
+    env_name: ClassVar[str] = "arithmetic"
+    int_options: ClassVar[dict[str, int]] = {"max_operand": 0}
 
     max_operand: int = 9
     held_out_fraction: float = 0.0
+
+    def check_options(self) -> None:
+        super().check_options()
+        fraction = self.held_out_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction < 1.0:
+            raise ValueError(f"arithmetic: option held_out_fraction must be a number in [0, 1), got {fraction!r}")
 
     def dataset(self, num_batches: int, seed: int,
                 problems: Sequence[tuple[int, int]] | None = None) -> ArithmeticDataset:
@@ -122,7 +130,7 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
             return await super().__call__()
         train, held_out = split_problems(self.max_operand, self.held_out_fraction)
         return (self.dataset(self.num_batches, self.seed, train),
-                self.dataset(self.num_test_batches, self.seed + BUILTIN_TEST_SEED_OFFSET, held_out))
+                self.dataset(self.num_test_batches, self.test_seed + BUILTIN_TEST_SEED_OFFSET, held_out))
 
 
 def demonstrations(num: int, seed: int = 0, max_operand: int = 9) -> list[list[Message]]:

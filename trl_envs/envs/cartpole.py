@@ -14,6 +14,7 @@ from typing import Any
 
 from ..gym.env import GymDatasetBuilder, GymGroupBuilder
 from ..core.renderer import Renderer
+from ._builder import check_int_option
 
 ENV_ID = "CartPole-v1"
 ACTION_NAMES = ("left", "right")
@@ -50,7 +51,8 @@ def lean_policy(prompt: str) -> str:
 
 
 def CartPoleDatasetBuilder(renderer: Renderer, group_size: int = 4, batch_size: int = 2, num_batches: int = 1000,
-                           num_test_batches: int = 1, seed: int = 0, **env_kwargs: Any) -> GymDatasetBuilder:
+                           num_test_batches: int = 1, seed: int = 0, test_seed: int = 0,
+                           **env_kwargs: Any) -> GymDatasetBuilder:
     """Gymnasium CartPole-v1 in text: the current state each turn, reply 0 (push left) or 1 (push right); +1 per step.
 
     Train/test datasets of ``CartPole-v1`` episodes: groups of ``group_size`` episodes with one seed each.
@@ -65,8 +67,14 @@ def CartPoleDatasetBuilder(renderer: Renderer, group_size: int = 4, batch_size: 
     one action (~9 steps) before it learned to read the state. A fixed push and a small penalty leave the state as
     the only thing worth learning (docs/benchmarks.md, CartPole).
     """
+    for option, value, minimum in (("group_size", group_size, 1), ("batch_size", batch_size, 1),
+                                   ("num_batches", num_batches, 1), ("num_test_batches", num_test_batches, 0),
+                                   ("seed", seed, None)):
+        check_int_option("cartpole", option, value, minimum)
+    if env_kwargs.get("max_episode_steps") is not None:
+        check_int_option("cartpole", "max_episode_steps", env_kwargs["max_episode_steps"], 1)
     return GymDatasetBuilder(ENV_ID, renderer, batch_size=batch_size, group_size=group_size, num_batches=num_batches,
-                             num_test_batches=num_test_batches, seed=seed, tags=["cartpole"],
+                             num_test_batches=num_test_batches, seed=seed, test_seed=test_seed, tags=["cartpole"],
                              env_kwargs=_options(env_kwargs))
 
 

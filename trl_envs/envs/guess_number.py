@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.types import Env, EnvGroupBuilder
-from ._builder import BuiltinDataset, BuiltinDatasetBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder, check_int_option
 
 _INTEGER = re.compile(r"^-?\d+$")
 
@@ -116,10 +116,20 @@ class GuessNumberDatasetBuilder(BuiltinDatasetBuilder):
     """
 
     from_row: ClassVar = GuessNumberGroupBuilder.from_row
+    env_name: ClassVar[str] = "guess_number"
+    int_options: ClassVar[dict[str, int]] = {"max_guesses": 1}
 
     low: int = 1
     high: int = 16
     max_guesses: int = 6
+
+    def check_options(self) -> None:
+        super().check_options()
+        check_int_option(self.env_name, "low", self.low)
+        check_int_option(self.env_name, "high", self.high)
+        if self.low > self.high:
+            raise ValueError(f"env 'guess_number': option 'low' must be <= option 'high', got low={self.low}, "
+                             f"high={self.high}")
 
     def dataset(self, num_batches: int, seed: int) -> GuessNumberDataset:
         return GuessNumberDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.low, self.high,

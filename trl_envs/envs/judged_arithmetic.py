@@ -16,6 +16,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..core.judge import PairwiseJudgeGroupBuilder
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
@@ -101,6 +102,9 @@ class JudgedArithmeticDatasetBuilder(BuiltinDatasetBuilder):
 
     Train and test :class:`JudgedArithmeticDataset` s (the test set uses another seed).
     """
+
+    env_name: ClassVar[str] = "judged_arithmetic"
+    int_options: ClassVar[dict[str, int]] = {"group_size": 2, "max_operand": 0}  # a judge compares >= 2 answers
 
     max_operand: int = 9
 

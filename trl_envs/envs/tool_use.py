@@ -13,6 +13,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
@@ -129,6 +130,9 @@ class ToolUseDatasetBuilder(BuiltinDatasetBuilder):
 
     Train and test :class:`ToolUseDataset` s (the test set uses another seed).
     """
+
+    env_name: ClassVar[str] = "tool_use"
+    int_options: ClassVar[dict[str, int]] = {"max_operand": 2, "max_tool_calls": 0}  # operands are drawn from 2..max
 
     max_operand: int = 30
     max_tool_calls: int = 4

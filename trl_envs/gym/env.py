@@ -337,9 +337,13 @@ class GymDataset(RLDataset):
 
 @dataclass
 class GymDatasetBuilder(RLDatasetBuilder):
-    """Train and test :class:`GymDataset` s of one Gymnasium env; test seeds start at ``seed + TEST_SEED_OFFSET``.
+    """Train and test :class:`GymDataset` s of one Gymnasium env; training episodes are seeded from ``seed`` (the
+    scripts pass the trainer's seed), test episodes from ``test_seed + TEST_SEED_OFFSET`` whatever ``seed``.
 
     ``env_kwargs`` are :class:`GymEnv` options.
+
+    Raises:
+        ValueError: the training episodes' seeds reach the test episodes' seeds.
     """
 
     env: Any
@@ -351,13 +355,23 @@ class GymDatasetBuilder(RLDatasetBuilder):
     seed: int = 0
     tags: Sequence[str] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    test_seed: int = 0
+
+    def __post_init__(self) -> None:
+        train = range(self.seed, self.seed + self.num_batches * self.batch_size)
+        test = range(self.test_seed + TEST_SEED_OFFSET,
+                     self.test_seed + TEST_SEED_OFFSET + self.num_test_batches * self.batch_size)
+        if self.num_test_batches > 0 and train.start < test.stop and test.start < train.stop:
+            raise ValueError(f"GymDatasetBuilder: training episode seeds {train.start}..{train.stop - 1} overlap the "
+                             f"test episode seeds {test.start}..{test.stop - 1}; pick a seed below "
+                             f"{test.start - self.num_batches * self.batch_size + 1} or fewer batches.")
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         def dataset(num_batches: int, seed: int) -> GymDataset:
             return GymDataset(self.env, self.renderer, batch_size=self.batch_size, group_size=self.group_size,
                               num_batches=num_batches, seed=seed, tags=self.tags, **self.env_kwargs)
 
-        test = dataset(self.num_test_batches, self.seed + TEST_SEED_OFFSET) if self.num_test_batches > 0 else None
+        test = dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET) if self.num_test_batches > 0 else None
         return dataset(self.num_batches, self.seed), test
 
 

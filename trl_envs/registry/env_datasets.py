@@ -185,13 +185,38 @@ def load_env_dataset(source: str, split: str = "train", *, config_name: str | No
             if split not in data:
                 raise ValueError(f"env dataset {source!r} has no split {split!r}; splits found: {list(data)}")
             data = data[split]
+        data = _with_rows(data, source)
         return data.to_iterable_dataset() if streaming else data
     if os.path.isfile(source):
         ext = os.path.splitext(source)[1].lower()
         if ext not in DATA_FILE_BUILDERS:
             raise ValueError(f"env dataset {source!r}: unknown file type {ext!r}; known: {sorted(DATA_FILE_BUILDERS)}")
-        return load_dataset(DATA_FILE_BUILDERS[ext], data_files={split: [source]}, split=split, streaming=streaming)
-    return load_dataset(source, config_name, split=split, streaming=streaming)
+        try:
+            data = load_dataset(DATA_FILE_BUILDERS[ext], data_files={split: [source]}, split=split,
+                                streaming=streaming)
+        except StopIteration:  # what `datasets` raises for a json/jsonl file without a single row
+            raise _no_rows(source) from None
+        except ValueError as e:  # a csv with a header only: "Instruction 'train' corresponds to no data!"
+            if "corresponds to no data" in str(e):
+                raise _no_rows(source) from None
+            raise
+        return _with_rows(data, source)
+    try:
+        data = load_dataset(source, config_name, split=split, streaming=streaming)
+    except StopIteration:
+        raise _no_rows(source) from None
+    return _with_rows(data, source)
+
+
+def _no_rows(source: str) -> ValueError:
+    return ValueError(f"env dataset {source!r} has no rows (an empty data file?); each row is one env group, e.g. "
+                      f"{{\"{ENV_FIELD}\": \"arithmetic\", \"a\": 2, \"b\": 3}} on one line of a .jsonl file")
+
+
+def _with_rows(data, source: str):
+    if isinstance(data, Dataset) and len(data) == 0:
+        raise _no_rows(source)
+    return data
 
 
 def resolve_row_datasets(env_dataset: Any, eval_env_dataset: Any, *, model: Any, processing_class: Any,

@@ -253,6 +253,10 @@ def validate_row(row: Mapping[str, Any], *, index: int | None = None) -> tuple[s
         raise EnvRowError(f"{where}: a row spec is a mapping like {{'{ENV_FIELD}': 'arithmetic', 'a': 2, 'b': 3}}, got "
                           f"{type(row).__name__}")
     name = row.get(ENV_FIELD)
+    if name is None and ENV_FIELD in row:
+        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: the env name is null; every row needs the name of its env "
+                          f"kind, e.g. {{'{ENV_FIELD}': 'arithmetic', ...}} (a mixed dataset written with missing "
+                          f"'{ENV_FIELD}' values gets nulls there)")
     if name is None:
         raise EnvRowError(f"{where}: missing field {ENV_FIELD!r} (the env kind); fields present: {sorted(row)}")
     if not isinstance(name, str):
@@ -355,6 +359,12 @@ def _import_kind(ref: str) -> EnvKind:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
         raise UnknownEnvError(f"env {ref!r}: cannot import {attr!r} from module {module_name!r}: {e}") from e
+    from ..tinker.detect import is_tinker_cookbook_object  # imports nothing of tinker
+
+    if is_tinker_cookbook_object(obj):  # a tinker-cookbook builder or dataset: adapted (trl_envs/tinker/)
+        from ..tinker.registry import env_kind
+
+        return env_kind(ref, obj)
     return EnvKind.from_factory(ref, obj, "import")
 
 

@@ -12,17 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from .batching import BatchingSampler, rollout_clock
+from .batching import BatchingSampler
 from ..samplers.hf import Sampler
-from ..core.types import Env, EnvContractError, EnvGroupBuilder, StepResult, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from ..core.types import Env, EnvContractError, EnvGroupBuilder, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from .validation import (ContextBudgetError, check_envs, check_group_rewards, check_initial, check_observation, check_sample,
+                         check_step_result, env_name, sampler_name)
+from .watchdog import LoopWatchdog, note_activity, register_env_methods, run_with_deadline, run_with_timeout
+from .worker_threads import use_abandonable_threads
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,79 +46,96 @@ class RolloutBudget:
         max_tokens_per_turn: at most this many sampled tokens per action.
         max_tokens_per_trajectory: at most this many sampled tokens over the episode (``None``: no limit); each
             turn's budget is cut to what is left, and the episode stops with ``"max_tokens"`` when none is.
+        max_context_tokens: at most this many tokens of context (observation + the action sampled on it); ``None``:
+            no limit. A trainer defaults it to the model's maximum positions. Each turn's budget is cut to the room
+            left after the observation; an observation that leaves no room is never sampled: the episode stops with
+            ``"max_tokens"``, or raises :class:`~trl_envs.rollout.validation.ContextBudgetError` (see
+            ``context_overflow``). An initial observation that leaves no room always raises (there is nothing to
+            train on).
+        context_overflow: ``"end"`` (default) or ``"error"``: what an episode outgrowing ``max_context_tokens`` does.
+        vocab_size: sampled token ids must lie in ``[0, vocab_size)`` (``None``: unchecked beyond ``>= 0``); a trainer
+            sets it from the model.
+        report_blocking_after_s: an env method that blocks the event loop this long is reported by name, once
+            (``None``: never; see ``trl_envs.rollout.watchdog``).
     """
 
     max_turns: int | None = 16
     max_tokens_per_turn: int = 256
     max_tokens_per_trajectory: int | None = None
+    max_context_tokens: int | None = None
+    context_overflow: Literal["end", "error"] = "end"
+    vocab_size: int | None = None
+    report_blocking_after_s: float | None = 1.0
 
     def __post_init__(self) -> None:
         if self.max_tokens_per_turn < 1:
             raise ValueError(f"RolloutBudget.max_tokens_per_turn must be >= 1, got {self.max_tokens_per_turn}")
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"RolloutBudget.max_turns must be >= 1 or None, got {self.max_turns}")
-
-
-def _env_name(env: Any) -> str:
-    inner = getattr(env, "message_env", None)
-    return type(inner).__name__ if inner is not None else type(env).__name__
-
-
-def _check_observation(env: Env, ob: Any, where: str) -> list[int]:
-    if not isinstance(ob, list) or not all(isinstance(t, int) for t in ob):
-        raise EnvContractError(f"{_env_name(env)}.{where} must give the observation as a list of token ids, "
-                               f"got {type(ob).__name__}")
-    return ob
+        for name in ("max_tokens_per_trajectory", "max_context_tokens", "vocab_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"RolloutBudget.{name} must be >= 1 or None, got {value}")
+        if self.context_overflow not in ("end", "error"):
+            raise ValueError(f"RolloutBudget.context_overflow must be 'end' or 'error', got {self.context_overflow!r}")
+        if self.report_blocking_after_s is not None and not self.report_blocking_after_s > 0:
+            raise ValueError(f"RolloutBudget.report_blocking_after_s must be > 0 or None, got "
+                             f"{self.report_blocking_after_s}")
 
 
 async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget | None = None) -> Trajectory:
     """Play ``env`` to the end with ``policy`` and return the trajectory.
 
-    Raises :class:`EnvContractError` naming the env when it returns something of the wrong shape.
+    Raises :class:`EnvContractError` naming the env (or the sampler) when it returns something of the wrong shape,
+    and :class:`~trl_envs.rollout.validation.ContextBudgetError` when the episode outgrows
+    ``budget.max_context_tokens`` with ``context_overflow="error"``.
     """
     budget = budget or RolloutBudget()
+    name = env_name(env)
     scope = policy.episode() if hasattr(policy, "episode") else contextlib.nullcontext()
     async with scope:
-        initial = await env.initial_observation()
-        if not (isinstance(initial, tuple) and len(initial) == 2):
-            raise EnvContractError(f"{_env_name(env)}.initial_observation must return (observation, stop_condition), "
-                                   f"got {type(initial).__name__}")
-        ob, stop = initial
-        _check_observation(env, ob, "initial_observation")
+        note_activity(f"{name}.initial_observation")
+        ob, stop = check_initial(env, await env.initial_observation())
         transitions: list[Transition] = []
         tokens_used = 0
-        extends = bool(getattr(env, "observations_extend", True))
+        # ``observations_extend`` is read when the episode ends: an env may find out mid-episode that its
+        # observations stop extending (the Tinker adapter does) and set it on the instance.
         while True:
+            turn = len(transitions)
             max_tokens = budget.max_tokens_per_turn
             if budget.max_tokens_per_trajectory is not None:
                 max_tokens = min(max_tokens, budget.max_tokens_per_trajectory - tokens_used)
-            ac = await policy(ob, stop, max_tokens)
+            if budget.max_context_tokens is not None:
+                room = budget.max_context_tokens - len(ob)
+                if room < 1:
+                    message = (f"{name}: the observation of turn {turn} is {len(ob)} tokens, which leaves no room to "
+                               f"sample under the context budget of {budget.max_context_tokens} tokens "
+                               "(max_context_tokens; a trainer defaults it to the model's maximum positions)")
+                    if turn == 0 or budget.context_overflow == "error":
+                        raise ContextBudgetError(message)
+                    logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
+                    return Trajectory(transitions, ob, "max_tokens", _extends(env))
+                max_tokens = min(max_tokens, room)
+            note_activity(f"sampling turn {turn} with {sampler_name(policy)}")
+            ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, budget.vocab_size)
             tokens_used += len(ac.tokens)
+            note_activity(f"{name}.step (turn {turn})")
             result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
-            _check_step_result(env, result, len(transitions))
+            check_step_result(env, result, turn)
             transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
                                           dict(result.metrics), dict(result.logs)))
             if result.episode_done:
-                return Trajectory(transitions, list(result.next_observation), "done", extends)
-            ob = _check_observation(env, result.next_observation, "step")
+                return Trajectory(transitions, list(result.next_observation), "done", _extends(env))
+            ob = check_observation(env, result.next_observation, "step")
             stop = result.next_stop_condition
             if budget.max_turns is not None and len(transitions) >= budget.max_turns:
-                return Trajectory(transitions, ob, "max_turns", extends)
+                return Trajectory(transitions, ob, "max_turns", _extends(env))
             if budget.max_tokens_per_trajectory is not None and tokens_used >= budget.max_tokens_per_trajectory:
-                return Trajectory(transitions, ob, "max_tokens", extends)
+                return Trajectory(transitions, ob, "max_tokens", _extends(env))
 
 
-def _check_step_result(env: Env, result: Any, turn: int) -> None:
-    if not isinstance(result, StepResult):
-        raise EnvContractError(f"{_env_name(env)}.step (turn {turn}) must return a StepResult, "
-                               f"got {type(result).__name__}")
-    if not isinstance(result.reward, (int, float)) or not math.isfinite(result.reward):
-        raise EnvContractError(f"{_env_name(env)}.step (turn {turn}) returned reward={result.reward!r}; "
-                               "it must be a finite number")
-    for k, v in result.metrics.items():
-        if not isinstance(v, (int, float)):
-            raise EnvContractError(f"{_env_name(env)}.step (turn {turn}) metric {k!r}={v!r} is not a number "
-                                   "(put non-numeric values in logs)")
+def _extends(env: Env) -> bool:
+    return bool(getattr(env, "observations_extend", True))
 
 
 # -- error strategies ------------------------------------------------------------------------------------------
@@ -123,7 +143,15 @@ def _check_step_result(env: Env, result: Any, turn: int) -> None:
 
 @dataclass(frozen=True)
 class FailFast:
-    """The first rollout error of a group propagates; the group's other rollouts are cancelled."""
+    """The first rollout error of a group propagates; the group's other rollouts are cancelled.
+
+    Args:
+        per_rollout_timeout: seconds one rollout (and one ``make_envs`` / ``compute_group_rewards`` call) may take,
+            counted as for :class:`RetryOnFailure`; past it a :class:`~trl_envs.rollout.watchdog.RolloutTimeoutError`
+            naming the env and what it was doing propagates. ``None``: no limit.
+    """
+
+    per_rollout_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -131,10 +159,12 @@ class RetryOnFailure:
     """Replace failed or timed-out rollouts by fresh envs from the builder.
 
     Args:
-        max_retries: group-wide budget of replacements; when exceeded the group is skipped (returns ``None``,
-            logged and counted) instead of crashing training.
+        max_retries: group-wide budget of retries, shared by replaced rollouts and repeated ``make_envs`` /
+            ``compute_group_rewards`` calls that failed; when exceeded the group is skipped (returns ``None``, logged
+            and counted) instead of crashing training. Contract errors (:class:`EnvContractError`) are never retried.
         per_rollout_timeout: seconds one rollout may take (env, model and grading included; time its requests
-            spend waiting for other episodes to join a sampling batch is not counted); ``None``: no limit.
+            spend waiting for other episodes to join a sampling batch is not counted), and one ``make_envs`` or
+            ``compute_group_rewards`` call; ``None``: no limit.
     """
 
     max_retries: int = 2
@@ -148,41 +178,118 @@ class GroupSkipped(Exception):
     """Raised inside :func:`do_group_rollout` when a :class:`RetryOnFailure` budget runs out."""
 
 
+class _GroupRetries:
+    """A group's :class:`RetryOnFailure` budget (``None`` strategy: no retries, errors propagate)."""
+
+    def __init__(self, strategy: ErrorStrategy, errors: Counter):
+        self.retry = isinstance(strategy, RetryOnFailure)
+        self.max_retries = strategy.max_retries if isinstance(strategy, RetryOnFailure) else 0
+        self.left = self.max_retries
+        self.errors = errors
+
+    def spend(self, error: BaseException, what: str) -> None:
+        """Count ``error`` of ``what``; re-raise it (fail-fast, or a bug) or use one retry (:class:`GroupSkipped` when
+        none is left)."""
+        if not self.retry or isinstance(error, EnvContractError):
+            raise error  # a broken env is a bug, not bad luck: retrying would hide it
+        is_timeout = isinstance(error, (asyncio.TimeoutError, TimeoutError))
+        self.errors["TimeoutError" if is_timeout else type(error).__name__] += 1
+        reason = f"{what}: {error}" if is_timeout else f"{what} failed with {type(error).__name__}: {error}"
+        if self.left <= 0:
+            raise GroupSkipped(f"{reason}; retry budget of {self.max_retries} used up") from error
+        self.left -= 1
+        logger.info("%s; retrying", reason)
+
+
+async def _builder_call(builder: EnvGroupBuilder, method: str, call: Callable[[], Coroutine[Any, Any, T]],
+                        strategy: ErrorStrategy, retries: _GroupRetries, check: Callable[[Any], T] = lambda v: v) -> T:
+    """``check(await call())`` under the group's timeout, retried (fresh call) while ``retries`` allows."""
+    what = f"{type(builder).__name__}.{method}"
+    while True:
+        try:
+            return check(await run_with_timeout(call(), strategy.per_rollout_timeout, what))
+        except Exception as e:  # noqa: BLE001 - counted and retried, or re-raised by spend()
+            retries.spend(e, what)
+
+
 async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget: RolloutBudget | None = None,
                            strategy: ErrorStrategy = FailFast(), errors: Counter | None = None
                            ) -> TrajectoryGroup | None:
     """Roll out every env of ``builder``'s group and score the group.
 
     Returns ``None`` when :class:`RetryOnFailure` gave up on the group. Errors seen are counted by exception type
-    into ``errors`` (and into the group's ``error_counts``). ``builder.cleanup()`` is always awaited.
+    into ``errors`` (and into the group's ``error_counts``). ``builder.cleanup()`` is always awaited; when it fails
+    while an error is already propagating, that original error is raised with the cleanup failure in a note.
     """
     errors = errors if errors is not None else Counter()
     group_errors: Counter = Counter()
     setup = _Participant(policy)  # keeps the batch from being sampled before this group's episodes have started
     try:
-        envs = list(await builder.make_envs())
-        if not envs:
-            raise EnvContractError(f"{type(builder).__name__}.make_envs returned no envs")
-        if isinstance(strategy, RetryOnFailure):
-            try:
-                trajectories = await _rollouts_with_retries(builder, envs, policy, budget, strategy, group_errors,
-                                                            setup.release)
-            except GroupSkipped as e:
-                logger.warning("skipping group of %s: %s", type(builder).__name__, e)
-                group_errors["GroupSkipped"] += 1
-                return None
-        else:
-            trajectories = await _gather_fail_fast([do_single_rollout(policy, e, budget) for e in envs], setup.release)
-        group_rewards = await builder.compute_group_rewards(trajectories, envs)
-        if not isinstance(group_rewards, (list, tuple)) or len(group_rewards) != len(trajectories):
-            raise EnvContractError(f"{type(builder).__name__}.compute_group_rewards must return one (reward, metrics) "
-                                   f"per trajectory ({len(trajectories)}), got {group_rewards!r:.200}")
-        return TrajectoryGroup(trajectories, [float(r) for r, _ in group_rewards], [dict(m) for _, m in group_rewards],
-                               tags=list(builder.logging_tags()), error_counts=dict(group_errors))
-    finally:
+        group = await _play_group(builder, policy, budget, strategy, group_errors, setup.release)
+    except BaseException as original:
         setup.release()
         errors.update(group_errors)
-        await builder.cleanup()
+        await _cleanup_after_error(builder, original)
+        raise
+    setup.release()
+    errors.update(group_errors)
+    try:
+        await _cleanup(builder)
+    except Exception as e:
+        e.add_note(f"raised by {type(builder).__name__}.cleanup()")
+        raise
+    return group
+
+
+async def _cleanup(builder: EnvGroupBuilder) -> None:
+    """Await ``builder.cleanup()`` to its end even when the group is cancelled meanwhile (a sibling group failed, the
+    batch was interrupted): the cancellation is re-raised once the cleanup is done. A second cancellation stops the
+    wait (the cleanup task runs on until the loop closes)."""
+    task = asyncio.ensure_future(builder.cleanup())
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError as cancelled:
+        await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            cancelled.add_note(f"{type(builder).__name__}.cleanup() failed: {type(task.exception()).__name__}: "
+                               f"{task.exception()}")
+        raise
+
+
+async def _cleanup_after_error(builder: EnvGroupBuilder, original: BaseException) -> None:
+    try:
+        await _cleanup(builder)
+    except Exception as cleanup_error:  # noqa: BLE001 - reported with the original error, which is raised
+        original.add_note(f"While cleaning up after it, {type(builder).__name__}.cleanup() also failed: "
+                          f"{type(cleanup_error).__name__}: {cleanup_error}")
+        logger.error("%s.cleanup() failed after %s", type(builder).__name__, type(original).__name__,
+                     exc_info=cleanup_error)
+
+
+async def _play_group(builder: EnvGroupBuilder, policy: TokenPolicy, budget: RolloutBudget | None,
+                      strategy: ErrorStrategy, group_errors: Counter, after_start: Callable[[], None]
+                      ) -> TrajectoryGroup | None:
+    retries = _GroupRetries(strategy, group_errors)
+    try:
+        register_env_methods(builder)
+        envs = await _builder_call(builder, "make_envs", builder.make_envs, strategy, retries,
+                                   lambda value: _registered(check_envs(builder, value)))
+        trajectories = await _rollouts(builder, envs, policy, budget, strategy, retries, after_start)
+        rewards, metrics = await _builder_call(
+            builder, "compute_group_rewards", lambda: builder.compute_group_rewards(trajectories, envs), strategy,
+            retries, lambda value: check_group_rewards(builder, value, len(trajectories)))
+    except GroupSkipped as e:
+        logger.warning("skipping group of %s: %s", type(builder).__name__, e)
+        group_errors["GroupSkipped"] += 1
+        return None
+    return TrajectoryGroup(trajectories, rewards, metrics, tags=list(builder.logging_tags()),
+                           error_counts=dict(group_errors))
+
+
+def _registered(envs: list[Env]) -> list[Env]:
+    for env in envs:
+        register_env_methods(env)  # so that the watchdog can name the env method that blocks the loop
+    return envs
 
 
 class _Participant:
@@ -220,10 +327,19 @@ async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]],
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _rollouts_with_retries(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPolicy,
-                                 budget: RolloutBudget | None, strategy: RetryOnFailure, errors: Counter,
-                                 after_start: Callable[[], None] | None = None) -> list[Trajectory]:
-    retries_left = strategy.max_retries
+async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPolicy, budget: RolloutBudget | None,
+                    strategy: ErrorStrategy, retries: _GroupRetries, after_start: Callable[[], None]
+                    ) -> list[Trajectory]:
+    """Every env's trajectory, rolled out concurrently; under :class:`RetryOnFailure` failed ones are replaced."""
+    name = type(builder).__name__
+
+    def rollout(i: int) -> Coroutine[Any, Any, Trajectory]:
+        return run_with_deadline(lambda: do_single_rollout(policy, envs[i], budget), strategy.per_rollout_timeout,
+                                 f"{name}: rollout {i} ({env_name(envs[i])})")
+
+    if not retries.retry:
+        return await _gather_fail_fast([rollout(i) for i in range(len(envs))], after_start)
+
     units = _retry_units(builder, len(envs))
     trajectories: list[Trajectory | None] = [None] * len(envs)
     not_started = len(units)
@@ -231,44 +347,24 @@ async def _rollouts_with_retries(builder: EnvGroupBuilder, envs: list[Env], poli
     def unit_started() -> None:  # after_start once every unit's first episodes have registered with the batcher
         nonlocal not_started
         not_started -= 1
-        if not_started == 0 and after_start is not None:
+        if not_started == 0:
             after_start()
 
-    async def single(index: int) -> Trajectory:
-        async with _timeout(strategy.per_rollout_timeout) as deadline:
-            token = rollout_clock.set(_PausableClock(deadline) if deadline is not None else None)
-            try:
-                return await do_single_rollout(policy, envs[index], budget)
-            finally:
-                rollout_clock.reset(token)
-
     async def one(unit: list[int]) -> None:
-        nonlocal retries_left
         started: Callable[[], None] | None = unit_started
         while True:
             try:
-                results = await _gather_fail_fast([single(i) for i in unit], started)
-                started = None
+                results = await _gather_fail_fast([rollout(i) for i in unit], started)
                 for i, traj in zip(unit, results):
                     trajectories[i] = traj
                 return
-            except (asyncio.TimeoutError, TimeoutError):
+            except Exception as e:  # noqa: BLE001 - counted, then retried or the group skipped (or re-raised)
                 started = None
-                errors["TimeoutError"] += 1
-                reason = f"rollout {_unit_name(unit)} timed out after {strategy.per_rollout_timeout}s"
-            except EnvContractError:
-                raise  # a broken env is a bug, not bad luck: retrying would hide it
-            except Exception as e:  # noqa: BLE001 - counted, then retried or the group skipped
-                started = None
-                errors[type(e).__name__] += 1
-                reason = f"rollout {_unit_name(unit)} failed with {type(e).__name__}: {e}"
-            if retries_left <= 0:
-                raise GroupSkipped(f"{reason}; retry budget of {strategy.max_retries} used up")
-            retries_left -= 1
-            logger.info("%s; retrying with fresh envs", reason)
-            fresh = list(await builder.make_envs())
+                retries.spend(e, f"{name}: rollout {_unit_name(unit)}")
+            fresh = await _builder_call(builder, "make_envs", builder.make_envs, strategy, retries,
+                                        lambda value: _registered(check_envs(builder, value)))
             if len(fresh) != len(envs):
-                raise EnvContractError(f"{type(builder).__name__}.make_envs returned {len(fresh)} envs on retry, "
+                raise EnvContractError(f"{name}.make_envs returned {len(fresh)} envs on retry, "
                                        f"{len(envs)} the first time")
             for i in unit:  # coupled envs (one game's players) are replaced together, from the same make_envs call
                 envs[i] = fresh[i]
@@ -291,71 +387,6 @@ def _retry_units(builder: EnvGroupBuilder, n: int) -> list[list[int]]:
 
 def _unit_name(unit: list[int]) -> str:
     return str(unit[0]) if len(unit) == 1 else "of coupled envs " + ", ".join(map(str, unit))
-
-
-def _timeout(seconds: float | None) -> contextlib.AbstractAsyncContextManager:
-    """``asyncio.timeout`` (runs the body in the current task, so an episode registers with the batcher at once)."""
-    if seconds is None:
-        return contextlib.nullcontext()
-    if hasattr(asyncio, "timeout"):
-        return asyncio.timeout(seconds)
-    return _WaitForTimeout(seconds)  # Python 3.10
-
-
-class _WaitForTimeout:
-    """The part of ``asyncio.Timeout`` used here (``when`` / ``reschedule``), for Python 3.10."""
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self._handle: asyncio.TimerHandle | None = None
-        self._when: float | None = None
-        self._expired = False
-
-    async def __aenter__(self):
-        self._task = asyncio.current_task()
-        self._loop = asyncio.get_running_loop()
-        self.reschedule(self._loop.time() + self.seconds)
-        return self
-
-    def when(self) -> float | None:
-        return self._when
-
-    def reschedule(self, when: float | None) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._when = when
-        self._handle = None if when is None else self._loop.call_at(when, self._expire)
-
-    def _expire(self) -> None:
-        self._expired = True
-        self._task.cancel()
-
-    async def __aexit__(self, exc_type, exc, tb):
-        if self._handle is not None:
-            self._handle.cancel()
-        if exc_type is asyncio.CancelledError and self._expired:
-            raise TimeoutError from exc
-        return False
-
-
-class _PausableClock:
-    """Stops and restarts a rollout's deadline (see ``trl_envs.rollout.batching.rollout_clock``)."""
-
-    def __init__(self, deadline: Any):
-        self._deadline = deadline
-        self._remaining: float | None = None
-
-    def pause(self) -> None:
-        when = self._deadline.when()
-        if self._remaining is None and when is not None:
-            self._remaining = max(0.0, when - asyncio.get_running_loop().time())
-            self._deadline.reschedule(None)
-
-    def resume(self) -> None:
-        if self._remaining is not None:
-            remaining, self._remaining = self._remaining, None
-            with contextlib.suppress(RuntimeError):  # the rollout already left its timeout block
-                self._deadline.reschedule(asyncio.get_running_loop().time() + remaining)
 
 
 # -- batches ---------------------------------------------------------------------------------------------------
@@ -389,9 +420,11 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
     batcher = BatchingSampler(sampler, max_wait_s=max_wait_s)
     errors: Counter = Counter()
     start = time.perf_counter()
+    use_abandonable_threads()  # an env's abandoned asyncio.to_thread call never holds up the end of the batch
     setup = _Participant(batcher)
-    groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors) for b in builders],
-                                     setup.release)
+    with LoopWatchdog((budget or RolloutBudget()).report_blocking_after_s):
+        groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors) for b in builders],
+                                         setup.release)
     return RolloutBatchResult(groups, dict(errors), batcher.num_calls, list(batcher.batch_sizes),
                               time.perf_counter() - start, batcher.sampler_seconds, batcher.num_valve_flushes)
 
@@ -407,7 +440,10 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     then it runs in a fresh loop on a helper thread."""
     try:
         asyncio.get_running_loop()
+        in_a_loop = True
     except RuntimeError:
+        in_a_loop = False
+    if not in_a_loop:  # outside the except block: errors raised here carry no "no running event loop" context
         return asyncio.run(make_coro())
     box: dict[str, Any] = {}
 

@@ -9,12 +9,14 @@ the logprob of every sampled token).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import (GenerationConfig, LogitsProcessor, LogitsProcessorList, RepetitionPenaltyLogitsProcessor,
+                          StoppingCriteria, StoppingCriteriaList)
 
 from ..core.types import StopCondition, TokensWithLogprobs
 
@@ -42,8 +44,9 @@ class Sampler(Protocol):
 class HFSampler:
     """A :class:`Sampler` on a ``transformers`` causal LM, one ``generate`` call per :meth:`sample` call.
 
-    Logprobs are those of the sampled tokens under ``softmax(logits / temperature)`` — the same quantity TRL's
-    GRPO computes for the policy, so they can serve for importance-sampling corrections.
+    Logprobs are those of the sampled tokens under ``softmax(logits / temperature)`` of the model's own logits
+    (before repetition penalty, top-k, top-p) — the quantity TRL's GRPO computes for the policy in training, so the
+    two agree (an off-policy mask or importance weight compares them).
 
     Args:
         model: the causal LM (or a callable returning a context manager that yields it, see ``model_context``).
@@ -51,16 +54,34 @@ class HFSampler:
         temperature, top_p, top_k, min_p, repetition_penalty: sampling settings; ``temperature=0`` is greedy.
         model_context: optional ``() -> contextmanager`` yielding the model to generate with (a trainer uses it
             to unwrap a distributed model and gather sharded parameters). Defaults to ``model`` as it is.
+        generation_kwargs: more ``GenerationConfig`` fields (as TRL's ``GRPOConfig.generation_kwargs``); they
+            override the settings above. Budgets, stop tokens and padding are per request and cannot be set here.
+        cache_implementation: the KV cache ``generate`` uses (TRL's ``GRPOConfig.cache_implementation``).
+
+    Raises:
+        ValueError: ``generation_kwargs`` names a field the sampler sets per request.
     """
 
     def __init__(self, model, tokenizer, *, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
                  min_p: float | None = None, repetition_penalty: float = 1.0,
-                 model_context: Callable[[], contextlib.AbstractContextManager] | None = None):
+                 model_context: Callable[[], contextlib.AbstractContextManager] | None = None,
+                 generation_kwargs: dict | None = None, cache_implementation: str | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.temperature = temperature
+        self.generation_kwargs = dict(generation_kwargs or {})
+        owned = sorted(REQUEST_OWNED_FIELDS & self.generation_kwargs.keys())
+        if owned:
+            raise ValueError(f"HFSampler: generation_kwargs sets {owned}, which the sampler sets per request from "
+                             "each request's max_tokens and stop condition; remove them (use the rollout budgets).")
+        repetition_penalty = self.generation_kwargs.pop("repetition_penalty", repetition_penalty)
         self.top_p, self.top_k, self.min_p, self.repetition_penalty = top_p, top_k, min_p, repetition_penalty
+        self.cache_implementation = cache_implementation
         self.model_context = model_context
+        hidden = sorted(LOGIT_CHANGING_FIELDS & self.generation_kwargs.keys())
+        if hidden:
+            warnings.warn(f"HFSampler: generation_kwargs {hidden} change the logits before the sampled tokens' "
+                          "logprobs are recorded, so those logprobs differ from TRL's training logprobs.", stacklevel=2)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad is None:
             raise ValueError("HFSampler: the tokenizer has neither a pad token nor an EOS token to pad with")
@@ -93,17 +114,22 @@ class HFSampler:
         greedy = self.temperature == 0
         recorder = _LogprobRecorder(1.0 if greedy else self.temperature)
         criteria = _PerRowStop(stops, [r.max_tokens for r in requests], width, self.tokenizer)
-        config = GenerationConfig(
+        settings = dict(
             do_sample=not greedy,
-            max_new_tokens=max(r.max_tokens for r in requests),
             temperature=None if greedy else self.temperature,
             top_p=None if greedy else self.top_p,
             top_k=None if greedy else self.top_k,
             min_p=None if greedy else self.min_p,
-            repetition_penalty=self.repetition_penalty,
-            pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_token_id,
+            cache_implementation=self.cache_implementation,
         )
+        settings.update(self.generation_kwargs)
+        config = GenerationConfig(**settings, max_new_tokens=max(r.max_tokens for r in requests),
+                                  pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id)
+        # Custom processors run after generate's own and before the sampling warpers: the recorder sees the model's
+        # logits, then the repetition penalty (kept out of `config` so it runs after the recorder) shapes sampling.
+        processors = LogitsProcessorList([recorder])
+        if self.repetition_penalty != 1.0:
+            processors.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
         with self._model() as model, torch.no_grad():
             device = next(model.parameters()).device
             was_training = model.training
@@ -111,7 +137,7 @@ class HFSampler:
             try:
                 out = model.generate(
                     input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                    generation_config=config, logits_processor=LogitsProcessorList([recorder]),
+                    generation_config=config, logits_processor=processors,
                     stopping_criteria=StoppingCriteriaList([criteria]),
                 )
             finally:
@@ -124,6 +150,18 @@ class HFSampler:
             n, reason = stops[i].cut(tokens, r.max_tokens, self.tokenizer)
             results.append(TokensWithLogprobs(tokens[:n], logprobs[i, :n].tolist(), reason))
         return results
+
+
+REQUEST_OWNED_FIELDS = frozenset({"max_new_tokens", "max_length", "eos_token_id", "pad_token_id", "stop_strings",
+                                  "num_return_sequences", "num_beams"})
+"""``GenerationConfig`` fields :class:`HFSampler` sets itself (per request) and refuses in ``generation_kwargs``."""
+
+LOGIT_CHANGING_FIELDS = frozenset({"no_repeat_ngram_size", "bad_words_ids", "sequence_bias", "suppress_tokens",
+                                   "begin_suppress_tokens", "min_length", "min_new_tokens", "forced_bos_token_id",
+                                   "forced_eos_token_id", "exponential_decay_length_penalty",
+                                   "encoder_repetition_penalty", "renormalize_logits"})
+"""``GenerationConfig`` fields whose logits processors run before the logprob recorder (transformers runs the
+processors it builds before custom ones)."""
 
 
 @dataclass
@@ -177,8 +215,8 @@ class _PerRowStop(StoppingCriteria):
 class _LogprobRecorder(LogitsProcessor):
     """Records ``log_softmax(logits / temperature)`` of each sampled token without keeping all the logits.
 
-    Processors passed to ``generate`` run before the sampling warpers (temperature, top-k, top-p), so ``scores``
-    here are the model's logits (after repetition penalty). At step t the newest column of ``input_ids`` is the
+    Processors passed to ``generate`` run before the sampling warpers (temperature, top-k, top-p) and this one runs
+    first of them, so ``scores`` here are the model's logits (``HFSampler`` applies the repetition penalty after it). At step t the newest column of ``input_ids`` is the
     token sampled at step t-1, whose logprob is read from the distribution stored at step t-1.
     """
 

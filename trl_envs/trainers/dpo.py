@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import math
+import os
 import time
 import warnings
 from collections import defaultdict
@@ -28,14 +30,16 @@ from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
-from transformers.trainer_utils import TrainOutput
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, TrainerCallback, TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 from trl import DPOConfig, DPOTrainer
 from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 from .dpo_config import EnvDPOConfig
+from .resume import resolve_checkpoint, rng_state, set_rng_state
+from .trl_seam import dpo_tokens_seen, set_dpo_tokens_seen
 from ..rollout.lockstep import LockstepSampler
 from ..rollout.metrics import rollout_metrics, summarize
 from ..training_data.preference import PAIR_COLUMNS, PairStats, make_preference_pairs
@@ -44,6 +48,10 @@ from ..samplers.hf import HFSampler, Sampler
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 TOKENIZED_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+ROUND_STATE_FILE = "env_dpo_rounds.json"
+"""In an env-driven DPO checkpoint: the rounds done and their logged values."""
+ROUND_RNG_FILE = "env_dpo_rng_{rank}.pt"
+"""In an env-driven DPO checkpoint: each process's random state at the end of the round."""
 MASK_COLUMNS = ("chosen_mask", "rejected_mask")
 
 
@@ -124,7 +132,17 @@ class EnvDPOTrainer(DPOTrainer):
       and tokens seen continue from the previous round, so loggers (``report_to``) see one run;
     * the reference model stays the initial policy (DPO against a moving reference is ``sync_ref_model``).
 
-    Resuming env-driven DPO from a checkpoint is not supported (a checkpoint does not hold the round).
+    Checkpoints and resuming in env mode (docs/dpo.md): a round is the unit of a checkpoint. Its pairs were sampled
+    with the weights of the round's start, so a checkpoint taken inside a round could not be continued exactly;
+    instead the Trainer's own saves inside rounds are turned off and a checkpoint is written at the end of a round
+    (``checkpoint-<global_step>``) when ``save_strategy`` asks for one: ``"steps"``: the round crossed a multiple of
+    ``save_steps``; ``"epoch"`` / ``"best"``: every round. Besides the Trainer's files (weights, optimizer, scheduler,
+    ``trainer_state.json``) it holds the rounds done and their logs (``env_dpo_rounds.json``) and every process's
+    random state (``env_dpo_rng_<rank>.pt``). ``train(resume_from_checkpoint=...)`` (a folder, or ``True`` for the
+    last one in ``output_dir``) restores weights, optimizer moments, ``TrainerState`` (global step, log history), the
+    round counter and the random state, then continues with the next round: its batches are the ones the round
+    index picks, sampled by the same weights with the same random state, so the run goes on exactly as if it had
+    not stopped (same number of processes; not under DeepSpeed / FSDP, refused with an error).
 
     Raises:
         ValueError: no dataset or both kinds; a preference dataset without ``chosen`` / ``rejected`` (the columns
@@ -183,10 +201,13 @@ class EnvDPOTrainer(DPOTrainer):
         self._in_rounds = False
         self._round_step_offset = 0
         self._round_acc: dict[str, list] | None = None
+        self._resume_optimizer_state: dict | None = None
         super().__init__(model, ref_model=ref_model, args=args, data_collator=data_collator,
                          train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
                          compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
                          quantization_config=quantization_config, peft_config=peft_config)
+        if self._env_mode:
+            self.add_callback(_NoCheckpointsInsideRounds())
 
     # -- datasets ----------------------------------------------------------------------------------------------
 
@@ -220,22 +241,22 @@ class EnvDPOTrainer(DPOTrainer):
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs) -> TrainOutput:
         """Offline: ``DPOTrainer.train``. Env mode: ``args.num_rounds`` rounds of sampling and DPO training."""
+        checkpoint = resolve_checkpoint(resume_from_checkpoint, self.args.output_dir)
         if not self._env_mode:
-            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+            return super().train(resume_from_checkpoint=checkpoint, trial=trial,
                                  ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
-        if resume_from_checkpoint:
-            raise ValueError("EnvDPOTrainer: resuming env-driven DPO from a checkpoint is not supported; start a new "
-                             "run from the saved model instead")
-        return self._train_rounds(trial, ignore_keys_for_eval)
+        first_round = self._load_round_checkpoint(checkpoint) if checkpoint is not None else 0
+        return self._train_rounds(trial, ignore_keys_for_eval, first_round)
 
-    def _train_rounds(self, trial, ignore_keys_for_eval) -> TrainOutput:
+    def _train_rounds(self, trial, ignore_keys_for_eval, first_round: int = 0) -> TrainOutput:
         args: EnvDPOConfig = self.args
         losses: list[float] = []
         last: dict[str, float] = {}
-        if self._eval_envs is not None and args.eval_envs_each_round:
+        if self._eval_envs is not None and args.eval_envs_each_round and first_round == 0:
             self._log_and_print({"round": 0.0, **self._evaluate_envs()}, 0)
-        for r in range(args.num_rounds):
+        for r in range(first_round, args.num_rounds):
             start = time.perf_counter()
+            steps_before = self.state.global_step
             rows, stats, env_logs = self._sample_pairs(r)
             self.last_pair_stats = stats
             logs: dict[str, float] = {"round": float(r + 1), **env_logs, **stats.as_metrics()}
@@ -261,6 +282,8 @@ class EnvDPOTrainer(DPOTrainer):
             logs["round/seconds"] = time.perf_counter() - start
             self._log_and_print(logs, r + 1)
             last = logs
+            if self._round_checkpoint_due(steps_before, self.state.global_step):
+                self._save_round_checkpoint(r + 1, trial)
         train_loss = sum(losses) / len(losses) if losses else float("nan")
         return TrainOutput(self.state.global_step, train_loss, {"train_loss": train_loss, **last})
 
@@ -287,6 +310,67 @@ class EnvDPOTrainer(DPOTrainer):
             if values:
                 out[f"round/{key}"] = sum(values) / len(values)
         return out
+
+    # -- round checkpoints -------------------------------------------------------------------------------------
+
+    def _round_checkpoint_due(self, steps_before: int, steps_after: int) -> bool:
+        strategy = getattr(self.args.save_strategy, "value", self.args.save_strategy)
+        if strategy == "no":
+            return False
+        if strategy == "steps" and self.args.save_steps >= 1:
+            every = int(self.args.save_steps)
+            return steps_after // every > steps_before // every
+        return True  # "epoch", "best", or save_steps given as a fraction: every round
+
+    def _save_round_checkpoint(self, rounds_done: int, trial) -> None:
+        """The Trainer's checkpoint of the current state, plus the round counter, round logs and random state."""
+        self._save_checkpoint(self.model, trial)
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        os.makedirs(folder, exist_ok=True)
+        torch.save(rng_state(), os.path.join(folder, ROUND_RNG_FILE.format(rank=self.accelerator.process_index)))
+        if self.accelerator.is_main_process:
+            with open(os.path.join(folder, ROUND_STATE_FILE), "w") as f:
+                json.dump({"rounds_done": rounds_done, "num_processes": self.accelerator.num_processes,
+                           "tokens_seen": dpo_tokens_seen(self), "round_history": self.round_history}, f, indent=1)
+        self.accelerator.wait_for_everyone()
+
+    def _load_round_checkpoint(self, checkpoint: str) -> int:
+        """Restore what a round checkpoint holds; return the index of the next round to run."""
+        where = f"EnvDPOTrainer: resume_from_checkpoint={checkpoint!r}"
+        state_path = os.path.join(checkpoint, ROUND_STATE_FILE)
+        if not os.path.isfile(state_path):
+            raise ValueError(f"{where} is not a checkpoint of env-driven DPO (it has no {ROUND_STATE_FILE}); env-driven "
+                             "DPO writes its checkpoints at the end of rounds (see save_strategy in docs/dpo.md)")
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            raise ValueError(f"{where}: resuming env-driven DPO under DeepSpeed or FSDP is not supported; resume "
+                             "without them, or start a new run from the checkpoint's weights")
+        with open(state_path) as f:
+            saved = json.load(f)
+        if saved["num_processes"] != self.accelerator.num_processes:
+            raise ValueError(f"{where} was written by {saved['num_processes']} processes, this run has "
+                             f"{self.accelerator.num_processes}; each process's rollouts continue from its own random "
+                             "state, so resume with the same number of processes")
+        optimizer_path = os.path.join(checkpoint, "optimizer.pt")
+        if not os.path.isfile(optimizer_path):
+            raise ValueError(f"{where} holds no optimizer state (written with save_only_model=True?); the run cannot "
+                             "continue exactly without it")
+        self._load_from_checkpoint(checkpoint)
+        self.state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+        self.round_history = saved["round_history"]
+        set_dpo_tokens_seen(self, saved["tokens_seen"])
+        self._resume_optimizer_state = torch.load(optimizer_path, map_location="cpu", weights_only=True)
+        rng_path = os.path.join(checkpoint, ROUND_RNG_FILE.format(rank=self.accelerator.process_index))
+        set_rng_state(torch.load(rng_path, weights_only=False))  # our own file: Python / NumPy states are tuples
+        return saved["rounds_done"]
+
+    def create_optimizer(self, model=None):
+        """``Trainer.create_optimizer``; on the first round after a resume, with the checkpoint's optimizer state
+        (loaded before the round's scheduler is made, as the optimizer carried over between rounds would be)."""
+        optimizer = super().create_optimizer(model)
+        if self._resume_optimizer_state is not None:
+            optimizer.load_state_dict(self._resume_optimizer_state)
+            self._resume_optimizer_state = None
+        return optimizer
 
     def _init_training_state(self, max_steps, *args, **kwargs):
         """``Trainer`` makes a fresh ``TrainerState`` per ``train()`` call; between rounds, keep counting."""
@@ -363,7 +447,7 @@ class EnvDPOTrainer(DPOTrainer):
         local = list(builders)[self.accelerator.process_index::self.accelerator.num_processes]
         sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device)
         try:
-            return run_rollout_batch(local, sampler, args.rollout_budget(), args.error_strategy(),
+            return run_rollout_batch(local, sampler, args.rollout_budget(self.model), args.error_strategy(),
                                      args.sampler_max_wait_s)
         finally:
             sampler.drain()
@@ -387,6 +471,17 @@ class EnvDPOTrainer(DPOTrainer):
             self.round_history.append(dict(logs))
         if self.accelerator.is_main_process:
             print(_round_line(logs, round_index, self.args.num_rounds), flush=True)
+
+
+class _NoCheckpointsInsideRounds(TrainerCallback):
+    """Env-driven DPO: the Trainer's saves inside a round are dropped (a checkpoint there could not be resumed
+    exactly: the round's pairs came from the round's starting weights); rounds are checkpointed at their end."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = False
+        return control
+
+    on_epoch_end = on_step_end
 
 
 def _round_line(logs: dict[str, float], round_index: int, num_rounds: int) -> str:

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig
 
-from .rollout_args import RolloutArguments
+from .rollout_args import RolloutArguments, check_count
 from ..rollout.engine import RolloutBudget
 
 
 @dataclass
-class EnvDPOConfig(DPOConfig, RolloutArguments):
+class EnvDPOConfig(RolloutArguments, DPOConfig):
     """``DPOConfig`` with the settings of env-driven (iterative / online) DPO. Every DPO option keeps its TRL meaning.
 
     On a preference dataset (``train_dataset``) only the ``DPOConfig`` part matters. With envs (``env_dataset``),
@@ -38,8 +38,8 @@ class EnvDPOConfig(DPOConfig, RolloutArguments):
     max_tokens_per_turn: int = field(default=64, metadata={"help": "Env mode: most sampled tokens per action."})
 
     def __post_init__(self):
-        super().__post_init__()
-        self.check_rollout_arguments()
+        super().__post_init__()  # TRL's config, then RolloutArguments' checks
+        check_count(self, "max_tokens_per_turn", minimum=1)
         if self.num_rounds < 1:
             raise ValueError(f"EnvDPOConfig.num_rounds must be >= 1, got {self.num_rounds}")
         if self.batches_per_round < 1:
@@ -47,6 +47,7 @@ class EnvDPOConfig(DPOConfig, RolloutArguments):
         if self.min_reward_gap < 0:
             raise ValueError(f"EnvDPOConfig.min_reward_gap must be >= 0, got {self.min_reward_gap}")
 
-    def rollout_budget(self) -> RolloutBudget:
+    def rollout_budget(self, model=None) -> RolloutBudget:
+        """The episode budget; ``model`` (when given) sets the context budget and vocabulary (``model_limits``)."""
         return RolloutBudget(max_turns=self.max_turns, max_tokens_per_turn=self.max_tokens_per_turn,
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)
+                             max_tokens_per_trajectory=self.max_tokens_per_trajectory, **self.model_limits(model))

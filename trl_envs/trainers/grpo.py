@@ -18,6 +18,7 @@ How an env batch maps onto TRL (see docs/DESIGN.md):
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import warnings
@@ -32,11 +33,14 @@ from trl.models import unwrap_model_for_generation
 from ..training_data.credit import first_turn_returns, row_token_advantages
 from ..registry.env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
+from .group_index import GroupIndex
+from .trl_seam import grpo_reference_model
 from ..rollout.lockstep import LockstepSampler
 from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
 from ..training_data.row_layout import RowPlan, plan_rows
 from ..samplers.hf import HFSampler, Sampler
+from ..core.renderer import Renderer
 from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 ENV_REWARD_KEY = "env_reward"
@@ -50,31 +54,13 @@ def env_reward(completions, env_reward: list[float | None], **kwargs) -> list[fl
 env_reward.__name__ = "env"
 
 
-class _GroupIndex:
-    """Maps the trainer's row keys (``"<split>/<batch>/<position>"``) to the builders of an RLDataset."""
-
-    def __init__(self, split: str, dataset: RLDataset):
-        self.split, self.dataset = split, dataset
-        self.keys = [f"{split}/{i}/{k}" for i in range(len(dataset)) for k in range(len(dataset.get_batch(i)))]
-        if not self.keys:
-            raise ValueError(f"EnvGRPOTrainer: the {split} RLDataset has no env groups")
-        self._batch = functools.lru_cache(maxsize=8)(dataset.get_batch)
-
-    def builder(self, key: str) -> EnvGroupBuilder:
-        split, i, k = key.split("/")
-        if split != self.split:
-            raise KeyError(key)
-        return self._batch(int(i))[int(k)]
-
-    def as_dataset(self) -> Dataset:
-        return Dataset.from_dict({"prompt": self.keys})
-
-
 class EnvGRPOTrainer(GRPOTrainer):
     """GRPO on environments. Takes env datasets instead of a prompt dataset; everything else is ``GRPOTrainer``.
 
     Args:
-        model: model id, path, or ``PreTrainedModel``.
+        model: model id, path, or ``PreTrainedModel``. With ``beta > 0`` the reference model is the model as passed:
+            loaded from the id/path, a frozen copy of a model object (also one changed in memory since it was
+            loaded), or the model with its adapter switched off under PEFT.
         args: :class:`~trl_envs.trainers.grpo_config.EnvGRPOConfig`.
         env_dataset: the training envs: an :class:`RLDataset`, an :class:`RLDatasetBuilder` (whose test split
             becomes the evaluation envs unless ``eval_env_dataset`` is given), or a ``datasets.Dataset`` /
@@ -93,8 +79,8 @@ class EnvGRPOTrainer(GRPOTrainer):
 
     Raises:
         ValueError: at construction, for a group size other than ``num_generations``, a per-rank generation batch
-            that is not a multiple of the group size (groups would straddle ranks), a tokenizer without chat
-            template, or ``beta > 0`` with an in-memory model and no PEFT.
+            that is not a multiple of the group size (groups would straddle ranks), or a tokenizer without chat
+            template.
     """
 
     def __init__(self, model, args: EnvGRPOConfig, env_dataset: RLDataset | RLDatasetBuilder | Dataset,
@@ -108,9 +94,9 @@ class EnvGRPOTrainer(GRPOTrainer):
             groups_per_batch=max(args.generation_batch_size // args.num_generations, 1), owner="EnvGRPOTrainer")
         train_envs, eval_envs = _resolve_datasets(env_dataset, eval_env_dataset)
         _check_batch_geometry(args, eval_envs is not None)
-        _check_reference_model(model, args, peft_config)
-        self._train_index = _GroupIndex("train", train_envs)
-        self._eval_index = _GroupIndex("eval", eval_envs) if eval_envs is not None else None
+        _warn_biased_logprob_comparison(args)
+        self._train_index = GroupIndex("train", train_envs)
+        self._eval_index = GroupIndex("eval", eval_envs) if eval_envs is not None else None
         _check_group_size(self._train_index, args.num_generations, "num_generations")
         if self._eval_index is not None:
             _check_group_size(self._eval_index, args.num_generations_eval or args.num_generations,
@@ -118,7 +104,9 @@ class EnvGRPOTrainer(GRPOTrainer):
         self._custom_sampler = sampler
         self.last_rollout: RolloutBatchResult | None = None
         self._planned_rows: RowPlan | None = None
-        with warnings.catch_warnings():  # rollout_func is how we plug in, not something the user opted into
+        reference = _frozen_reference(model, args, peft_config)
+        with (warnings.catch_warnings(),  # rollout_func is how we plug in, not something the user opted into
+              grpo_reference_model(reference) if reference is not None else contextlib.nullcontext()):
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
             super().__init__(
                 model=model,
@@ -136,6 +124,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         if not getattr(self._tokenizer, "chat_template", None):
             raise ValueError(f"EnvGRPOTrainer: the tokenizer {self._tokenizer.name_or_path!r} has no chat template; "
                              "env renderers need one (use a chat model or set tokenizer.chat_template).")
+        self.eos_token_ids = with_turn_stops(self.eos_token_ids, Renderer(self._tokenizer))
 
     # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
 
@@ -174,7 +163,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         sampler = LockstepSampler(self._sampler(), [self._tokenizer.pad_token_id], self.accelerator.device,
                                   equal_batch_sizes=equal_batches)
         try:
-            result = run_rollout_batch(builders, sampler, self.args.rollout_budget(),
+            result = run_rollout_batch(builders, sampler, self.args.rollout_budget(self.model),
                                        self.args.error_strategy(), self.args.sampler_max_wait_s)
         finally:
             sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
@@ -233,7 +222,20 @@ class EnvGRPOTrainer(GRPOTrainer):
             self.args.gradient_checkpointing_kwargs, self._dist)
         return HFSampler(self.model_wrapped, self._tokenizer, temperature=self.temperature, top_p=self.top_p,
                          top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
-                         model_context=model_context)
+                         model_context=model_context, generation_kwargs=self.args.generation_kwargs,
+                         cache_implementation=self.args.cache_implementation)
+
+
+def with_turn_stops(eos_token_ids: Sequence[int], renderer: Renderer) -> list[int]:
+    """TRL's ``eos_token_ids`` plus the chat template's stop tokens.
+
+    TRL counts a row as truncated when its last token is not in ``eos_token_ids`` (+ pad), and with
+    ``mask_truncated_completions`` trains nothing of it. TRL takes those ids from the tokenizer's and generation
+    config's EOS only, so for a base ChatML model (EOS ``<|endoftext|>``, end of turn ``<|im_end|>``) every finished
+    answer would count as truncated. The tokenizer's EOS stays first (it pads the filler rows).
+    """
+    ids = list(eos_token_ids)
+    return ids + [t for t in renderer.get_stop_sequences() if t not in ids]
 
 
 def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, Any]:
@@ -243,9 +245,12 @@ def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, 
 
 @contextlib.contextmanager
 def _generation_model(model_wrapped, accelerator, gather_ds3: bool, gc_kwargs, dist):
+    # Generate under the autocast TRL computes the training logprobs in (`accelerator.autocast()`): with bf16 mixed
+    # precision over fp32 weights (e.g. PEFT) sampling in fp32 would make sampling and training logprobs disagree.
     with (unwrap_model_for_generation(model_wrapped, accelerator, gather_deepspeed3_params=gather_ds3,
                                       gradient_checkpointing_kwargs=gc_kwargs) as unwrapped,
-          dist.summon_full_params(model_wrapped, recurse=False)):
+          dist.summon_full_params(model_wrapped, recurse=False),
+          accelerator.autocast()):
         yield unwrapped
 
 
@@ -298,19 +303,42 @@ def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:
                          f"multiple of the evaluation group size {g_eval}.")
 
 
-def _check_reference_model(model, args: EnvGRPOConfig, peft_config) -> None:
+def _warn_biased_logprob_comparison(args: EnvGRPOConfig) -> None:
+    """Sampling logprobs are recorded from the model's logits, as TRL's training logprobs are; a repetition penalty
+    samples from another distribution, so comparing the two (off-policy mask, vLLM importance sampling) is biased."""
+    penalty = (args.generation_kwargs or {}).get("repetition_penalty", args.repetition_penalty)
+    compares = [name for name, on in (
+        (f"off_policy_mask_threshold={args.off_policy_mask_threshold}", args.off_policy_mask_threshold is not None),
+        ("use_vllm with vllm_importance_sampling_correction", args.use_vllm and args.vllm_importance_sampling_correction),
+    ) if on]
+    if penalty != 1.0 and compares:
+        warnings.warn(
+            f"EnvGRPOConfig: repetition_penalty={penalty} samples tokens from a distribution TRL's training logprobs "
+            f"do not include, and {' and '.join(compares)} compares sampling with training logprobs: tokens the "
+            "penalty favoured or disfavoured are masked or reweighted as if off-policy. Set repetition_penalty=1.0 "
+            "or turn the comparison off.", stacklevel=3)
+
+
+def _frozen_reference(model, args: EnvGRPOConfig, peft_config):
+    """The reference model for ``beta > 0`` when the policy is given as a model object without PEFT: a frozen copy of
+    it as passed. (TRL would reload ``model.config._name_or_path`` from disk: empty for a model built in memory, stale
+    for one changed since it was loaded.) ``None`` where TRL's own reference is the model as passed: a model id or
+    path (loaded from there), PEFT (the adapter switched off), or ``beta == 0`` (no reference)."""
     if args.beta == 0.0 or peft_config is not None or isinstance(model, str):
-        return
-    name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
-    if not name or not (os.path.isdir(name) or "/" in name):
-        raise ValueError(
-            "EnvGRPOConfig: beta > 0 needs a reference model, which TRL reloads from model.config._name_or_path, but "
-            f"this in-memory model has {name!r}. Save the model (model.save_pretrained(dir)) and pass the path, "
-            "pass a peft_config (the reference is then the model without the adapter), or set beta=0.")
+        return None
+    with contextlib.suppress(ImportError):
+        from peft import PeftModel
+
+        if isinstance(model, PeftModel):
+            return None
+    reference = copy.deepcopy(model)
+    reference.eval()
+    reference.requires_grad_(False)
+    return reference
 
 
-def _check_group_size(index: _GroupIndex, expected: int, field_name: str) -> None:
-    builder = index.builder(index.keys[0])
+def _check_group_size(index: GroupIndex, expected: int, field_name: str) -> None:
+    builder = index.builder(index.key(0))
 
     async def probe() -> int:
         try:

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .rollout_args import RolloutArguments
+from .rollout_args import RolloutArguments, check_count
 from ..rollout.engine import RolloutBudget
 
 
 @dataclass
-class EnvGRPOConfig(GRPOConfig, RolloutArguments):
+class EnvGRPOConfig(RolloutArguments, GRPOConfig):
     """``GRPOConfig`` with the settings of env rollouts. Every GRPO option keeps its TRL meaning.
 
     ``num_generations`` is the group size: every env group must have exactly that many envs.
@@ -35,8 +35,8 @@ class EnvGRPOConfig(GRPOConfig, RolloutArguments):
                                          "sampled and often ordered on purpose (curricula, reproducible runs)."})
 
     def __post_init__(self):
-        super().__post_init__()
-        self.check_rollout_arguments()
+        super().__post_init__()  # TRL's config, then RolloutArguments' checks
+        check_count(self, "max_tokens_per_turn", minimum=1, optional=True)
         if self.training_rows not in ("auto", "trajectory", "turn"):
             raise ValueError(f"EnvGRPOConfig.training_rows must be 'auto', 'trajectory' or 'turn', got "
                              f"{self.training_rows!r}")
@@ -46,7 +46,8 @@ class EnvGRPOConfig(GRPOConfig, RolloutArguments):
         if not 0.0 <= self.credit_gamma <= 1.0:
             raise ValueError(f"EnvGRPOConfig.credit_gamma must be in [0, 1], got {self.credit_gamma}")
 
-    def rollout_budget(self) -> RolloutBudget:
+    def rollout_budget(self, model=None) -> RolloutBudget:
+        """The episode budget; ``model`` (when given) sets the context budget and vocabulary (``model_limits``)."""
         return RolloutBudget(max_turns=self.max_turns,
                              max_tokens_per_turn=self.max_tokens_per_turn or self.max_completion_length,
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory)
+                             max_tokens_per_trajectory=self.max_tokens_per_trajectory, **self.model_limits(model))

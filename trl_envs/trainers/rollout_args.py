@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..rollout.engine import ErrorStrategy, FailFast, RetryOnFailure
 
 
 @dataclass
 class RolloutArguments:
-    """Episode budgets and the rollout error strategy. Mixed into a trainer config dataclass."""
+    """Episode budgets and the rollout error strategy. Mixed into a trainer config dataclass.
+
+    Every field is checked when the config is built (:meth:`check_rollout_arguments`, called by the configs'
+    ``__post_init__``), so a bad value fails before any model is loaded, with the config class, field and value named.
+    """
 
     max_turns: int | None = field(default=16, metadata={"help": "Most actions per episode (None: no limit)."})
     max_tokens_per_trajectory: int | None = field(
@@ -19,18 +27,90 @@ class RolloutArguments:
                                                "rollouts are replaced; a group out of retries is skipped)."})
     rollout_max_retries: int = field(default=2, metadata={"help": "Group-wide retry budget for 'retry'."})
     rollout_timeout: float | None = field(
-        default=None, metadata={"help": "Seconds one rollout may take with 'retry' (None: no limit)."})
+        default=None, metadata={"help": "Seconds one rollout may take (None: no limit). With 'retry' a rollout that "
+                                        "takes longer is replaced like a failed one; with 'fail_fast' it stops "
+                                        "training with an error. Also bounds one make_envs / compute_group_rewards "
+                                        "call."})
+    max_context_tokens: int | None = field(
+        default=None, metadata={"help": "Most tokens of context per episode (observation + action); None: the "
+                                        "model's maximum positions."})
+    context_overflow: str = field(
+        default="end", metadata={"help": "An episode that outgrows max_context_tokens: 'end' (stop reason "
+                                         "max_tokens) or 'error'."})
     sampler_max_wait_s: float | None = field(
         default=30.0, metadata={"help": "Longest wait for all live episodes to ask for a turn before sampling the "
                                         "requests already pending."})
 
+    def __post_init__(self):
+        # Mixed in first (``class EnvGRPOConfig(RolloutArguments, GRPOConfig)``): TRL's config initialises, then ours
+        # is checked. Listed first among the bases, our fields come last in the dataclass, so ``EnvGRPOConfig("out")``
+        # still sets ``output_dir`` as ``GRPOConfig("out")`` does.
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        self.check_rollout_arguments()
+
     def check_rollout_arguments(self) -> None:
-        """Raise a ``ValueError`` naming the config class and field for an invalid rollout setting."""
+        """Raise a ``ValueError`` naming the config class, field and value for an invalid rollout setting; warn when
+        ``rollout_timeout`` is given with ``fail_fast``."""
         if self.rollout_error_strategy not in ("fail_fast", "retry"):
             raise ValueError(f"{type(self).__name__}.rollout_error_strategy must be 'fail_fast' or 'retry', got "
                              f"{self.rollout_error_strategy!r}")
+        check_count(self, "max_turns", minimum=1, optional=True)
+        check_count(self, "max_tokens_per_trajectory", minimum=1, optional=True)
+        check_count(self, "rollout_max_retries", minimum=0)
+        check_seconds(self, "rollout_timeout")
+        check_seconds(self, "sampler_max_wait_s")
+        check_count(self, "max_context_tokens", minimum=1, optional=True)
+        if self.context_overflow not in ("end", "error"):
+            raise ValueError(f"{type(self).__name__}.context_overflow must be 'end' or 'error', got "
+                             f"{self.context_overflow!r}")
+        if self.rollout_timeout is not None and self.rollout_error_strategy == "fail_fast":
+            warnings.warn(
+                f"{type(self).__name__}: rollout_timeout={self.rollout_timeout} with rollout_error_strategy="
+                f"'fail_fast': a rollout that runs longer than {self.rollout_timeout} s stops training with an error "
+                "naming the env. Set rollout_error_strategy='retry' to replace such rollouts by fresh envs instead "
+                f"(up to rollout_max_retries={self.rollout_max_retries} per group, then the group is skipped).",
+                UserWarning, stacklevel=4)
 
     def error_strategy(self) -> ErrorStrategy:
         if self.rollout_error_strategy == "retry":
             return RetryOnFailure(self.rollout_max_retries, self.rollout_timeout)
-        return FailFast()
+        return FailFast(self.rollout_timeout)
+
+    def model_limits(self, model: Any = None) -> dict[str, Any]:
+        """The ``RolloutBudget`` fields that come from the model: ``max_context_tokens`` (this config's, else the
+        model's maximum positions), ``context_overflow`` and ``vocab_size`` (sampled ids must be below it)."""
+        text_config = _text_config(model)
+        max_positions = getattr(text_config, "max_position_embeddings", None)
+        return {"max_context_tokens": self.max_context_tokens or max_positions,
+                "context_overflow": self.context_overflow,
+                "vocab_size": getattr(text_config, "vocab_size", None)}
+
+
+def _text_config(model: Any) -> Any:
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    return config
+
+
+def check_count(config, name: str, *, minimum: int, optional: bool = False) -> None:
+    """``config.<name>`` must be an int >= ``minimum`` (or ``None`` when ``optional``)."""
+    value = getattr(config, name)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        none = " or None (no limit)" if optional else ""
+        raise ValueError(f"{type(config).__name__}.{name} must be an integer >= {minimum}{none}, got {value!r}")
+
+
+def check_seconds(config, name: str) -> None:
+    """``config.<name>`` must be ``None`` (no limit) or a finite number of seconds > 0."""
+    value = getattr(config, name)
+    if value is None:
+        return
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or value <= 0):
+        raise ValueError(f"{type(config).__name__}.{name} must be a number of seconds > 0, or None (no limit), got "
+                         f"{value!r}")

@@ -15,7 +15,10 @@ Rules, per group:
 * a pair row is token-exact (see :func:`~trl_envs.training_data.rows.trajectory_to_data`): ``prompt_ids`` is the first
   observation, ``chosen_ids`` / ``rejected_ids`` are the actions plus the env tokens between them, and
   ``chosen_mask`` / ``rejected_mask`` are 1 exactly on sampled tokens, so multi-turn env tokens stay out of the DPO
-  loss.
+  loss;
+* a trajectory whose observations stop extending the previous context (``Env.observations_extend = False``: a
+  fresh board each turn, a re-rendered conversation) takes part with its longest token-exact prefix: its turns up to
+  the first observation that does not extend (at least the first turn), since one DPO completion is one sequence.
 
 Every skipped group is counted by reason in :class:`PairStats`.
 """
@@ -23,11 +26,11 @@ Every skipped group is counted by reason in :class:`PairStats`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .rows import trajectory_to_data
-from ..core.types import TrajectoryGroup
+from ..core.types import Trajectory, TrajectoryGroup
 
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids", "chosen_mask", "rejected_mask")
 """The columns :class:`~trl_envs.trainers.dpo.EnvDPOTrainer` trains on (other columns are for inspection)."""
@@ -108,13 +111,30 @@ def group_to_pair(group: TrajectoryGroup, *, min_reward_gap: float = 0.0,
     prompts = {tuple(t.transitions[0].ob) for t in group.trajectories if t.transitions}
     if len(prompts) != 1 or any(not t.transitions for t in group.trajectories):
         return None, "prompt_mismatch"
-    chosen = trajectory_to_data(group.trajectories[best], env_name=f"{env_name} (trajectory {best})")
-    rejected = trajectory_to_data(group.trajectories[worst], env_name=f"{env_name} (trajectory {worst})")
+    chosen = trajectory_to_data(token_exact_prefix(group.trajectories[best]),
+                                env_name=f"{env_name} (trajectory {best})")
+    rejected = trajectory_to_data(token_exact_prefix(group.trajectories[worst]),
+                                  env_name=f"{env_name} (trajectory {worst})")
     if chosen.completion_ids == rejected.completion_ids:
         return None, "identical"
     pair = PreferencePair(chosen.prompt_ids, chosen.completion_ids, rejected.completion_ids, chosen.mask,
                           rejected.mask, float(rewards[best]), float(rewards[worst]), list(group.tags))
     return pair, None
+
+
+def token_exact_prefix(trajectory: Trajectory) -> Trajectory:
+    """``trajectory`` itself when its env promised extending observations; otherwise its turns up to (not
+    including) the first whose observation is not the previous observation + action + new tokens."""
+    if trajectory.observations_extend or not trajectory.transitions:
+        return trajectory
+    first = trajectory.transitions[0]
+    keep, context = [first], list(first.ob) + list(first.ac.tokens)
+    for tr in trajectory.transitions[1:]:
+        if list(tr.ob[: len(context)]) != context:
+            break
+        keep.append(tr)
+        context = list(tr.ob) + list(tr.ac.tokens)
+    return replace(trajectory, transitions=keep, observations_extend=True)
 
 
 def make_preference_pairs(groups: Sequence[TrajectoryGroup | None], *, min_reward_gap: float = 0.0,

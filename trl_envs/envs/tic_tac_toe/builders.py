@@ -11,14 +11,15 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...core.message_env import MessageTokenEnv
 from ...core.renderer import Renderer
 from ...core.types import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
-from .._builder import BUILTIN_TEST_SEED_OFFSET, BuiltinDataset, BuiltinDatasetBuilder
+from .._builder import BUILTIN_TEST_SEED_OFFSET, BuiltinDataset, BuiltinDatasetBuilder, check_number_option
 from .envs import TicTacToePlayerEnv, TicTacToeVsOpponentEnv
 from .match import TicTacToeMatch
-from .opponents import make_opponent
+from .opponents import OPPONENTS, make_opponent
 
 
 class TicTacToeSelfPlayGroupBuilder(EnvGroupBuilder):
@@ -126,15 +127,25 @@ class TicTacToeDatasetBuilder(BuiltinDatasetBuilder):
     Self-play training games and a test set against ``test_opponent`` (``"random"`` or ``"perfect"``).
     """
 
+    env_name: ClassVar[str] = "tic_tac_toe"
+
     group_size: int = 8
     test_opponent: str = "random"
     illegal_move_penalty: float = 0.5
     move_timeout: float = 120.0
 
+    def check_options(self) -> None:
+        super().check_options()
+        if not isinstance(self.test_opponent, str) or self.test_opponent not in OPPONENTS:
+            raise ValueError(f"env 'tic_tac_toe': option 'test_opponent' must be one of {sorted(OPPONENTS)}, got "
+                             f"{self.test_opponent!r}")
+        check_number_option(self.env_name, "illegal_move_penalty", self.illegal_move_penalty)
+        check_number_option(self.env_name, "move_timeout", self.move_timeout, positive=True)
+
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train = TicTacToeSelfPlayDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
                                          self.illegal_move_penalty, self.move_timeout)
         test = TicTacToeVsOpponentDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                          self.test_opponent, self.seed + BUILTIN_TEST_SEED_OFFSET,
+                                          self.test_opponent, self.test_seed + BUILTIN_TEST_SEED_OFFSET,
                                           self.illegal_move_penalty)
         return train, test

@@ -1,0 +1,30 @@
+"""Recognise tinker-cookbook objects without importing tinker-cookbook.
+
+:func:`is_tinker_cookbook_object` only reads class names and modules, so the env registry can ask it about any
+object it imported (``--env package.module:attr``) while ``import trl_envs`` stays free of tinker imports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COOKBOOK_TYPES_MODULE = "tinker_cookbook.rl.types"
+"""Where tinker-cookbook defines ``RLDatasetBuilder``, ``RLDataset`` and ``EnvGroupBuilder``."""
+
+COOKBOOK_BASES = ("RLDatasetBuilder", "RLDataset", "EnvGroupBuilder")
+
+
+def cookbook_base(obj: Any) -> str | None:
+    """The name of the tinker-cookbook base class (``"RLDatasetBuilder"``, ``"RLDataset"`` or ``"EnvGroupBuilder"``)
+    that ``obj`` -- a class or an instance -- derives from, or ``None``."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    for base in getattr(cls, "__mro__", ()):
+        if base.__module__ == COOKBOOK_TYPES_MODULE and base.__name__ in COOKBOOK_BASES:
+            return base.__name__
+    return None
+
+
+def is_tinker_cookbook_object(obj: Any) -> bool:
+    """Whether ``obj`` is a tinker-cookbook ``RLDatasetBuilder`` / ``RLDataset`` / ``EnvGroupBuilder`` (class or
+    instance), i.e. something :func:`trl_envs.tinker.adapt` turns into a trl_envs object."""
+    return cookbook_base(obj) is not None
