@@ -162,7 +162,8 @@ def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_STAGING}-", dir=target.parent))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the finished model is an ordinary cache directory
         try:
-            _log(f"building the tiny model into {target} (about half a minute)")
+            _log(f"building the tiny model {name} into {target} "
+                 f"({'about a minute' if name == DEMO_MODEL_NAME else 'about half a minute'})")
             _run_build_subprocess(staging, seed, name)
             _move_into_place(staging, target)
         finally:
