@@ -1,94 +1,182 @@
-"""Does GRPO through EnvGRPOTrainer make the tiny model better at the built-in envs?
+"""Does training with trl_envs make the demo model better? Before / after on held-out problems, per env, >= 3 seeds.
 
-For each env (arithmetic, guess_number) and each seed: the mean total reward of the model on the env's held-out
-test set (sampling at temperature 1, a fixed number of episodes), then N training steps of EnvGRPOTrainer, then
-the same evaluation again. Prints before / after / gain per env and seed.
+Each row trains the demo model ``tiny-chat-v2`` (``trl_envs.tiny_model``, built offline and cached) with the
+row's recipe, ``scripts/configs/<row>.yaml`` (the very file ``python scripts/train_grpo.py --config`` reads), once
+per seed, and evaluates it before and after training on the env's *test* set:
 
-Target: a clear, repeatable rise on both envs (every seed's "after" above its "before").
+* sampled at temperature 1 (``pass@1`` = the fraction of episodes solved, the row's metric);
+* greedy (temperature 0), which must never get worse.
 
-    python bench/learning.py                       # both envs, seeds 0 and 1, 60 steps
-    python bench/learning.py --envs arithmetic --steps 60 --seeds 0
+The arithmetic recipe holds out a fixed 20% of the 100 questions (``held_out_fraction: 0.2``): the test set is made
+only of questions that never occur in RL training (the warm start saw every question, answered by a sloppy teacher,
+see ``trl_envs/warm_start.py``). Prints one line per seed, then per row the mean ± std (over seeds) before and
+after, and MET / NOT MET against the targets of issue 14. Rows without a recipe that reaches them print NOT RUN
+with the reason.
+
+    python bench/learning.py                                  # every row, seeds 0 1 2
+    python bench/learning.py --rows arithmetic --seeds 0      # one row, one seed
+    python bench/learning.py --check                          # exit 1 unless every row run is MET
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+import _common  # noqa: F401  (offline settings, quiet warnings)
 
 import torch  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
+import yaml  # noqa: E402
+from transformers import AutoTokenizer, PrinterCallback  # noqa: E402
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget  # noqa: E402
-from trl_envs import make_env_dataset  # noqa: E402
+from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer  # noqa: E402
+from trl_envs.registry.names import make_env_dataset  # noqa: E402
+from trl_envs.rollout.engine import RolloutBudget, run_sync  # noqa: E402
 from trl_envs.rollout.evaluation import evaluate  # noqa: E402
-from trl_envs.rollout.engine import run_sync  # noqa: E402
-from trl_envs.tiny_model import build_tiny_model  # noqa: E402
+from trl_envs.tiny_model import DEMO_MODEL_NAME, build_tiny_model  # noqa: E402
 
-MAX_TURNS = {"arithmetic": 1, "guess_number": 6}
-ENV_KWARGS = {"arithmetic": {"max_operand": 3}}  # as scripts/train_grpo.py's default run
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT_KEYS = {"tiny_model", "env_name", "env_kwargs", "groups_per_batch", "num_env_batches", "card_eval"}
 
 
-def run(env: str, seed: int, args, model_path: str, tokenizer) -> tuple[float, float, float]:
-    renderer = Renderer(tokenizer)
-    builder = make_env_dataset(env, renderer, group_size=args.group_size, batch_size=args.groups_per_step,
-                                   num_batches=args.steps * 2, num_test_batches=args.eval_batches, seed=seed,
-                                   **ENV_KWARGS.get(env, {}))
-    _, test = run_sync(builder)
-    budget = RolloutBudget(max_turns=MAX_TURNS[env], max_tokens_per_turn=args.max_tokens)
-    with tempfile.TemporaryDirectory() as out:
-        config = EnvGRPOConfig(
-            output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-            disable_tqdm=True, seed=seed, num_generations=args.group_size,
-            per_device_train_batch_size=args.group_size * args.groups_per_step, max_steps=args.steps,
-            learning_rate=args.lr, beta=0.0, max_completion_length=args.max_tokens, max_turns=MAX_TURNS[env],
-            logging_steps=args.steps, save_strategy="no")
-        trainer = EnvGRPOTrainer(model_path, config, builder, processing_class=tokenizer)
-        sampler = HFSampler(trainer.model, tokenizer, temperature=1.0)
+@dataclass(frozen=True)
+class Scores:
+    sampled: float  # pass@1 at temperature 1
+    greedy: float
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a recipe, the env metric that counts an episode as solved, and the target."""
+
+    name: str
+    config: str  # path under scripts/configs/
+    solved_metric: str  # env metric (mean over episodes) read as pass@1
+    target: str
+    met: Callable[[list[Scores], list[Scores]], bool]
+
+
+def _arithmetic_met(before: list[Scores], after: list[Scores]) -> bool:
+    mean = statistics.fmean
+    return (mean(s.sampled for s in before) <= 0.4 and mean(s.sampled for s in after) >= 0.8
+            and all(a.greedy >= b.greedy for a, b in zip(after, before)))
+
+
+ROWS = {
+    "arithmetic": Row("arithmetic", "arithmetic.yaml", "correct",
+                      "held-out pass@1 >= 0.8 from <= 0.4; greedy never lower than before", _arithmetic_met),
+}
+NOT_RUN = {
+    "guess_number": "win rate >= 0.9 and fewer guesses than the base model",
+    "dpo": "held-out gain >= 3x std over seeds (offline and env-driven, arithmetic)",
+    "tic_tac_toe": "win rate vs random >= 0.7, illegal moves <= 2%",
+    "tool_use": "correct answers >= 0.5 on large sums through calculator calls",
+    "judged_arithmetic": "held-out gain >= 3x std over seeds",
+    "cartpole": "greedy return >= 475 over 10 episodes",
+}
+
+
+def load_recipe(row: Row, path: str | None = None) -> tuple[dict, dict]:
+    """``(script options, EnvGRPOConfig options)`` of the row's YAML recipe (or of the YAML file ``path``)."""
+    options = yaml.safe_load(Path(path or REPO / "scripts" / "configs" / row.config).read_text())
+    script = {k: v for k, v in options.items() if k in SCRIPT_KEYS}
+    fields = {f.name for f in dataclasses.fields(EnvGRPOConfig)}
+    unknown = set(options) - SCRIPT_KEYS - fields
+    if unknown:
+        raise SystemExit(f"bench/learning.py: {row.config}: unknown keys {sorted(unknown)}")
+    return script, {k: v for k, v in options.items() if k in fields}
+
+
+def score(model, tokenizer, test, metric: str, env: str, budget: RolloutBudget, seed: int) -> Scores:
+    out = []
+    for temperature in (1.0, 0.0):
         torch.manual_seed(1000 + seed)
-        before = evaluate(sampler, test, budget=budget).mean_reward
+        result = evaluate(HFSampler(model, tokenizer, temperature=temperature), test, budget=budget)
+        out.append(result.metrics[f"env/{env}/{metric}"])
+    return Scores(*out)
+
+
+def run_seed(row: Row, seed: int, model_path: str, tokenizer, eval_batches: int,
+             config_path: str | None = None) -> tuple[Scores, Scores, float]:
+    script, config = load_recipe(row, config_path)
+    env = script["env_name"]
+    builder = make_env_dataset(env, Renderer(tokenizer), group_size=config["num_generations"],
+                               groups_per_batch=script.get("groups_per_batch", 4), num_batches=1000,
+                               defaults={"seed": seed, "num_test_batches": eval_batches},
+                               **(script.get("env_kwargs") or {}))
+    _, test = run_sync(builder)
+    budget = RolloutBudget(max_turns=config.get("max_turns", 8),
+                           max_tokens_per_turn=config.get("max_completion_length", 16))
+    with tempfile.TemporaryDirectory() as out:
+        args = EnvGRPOConfig(**{**config, "output_dir": out, "seed": seed, "use_cpu": True, "bf16": False,
+                                "report_to": "none", "save_strategy": "no", "disable_tqdm": True,
+                                "logging_steps": config["max_steps"], "gradient_checkpointing": False})
+        trainer = EnvGRPOTrainer(model_path, args, builder, processing_class=tokenizer)
+        trainer.remove_callback(PrinterCallback)
+        before = score(trainer.model, tokenizer, test, row.solved_metric, env, budget, seed)
         start = time.perf_counter()
         trainer.train()
-        train_seconds = time.perf_counter() - start
-        torch.manual_seed(1000 + seed)
-        after = evaluate(sampler, test, budget=budget).mean_reward
-    return before, after, train_seconds
+        seconds = time.perf_counter() - start
+        after = score(trainer.model, tokenizer, test, row.solved_metric, env, budget, seed)
+    return before, after, seconds
+
+
+def _mean_std(values: list[float]) -> str:
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} ± {std:.3f}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=["arithmetic", "guess_number"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--group_size", type=int, default=8)
-    parser.add_argument("--groups_per_step", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--max_tokens", type=int, default=8, help="sampled tokens per turn")
-    parser.add_argument("--eval_batches", type=int, default=8, help="test batches (x groups_per_step x group_size "
-                                                                    "episodes)")
-    parser.add_argument("--model", default=None, help="model id or path (default: the offline tiny model)")
-    parser.add_argument("--check", action="store_true", help="exit 1 unless every run improved")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS) + list(NOT_RUN),
+                        choices=list(ROWS) + list(NOT_RUN))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--eval_batches", type=int, default=10,
+                        help="test batches (x the recipe's groups_per_batch x num_generations episodes)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a shared 2-core box)")
+    parser.add_argument("--model", default=None, help=f"model path (default: the offline {DEMO_MODEL_NAME})")
+    parser.add_argument("--config", default=None, help="a YAML recipe to use instead of the row's (one row only)")
+    parser.add_argument("--check", action="store_true", help="exit 1 unless every row run is MET")
     args = parser.parse_args()
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    model_path = args.model or build_tiny_model()
+    if args.config and len(args.rows) != 1:
+        parser.error("--config replaces one row's recipe: give exactly one --rows")
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    model_path = args.model or build_tiny_model(name=DEMO_MODEL_NAME)
+    print(f"model {model_path} (ready in {time.perf_counter() - start:.0f} s); seeds {args.seeds}; "
+          f"{args.eval_batches} test batches; {args.threads} torch thread(s)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    episodes = args.eval_batches * args.groups_per_step * args.group_size
-    print(f"model {model_path}; {args.steps} steps of {args.groups_per_step}x{args.group_size} episodes; "
-          f"evaluation on {episodes} held-out episodes", flush=True)
-    improved = True
-    for env in args.envs:
+    all_met = True
+    summary = []
+    for name in args.rows:
+        if name in NOT_RUN:
+            summary.append(f"{name:18s} NOT RUN   target: {NOT_RUN[name]} (no recipe reaches it yet)")
+            continue
+        row = ROWS[name]
+        before, after = [], []
         for seed in args.seeds:
-            before, after, seconds = run(env, seed, args, model_path, tokenizer)
-            improved &= after > before
-            print(f"{env:13s} seed {seed}: mean reward before {before:+.3f}  after {after:+.3f}  "
-                  f"gain {after - before:+.3f}  ({seconds:.0f} s training)", flush=True)
-    return 0 if improved or not args.check else 1
+            b, a, seconds = run_seed(row, seed, model_path, tokenizer, args.eval_batches, args.config)
+            before.append(b)
+            after.append(a)
+            print(f"{name:18s} seed {seed}: pass@1 {b.sampled:.3f} -> {a.sampled:.3f}   greedy {b.greedy:.3f} -> "
+                  f"{a.greedy:.3f}   ({seconds:.0f} s training)", flush=True)
+        met = row.met(before, after)
+        all_met &= met
+        summary.append(f"{name:18s} {'MET' if met else 'NOT MET':8s}  pass@1 {_mean_std([s.sampled for s in before])}"
+                       f" -> {_mean_std([s.sampled for s in after])}   greedy "
+                       f"{_mean_std([s.greedy for s in before])} -> {_mean_std([s.greedy for s in after])}   "
+                       f"({len(args.seeds)} seeds; target: {row.target})")
+    print("\n".join(["", "row                result    before -> after (mean ± std over seeds)", *summary]))
+    print(f"total {time.perf_counter() - start:.0f} s")
+    return 0 if all_met or not args.check else 1
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ class ScriptArguments:
         default=None, metadata={"help": "Env dataset options, a JSON object (a mapping in YAML), e.g. "
                                         "'{\"max_operand\": 9}'. Default: DEFAULT_ENV_KWARGS[env]."})
     groups_per_batch: int = field(default=4, metadata={"help": "Env groups per RLDataset batch."})
+    tiny_model: str = field(default="tiny-chat-v1", metadata={
+        "help": "The offline model built and used when --model_name_or_path is not given: tiny-chat-v1 (small, "
+                "fast) or tiny-chat-v2 (the demo model of the recipes in scripts/configs/, docs/benchmarks.md)."})
     num_env_batches: int = field(default=1000, metadata={"help": "Batches in the training RLDataset."})
 
     def check(self) -> None:
@@ -104,7 +107,7 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
     checkpoint = resume_checkpoint(training_args)
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
-    model_path = model_args.model_name_or_path or build_tiny_model()
+    model_path = model_args.model_name_or_path or build_tiny_model(name=script_args.tiny_model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
 
     # 2. The environment: an env by name (its dataset builder, groups of num_generations envs), or a dataset of env

@@ -192,7 +192,7 @@ def test_second_call_reuses_the_build(built, monkeypatch):
     marker = Path(built["path"]) / MARKER_FILE
     mtime = marker.stat().st_mtime_ns
 
-    def no_rebuild(directory, seed):
+    def no_rebuild(directory, seed, name):
         raise AssertionError("a finished build must not be rebuilt")
 
     monkeypatch.setattr(tiny_model, "_run_build_subprocess", no_rebuild)
@@ -224,7 +224,7 @@ class _FakeBuilder:
     def __init__(self, seconds: float = 0.3):
         self.seconds, self.calls, self._lock = seconds, 0, threading.Lock()
 
-    def __call__(self, directory: Path, seed: int) -> None:
+    def __call__(self, directory: Path, seed: int, name: str = tiny_model.MODEL_NAME) -> None:
         with self._lock:
             self.calls += 1
         time.sleep(self.seconds)
@@ -288,7 +288,7 @@ def test_scratch_dirs_of_a_killed_builder_are_removed(monkeypatch, tmp_path):
 
 
 def test_failed_build_leaves_nothing_behind(monkeypatch, tmp_path):
-    def failing(directory, seed):
+    def failing(directory, seed, name):
         (directory / "half.bin").write_text("partial")
         raise RuntimeError("boom")
 

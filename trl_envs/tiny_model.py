@@ -40,7 +40,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 MODEL_NAME = "tiny-chat-v1"
-"""Name of the default build directory; bump the version when the recipe changes so old caches are not reused."""
+"""Name of the default build directory (the small, fast model the tests use); bump the version when the recipe
+changes so old caches are not reused."""
+
+DEMO_MODEL_NAME = "tiny-chat-v2"
+"""The demo model the training scripts default to: a larger model warm-started by :mod:`trl_envs.warm_start` so that
+GRPO visibly improves it in a few minutes on a CPU (docs/benchmarks.md, "Learning")."""
+
+MODEL_NAMES = (MODEL_NAME, DEMO_MODEL_NAME)
 
 MARKER_FILE = "BUILD_COMPLETE"
 """Written last into a build; a directory holding it is a finished model."""
@@ -78,6 +85,18 @@ LEARNING_RATE = 6e-3
 WARMUP_STEPS = 50
 TORCH_THREADS = 1  # the model is so small that more threads only add synchronisation (much slower on a busy machine)
 
+# The v2 recipe (DEMO_MODEL_NAME). Tuned (seed 0) so that the model's greedy answer to every sum with operands 0..9 is
+# right, while sampled at temperature 1 it is right ~35% of the time (the sloppy teacher of trl_envs.warm_start); GRPO
+# then has reward variance on every question. Wider than v1 so that 100 sums are learned within the step budget.
+V2_MODEL_CONFIG = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=1024)
+V2_TRAIN_STEPS = 500
+V2_ARITHMETIC_PER_STEP = 64
+V2_GUESS_GAMES = 600
+V2_GUESS_PER_STEP = 4
+V2_LEARNING_RATE = 6e-3
+V2_WARMUP_STEPS = 50
+
 _GENERIC_TEXT = """\
 You are a helpful assistant. Answer the question with just the number.
 The quick brown fox jumps over the lazy dog. A small model learns to add numbers and to guess a hidden number.
@@ -93,10 +112,17 @@ _DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GRO
 _DISTRIBUTED_ENV_PREFIXES = ("ACCELERATE_", "FSDP_", "TORCHELASTIC_", "PET_")
 
 
-def default_tiny_model_path() -> str:
-    """``$TRL_ENVS_CACHE/tiny-chat-v1``, where ``TRL_ENVS_CACHE`` defaults to ``~/.cache/trl_envs``."""
+def default_tiny_model_path(name: str = MODEL_NAME) -> str:
+    """``$TRL_ENVS_CACHE/<name>`` (default ``tiny-chat-v1``), where ``TRL_ENVS_CACHE`` defaults to
+    ``~/.cache/trl_envs``."""
+    _check_name(name)
     cache = os.environ.get("TRL_ENVS_CACHE") or os.path.join("~", ".cache", "trl_envs")
-    return os.path.join(os.path.expanduser(cache), MODEL_NAME)
+    return os.path.join(os.path.expanduser(cache), name)
+
+
+def _check_name(name: str) -> None:
+    if name not in MODEL_NAMES:
+        raise ValueError(f"tiny_model: unknown model name {name!r}; known: {', '.join(MODEL_NAMES)}")
 
 
 def is_built(path: str | os.PathLike[str]) -> bool:
@@ -104,8 +130,11 @@ def is_built(path: str | os.PathLike[str]) -> bool:
     return os.path.isfile(os.path.join(path, MARKER_FILE))
 
 
-def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed: int = 0) -> str:
-    """Build the tiny chat model into ``output_dir`` (default :func:`default_tiny_model_path`) and return its path.
+def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed: int = 0,
+                     name: str = MODEL_NAME) -> str:
+    """Build the tiny chat model into ``output_dir`` (default :func:`default_tiny_model_path` ``(name)``) and return
+    its path. ``name`` picks the recipe: ``tiny-chat-v1`` (:data:`MODEL_NAME`, small and fast, for tests) or
+    ``tiny-chat-v2`` (:data:`DEMO_MODEL_NAME`, the demo model the training scripts use).
 
     If ``output_dir`` already holds a finished build it is returned immediately, without rebuilding, whatever
     ``seed`` it was built with; ``force=True`` rebuilds and replaces it. ``seed`` fixes the tokenizer corpus, the
@@ -117,7 +146,8 @@ def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed
             it is never deleted in that case.
         RuntimeError: the build failed (its stderr went to this process's stderr).
     """
-    target = Path(output_dir if output_dir is not None else default_tiny_model_path()).expanduser().resolve()
+    _check_name(name)
+    target = Path(output_dir if output_dir is not None else default_tiny_model_path(name)).expanduser().resolve()
     if not force and is_built(target):
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -132,8 +162,9 @@ def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_STAGING}-", dir=target.parent))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the finished model is an ordinary cache directory
         try:
-            _log(f"building the tiny model into {target} (about half a minute)")
-            _run_build_subprocess(staging, seed)
+            _log(f"building the tiny model {name} into {target} "
+                 f"({'about a minute' if name == DEMO_MODEL_NAME else 'about half a minute'})")
+            _run_build_subprocess(staging, seed, name)
             _move_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -177,7 +208,7 @@ def _move_into_place(staging: Path, target: Path) -> None:
     os.replace(staging, target)
 
 
-def _run_build_subprocess(directory: Path, seed: int) -> None:
+def _run_build_subprocess(directory: Path, seed: int, name: str = MODEL_NAME) -> None:
     """Run :func:`_build_into` in a fresh interpreter with the distributed/accelerate variables removed."""
     env = {key: value for key, value in os.environ.items()
            if key not in _DISTRIBUTED_ENV and not key.startswith(_DISTRIBUTED_ENV_PREFIXES)}
@@ -186,7 +217,7 @@ def _run_build_subprocess(directory: Path, seed: int) -> None:
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     package_root = str(Path(__file__).resolve().parent.parent)  # so the child imports this very copy of trl_envs
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "trl_envs.tiny_model", "--_build_into", str(directory), "--seed", str(seed)]
+    command = [sys.executable, "-m", "trl_envs.tiny_model", "--_build_into", str(directory), "--seed", str(seed), "--name", name]
     # The child's stdout is pointed at its stderr (see `main`), so nothing but our own result reaches stdout.
     result = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, check=False)
     if result.returncode != 0 or not is_built(directory):
@@ -201,8 +232,9 @@ def _log(message: str) -> None:
 # -- the build itself (runs in the child process) -------------------------------------------------------------------
 
 
-def _build_into(directory: Path, seed: int) -> None:
-    """Build tokenizer and warm-started model into the existing empty ``directory``, marker file last."""
+def _build_into(directory: Path, seed: int, name: str = MODEL_NAME) -> None:
+    """Build tokenizer and warm-started model (recipe ``name``) into the existing empty ``directory``, marker file
+    last."""
     start = time.monotonic()
     _quiet_libraries()
     import torch
@@ -210,20 +242,36 @@ def _build_into(directory: Path, seed: int) -> None:
 
     torch.set_num_threads(TORCH_THREADS)
     set_seed(seed)
-    conversations = _demonstrations(seed)
+    if name == DEMO_MODEL_NAME:
+        from . import warm_start
+
+        sources = [warm_start.Source("arithmetic", warm_start.sloppy_arithmetic_examples(), V2_ARITHMETIC_PER_STEP),
+                   warm_start.Source("guess_number", warm_start.guess_number_examples(V2_GUESS_GAMES, seed),
+                                     V2_GUESS_PER_STEP)]
+        conversations = [example.messages for source in sources for example in source.examples]
+    else:
+        conversations = _demonstrations(seed)
     tokenizer = _train_tokenizer(conversations)
     _log(f"trained a {len(tokenizer)}-token tokenizer ({time.monotonic() - start:.0f}s)")
 
-    config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=True, bos_token_id=None,
+    demo = name == DEMO_MODEL_NAME
+    # v2 unties the output layer from the input embeddings: RL then sharpens the answer distribution without moving
+    # the embeddings of the digits it reads in the question (tied, the tiny model's arithmetic collapses under GRPO).
+    config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=not demo, bos_token_id=None,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         use_sliding_window=False, **MODEL_CONFIG)
+                         use_sliding_window=False, **(V2_MODEL_CONFIG if demo else MODEL_CONFIG))
     model = Qwen2ForCausalLM(config).to(torch.float32)
     model.generation_config.bos_token_id = None
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    _log(f"warm-starting on {len(conversations)} demonstrations ({TRAIN_STEPS} steps)")
-    _warm_start(model, tokenizer, conversations, directory, seed)
+    if name == DEMO_MODEL_NAME:
+        _log(f"warm-starting on {len(conversations)} weighted demonstrations ({V2_TRAIN_STEPS} steps)")
+        warm_start.train(model, tokenizer, sources, steps=V2_TRAIN_STEPS, learning_rate=V2_LEARNING_RATE,
+                         warmup_steps=V2_WARMUP_STEPS, seed=seed)
+    else:
+        _log(f"warm-starting on {len(conversations)} demonstrations ({TRAIN_STEPS} steps)")
+        _warm_start(model, tokenizer, conversations, directory, seed)
     model.config.use_cache = True  # the trainer turns the KV cache off for training
     evaluation = evaluate_warm_start(model, tokenizer, seed=seed + 10_000)
     _log("sampled at temperature 1: " + ", ".join(f"{key} {value:.0%}" for key, value in evaluation.items())
@@ -231,7 +279,7 @@ def _build_into(directory: Path, seed: int) -> None:
 
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    marker = {"name": MODEL_NAME, "seed": seed, "build_seconds": round(time.monotonic() - start, 1),
+    marker = {"name": name, "seed": seed, "build_seconds": round(time.monotonic() - start, 1),
               "warm_start_eval": evaluation}
     (directory / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
     _log(f"built in {marker['build_seconds']:.0f}s")
@@ -327,6 +375,7 @@ def evaluate_warm_start(model, tokenizer, *, num: int = 100, seed: int = 10_000)
 
     * ``arithmetic_format``: replies that are a bare integer followed by ``<|im_end|>``;
     * ``arithmetic_correct``: replies that are the right sum (and well formed);
+    * ``arithmetic_greedy_correct``: greedy replies that are the right sum;
     * ``guess_in_range``: guesses that are a bare integer in the game's range, followed by ``<|im_end|>``.
     """
     import random
@@ -339,17 +388,19 @@ def evaluate_warm_start(model, tokenizer, *, num: int = 100, seed: int = 10_000)
     rng = random.Random(seed)
     states = [game[: rng.randrange(0, len(game), 2) + 1] for game in guess_demos(num, seed=seed)]
     guesses = sample_replies(model, tokenizer, states)
+    greedy = sample_replies(model, tokenizer, [convo[:1] for convo in questions], temperature=0.0)
     return {
         "arithmetic_format": sum(_is_integer(a) for a in answers) / num,
         "arithmetic_correct": sum(_is_integer(a) and a == q[1]["content"] for a, q in zip(answers, questions)) / num,
+        "arithmetic_greedy_correct": sum(a == q[1]["content"] for a, q in zip(greedy, questions)) / num,
         "guess_in_range": sum(_is_integer(g) and 1 <= int(g) <= 16 for g in guesses) / num,
     }
 
 
 def sample_replies(model, tokenizer, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 8,
                    temperature: float = 1.0) -> list[str | None]:
-    """Sample one assistant reply per conversation (left-padded batch). ``None`` where the reply did not end with
-    ``<|im_end|>`` within ``max_new_tokens``."""
+    """Sample one assistant reply per conversation (left-padded batch; ``temperature=0``: greedy). ``None`` where the
+    reply did not end with ``<|im_end|>`` within ``max_new_tokens``."""
     import torch
 
     prompts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
@@ -359,7 +410,9 @@ def sample_replies(model, tokenizer, conversations: list[list[dict[str, str]]], 
     finally:
         tokenizer.padding_side = padding_side
     with torch.no_grad():
-        out = model.generate(**batch, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
+            dict(do_sample=False)
+        out = model.generate(**batch, **sampling,
                              max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
                              pad_token_id=tokenizer.pad_token_id)
     replies: list[str | None] = []
@@ -387,13 +440,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output_dir", default=None, help=f"default: {default_tiny_model_path()}")
     parser.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--name", default=MODEL_NAME, choices=MODEL_NAMES, help="the recipe (default: %(default)s)")
     parser.add_argument("--_build_into", default=None, help=argparse.SUPPRESS)  # internal: the child process
     args = parser.parse_args(argv)
     if args._build_into is not None:
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # library chatter must not reach the caller's stdout
-        _build_into(Path(args._build_into), args.seed)
+        _build_into(Path(args._build_into), args.seed, args.name)
         return
-    print(build_tiny_model(args.output_dir, force=args.force, seed=args.seed))
+    print(build_tiny_model(args.output_dir, force=args.force, seed=args.seed, name=args.name))
 
 
 if __name__ == "__main__":

@@ -72,8 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Build the tiny ChatML chat model used by the tests and the default runs "
                                         "(about half a minute on a CPU, cached), or reuse the cached build; prints "
                                         "its directory.")
-    p.add_argument("--output_dir", default=None, help="where to build it (default: ~/.cache/trl_envs/tiny-chat-v1, "
-                                                      "or $TRL_ENVS_CACHE/tiny-chat-v1)")
+    p.add_argument("--output_dir", default=None, help="where to build it (default: ~/.cache/trl_envs/<name>, "
+                                                      "or $TRL_ENVS_CACHE/<name>)")
+    p.add_argument("--name", default="tiny-chat-v1", choices=["tiny-chat-v1", "tiny-chat-v2"],
+                   help="tiny-chat-v1: the small model of the tests; tiny-chat-v2: the demo model the training "
+                        "scripts default to (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_build_tiny_model)
@@ -169,7 +172,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _build_tiny_model(args: argparse.Namespace) -> int:
     from ..tiny_model import build_tiny_model
 
-    print(build_tiny_model(args.output_dir, force=args.force, seed=args.seed))
+    print(build_tiny_model(args.output_dir, force=args.force, seed=args.seed, name=args.name))
     return 0
 
 

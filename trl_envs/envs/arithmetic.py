@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from ..core.problem_env import ProblemEnv, ProblemGroupBuilder
 from ..core.renderer import Message, Renderer
 from ..core.types import EnvGroupBuilder
+from ..core.types import TEST_SEED_OFFSET
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _INTEGER = re.compile(r"^-?\d+$")
@@ -46,6 +47,18 @@ def sample_problem(rng: random.Random, max_operand: int) -> tuple[int, int]:
     return rng.randint(0, max_operand), rng.randint(0, max_operand)
 
 
+def split_problems(max_operand: int, held_out_fraction: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """``(train, held_out)``: every pair ``(a, b)`` with operands ``0..max_operand``, a fixed (seed-independent)
+    ``held_out_fraction`` of them set aside for testing. The same split for every training seed, so a test set made
+    of ``held_out`` problems never shares a question with training."""
+    if not 0.0 < held_out_fraction < 1.0:
+        raise ValueError(f"arithmetic: held_out_fraction must be in (0, 1), got {held_out_fraction!r}")
+    pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
+    random.Random(f"arithmetic-split/{max_operand}").shuffle(pairs)
+    num_held_out = max(1, min(len(pairs) - 1, round(held_out_fraction * len(pairs))))
+    return sorted(pairs[num_held_out:]), sorted(pairs[:num_held_out])
+
+
 class ArithmeticGroupBuilder(ProblemGroupBuilder):
     """``group_size`` copies of ``What is a + b?``. Also the env's row spec: ``{"env": "arithmetic", "a": 2, "b": 3}``
     (optional ``format_coef``), see :meth:`from_row` / :meth:`to_row` and docs/envs_as_datasets.md."""
@@ -66,18 +79,21 @@ class ArithmeticGroupBuilder(ProblemGroupBuilder):
 
 
 class ArithmeticDataset(BuiltinDataset):
-    """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
+    """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``. Problems are
+    drawn uniformly from ``problems`` when given, else from all operands ``0..max_operand``."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
-                 max_operand: int = 9, seed: int = 0, format_coef: float = 0.1):
+                 max_operand: int = 9, seed: int = 0, format_coef: float = 0.1,
+                 problems: Sequence[tuple[int, int]] | None = None):
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.max_operand, self.seed, self.format_coef = max_operand, seed, format_coef
+        self.problems = list(problems) if problems is not None else None
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"arithmetic/{self.seed}/{index}")
         builders = []
         for _ in range(self.batch_size):
-            a, b = sample_problem(rng, self.max_operand)
+            a, b = rng.choice(self.problems) if self.problems else sample_problem(rng, self.max_operand)
             builders.append(ArithmeticGroupBuilder(self.renderer, a, b, self.group_size, self.format_coef))
         return builders
 
@@ -86,7 +102,9 @@ class ArithmeticDataset(BuiltinDataset):
 class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     """Single turn: `What is a + b?`, answered with a bare integer.
 
-    Train and test :class:`ArithmeticDataset` s (the test set uses another seed). ``from_row`` gives the env its row
+    Train and test :class:`ArithmeticDataset` s (the test set uses another seed). With ``held_out_fraction`` > 0
+    that fraction of the questions (:func:`split_problems`) is only ever in the test set and the rest only in the
+    training set: the test set measures questions the model never trained on. ``from_row`` gives the env its row
     spec (see :mod:`trl_envs.registry.names`).
     """
 
@@ -95,9 +113,25 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
     int_options: ClassVar[dict[str, int]] = {"max_operand": 0}
 
     max_operand: int = 9
+    held_out_fraction: float = 0.0
 
-    def dataset(self, num_batches: int, seed: int) -> ArithmeticDataset:
-        return ArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed)
+    def check_options(self) -> None:
+        super().check_options()
+        fraction = self.held_out_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction < 1.0:
+            raise ValueError(f"arithmetic: option held_out_fraction must be a number in [0, 1), got {fraction!r}")
+
+    def dataset(self, num_batches: int, seed: int,
+                problems: Sequence[tuple[int, int]] | None = None) -> ArithmeticDataset:
+        return ArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed,
+                                 problems=problems)
+
+    async def __call__(self) -> tuple[ArithmeticDataset, ArithmeticDataset]:
+        if not self.held_out_fraction:
+            return await super().__call__()
+        train, held_out = split_problems(self.max_operand, self.held_out_fraction)
+        return (self.dataset(self.num_batches, self.seed, train),
+                self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, held_out))
 
 
 def demonstrations(num: int, seed: int = 0, max_operand: int = 9) -> list[list[Message]]:
