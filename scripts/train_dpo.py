@@ -43,7 +43,7 @@ from trl_envs.registry import ENV_FIELD, parse_env_kwargs
 from trl_envs.registry import make_env_dataset as make_named_env_dataset
 from trl_envs.training_data.preference_data import load_preference_dataset
 from trl_envs.trainers.progress import RewardProgressCallback
-from trl_envs.trainers.resume import resolve_checkpoint
+from trl_envs.trainers.resume import resume_option
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import build_tiny_model
 
@@ -144,7 +144,7 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
     script_args.check()
     publish_args = publish_args or PublishArguments()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
-    checkpoint = resume_checkpoint(training_args)
+    checkpoint = resume_option(training_args)
     env_mode = script_args.env_mode
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
@@ -230,12 +230,6 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -
                                   defaults={"seed": seed})
 
 
-def resume_checkpoint(training_args) -> str | None:
-    """``--resume_from_checkpoint`` resolved: a checkpoint folder, or ``true`` / ``last`` for the newest checkpoint in
-    ``output_dir`` (``ValueError`` naming the option when there is none)."""
-    return resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir,
-                              "--resume_from_checkpoint")
-
 
 def make_parser(subparsers=None) -> TrlParser:
     """The command line and YAML ``--config`` parser (script, training, model and publishing arguments), with the CPU
@@ -256,7 +250,7 @@ if __name__ == "__main__":
     script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
     try:  # usage errors, reported before any model is loaded
         script_args.check()
-        resume_checkpoint(training_args)
+        resume_option(training_args)
     except ValueError as e:
         parser.error(str(e))
     main(script_args, training_args, model_args, publish_args)

@@ -10,6 +10,7 @@ env trainer adds is written down in docs/DESIGN.md ("A third env trainer").
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -134,3 +135,21 @@ def check_single_process_launch(num_processes: int, environ, owner: str) -> None
 
 
 __all__ = ["EnvTrainerMixin", "check_single_process_launch", "require_chat_template", "resolve_env_datasets"]
+
+
+def frozen_reference_copy(model, peft_config):
+    """A frozen copy of a policy given as a model object, to serve as the reference model (TRL would reload
+    ``model.config._name_or_path`` from disk: empty for a model built in memory, stale for one changed since it was
+    loaded). ``None`` where TRL's own reference is the model as passed: a model id or path (loaded from there) or PEFT
+    (the adapter switched off)."""
+    if peft_config is not None or isinstance(model, str):
+        return None
+    with contextlib.suppress(ImportError):
+        from peft import PeftModel
+
+        if isinstance(model, PeftModel):
+            return None
+    reference = copy.deepcopy(model)
+    reference.eval()
+    reference.requires_grad_(False)
+    return reference

@@ -16,7 +16,6 @@ Two uses (see docs/dpo.md):
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import json
 import math
@@ -37,7 +36,7 @@ from trl.data_utils import is_conversational
 
 from .dpo_config import EnvDPOConfig
 from . import trl_seam
-from .base import EnvTrainerMixin, check_single_process_launch, require_chat_template, resolve_env_datasets
+from .base import EnvTrainerMixin, frozen_reference_copy, check_single_process_launch, require_chat_template, resolve_env_datasets
 from .resume import resolve_checkpoint, rng_state, set_rng_state
 from .trl_seam import dpo_tokens_seen, set_dpo_tokens_seen
 from ..rollout.metrics import rollout_metrics, summarize
@@ -495,21 +494,11 @@ def _placeholder_pairs() -> Dataset:
                               "chosen_mask": [[1]], "rejected_mask": [[1]]})
 
 
-def _in_memory_reference(model, args: DPOConfig, peft_config):
+def _in_memory_reference(model, args, peft_config):
     """A frozen copy of an in-memory model to serve as the reference (TRL would reload ``config._name_or_path``, which
     is empty for a model built in memory and stale for one changed since it was loaded). ``None`` where TRL's own
     default is right: a model given by id/path, PEFT (adapter off), or precomputed reference log-probs."""
-    if isinstance(model, str) or peft_config is not None or args.precompute_ref_log_probs:
-        return None
-    with contextlib.suppress(ImportError):
-        from peft import PeftModel
-
-        if isinstance(model, PeftModel):
-            return None
-    ref = copy.deepcopy(model)
-    ref.eval()
-    ref.requires_grad_(False)
-    return ref
+    return None if args.precompute_ref_log_probs else frozen_reference_copy(model, peft_config)
 
 
 def _is_vision(dataset) -> bool:

@@ -18,7 +18,6 @@ How an env batch maps onto TRL (see docs/DESIGN.md):
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import warnings
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ from ..training_data.credit import first_turn_returns, row_token_advantages
 from ..registry.env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
 from . import trl_seam
-from .base import EnvTrainerMixin, check_single_process_launch, require_chat_template, resolve_env_datasets
+from .base import EnvTrainerMixin, frozen_reference_copy, check_single_process_launch, require_chat_template, resolve_env_datasets
 from .group_index import GroupIndex
 from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_sync
@@ -263,22 +262,12 @@ def _warn_biased_logprob_comparison(args: EnvGRPOConfig) -> None:
             "or turn the comparison off.", stacklevel=3)
 
 
-def _frozen_reference(model, args: EnvGRPOConfig, peft_config):
+def _frozen_reference(model, args, peft_config):
     """The reference model for ``beta > 0`` when the policy is given as a model object without PEFT: a frozen copy of
     it as passed. (TRL would reload ``model.config._name_or_path`` from disk: empty for a model built in memory, stale
     for one changed since it was loaded.) ``None`` where TRL's own reference is the model as passed: a model id or
     path (loaded from there), PEFT (the adapter switched off), or ``beta == 0`` (no reference)."""
-    if args.beta == 0.0 or peft_config is not None or isinstance(model, str):
-        return None
-    with contextlib.suppress(ImportError):
-        from peft import PeftModel
-
-        if isinstance(model, PeftModel):
-            return None
-    reference = copy.deepcopy(model)
-    reference.eval()
-    reference.requires_grad_(False)
-    return reference
+    return None if args.beta == 0.0 else frozen_reference_copy(model, peft_config)
 
 
 def _check_group_size(index: GroupIndex, expected: int, field_name: str) -> None:

@@ -57,3 +57,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def resume_option(training_args) -> str | None:
+    """The scripts' ``--resume_from_checkpoint`` resolved with :func:`resolve_checkpoint` against ``output_dir``: a
+    checkpoint folder, ``None`` for a fresh run, or ``ValueError`` naming the option."""
+    return resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir,
+                              "--resume_from_checkpoint")
