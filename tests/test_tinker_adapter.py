@@ -204,6 +204,7 @@ def test_train_script_and_eval_cli_take_a_cookbook_builder(tiny_model_path, tmp_
                              "include_fewshot": False})
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "train_grpo.py")
     out = subprocess.run([sys.executable, script, "--env", ARITHMETIC, "--env_kwargs", env_kwargs,
+                          "--model_name_or_path", tiny_model_path,
                           "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--num_generations", "4",
                           "--per_device_train_batch_size", "8", "--max_completion_length", "4",
                           "--card_eval", "false"],

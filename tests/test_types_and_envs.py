@@ -103,6 +103,8 @@ def test_problem_env_reward_table(renderer, tokenizer, text, end, expected):
 @pytest.mark.parametrize("text, end, expected", [
     ("7", True, 1.0), ("7", False, 0.9), ("8", True, 0.0), ("hello world", True, -0.1), ("", True, -0.1),
     ("The answer is 7.", True, -0.1), ("12", False, -0.1),
+    ("Let's add: 3 + 4 = 7", True, 1.0), ("3+4=7", True, 1.0), ("3 + 4 = 8", True, 0.0),
+    ("3 + 4 = 7", False, 0.9), ("7 or 8", True, 0.0), ("x7", True, -0.1), ("7.5", True, -0.1), ("-7", True, 0.0),
 ])
 def test_arithmetic_unparsable_output_gets_format_penalty_not_a_crash(renderer, tokenizer, text, end, expected):
     env = ArithmeticEnv(renderer, 3, 4)

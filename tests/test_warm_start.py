@@ -1,12 +1,17 @@
 """The demo model's warm start (trl_envs.warm_start) and the arithmetic held-out split its recipe is measured on.
 
-The demo model itself (tiny-chat-v2) takes minutes to build, so it is not built here: these tests check the pieces
+The demo model itself (tiny-chat-v3) takes minutes to build, so it is not built here: these tests check the pieces
 on the small test model's tokenizer and a two-layer random model, in seconds.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -14,20 +19,61 @@ from trl_envs import Renderer
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, split_problems
 from trl_envs.rollout.engine import run_sync
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model, default_tiny_model_path
-from trl_envs.warm_start import SLOPPY_OFFSETS, Source, guess_number_examples, sloppy_arithmetic_examples, train
+from trl_envs.envs.arithmetic import ArithmeticEnv, read_answer
+from trl_envs.warm_start import (QUICK_OFFSETS, QUICK_SHARE, Source, _encode, arithmetic_examples,
+                                 guess_number_examples, train, worked_sum, worked_sum_examples)
+
+REPO = Path(__file__).resolve().parent.parent
 
 
-def test_sloppy_teacher_is_right_most_often_but_not_mostly():
-    assert max(SLOPPY_OFFSETS, key=SLOPPY_OFFSETS.get) == 0  # greedy on the fitted model is the right sum ...
-    assert SLOPPY_OFFSETS[0] <= 0.4  # ... but sampling is right well under half the time: room for RL
-    assert sum(SLOPPY_OFFSETS.values()) == pytest.approx(1.0)
-    examples = sloppy_arithmetic_examples(max_operand=2)
-    questions = {ex.messages[0]["content"] for ex in examples}
-    assert len(questions) == 9
-    for ex in examples:
-        assert int(ex.messages[1]["content"]) >= 0  # no negative answers (0 + 0 - 1 is left out)
-    zero = [ex for ex in examples if ex.messages[0]["content"] == "What is 0 + 0?"]
-    assert sorted(ex.messages[1]["content"] for ex in zero) == ["0", "1", "2"]
+def test_teacher_is_right_most_often_but_not_mostly(renderer):
+    assert max(QUICK_OFFSETS, key=QUICK_OFFSETS.get) == 0  # greedy on the fitted model is the right sum ...
+    assert sum(QUICK_OFFSETS.values()) == pytest.approx(1.0)
+    right = (1 - QUICK_SHARE) + QUICK_SHARE * QUICK_OFFSETS[0]
+    assert right <= 0.4  # ... but sampling is right well under half the time: room for RL
+    examples = arithmetic_examples(max_operand=2)
+    assert len({ex.messages[0]["content"] for ex in examples}) == 9
+    for ex in examples:  # every answer is one the env reads; no negative answers (0 + 0 - 1 is left out)
+        assert read_answer(ex.messages[1]["content"]) >= 0
+    zero = {ex.messages[1]["content"]: ex.weight for ex in examples if ex.messages[0]["content"] == "What is 0 + 0?"}
+    assert sorted(zero) == ["0", "1", "2", "Let's add: 0 + 0 = 0"]
+    assert zero["Let's add: 0 + 0 = 0"] == pytest.approx(1 - QUICK_SHARE)
+    assert sum(ex.weight for ex in examples if read_answer(ex.messages[1]["content"]) == 4
+               and ex.messages[0]["content"] == "What is 2 + 2?") == pytest.approx(right)
+
+
+def test_worked_sums_are_right_answers_and_leave_the_choice_to_begin_them_out_of_the_loss(renderer, tokenizer):
+    for ex in worked_sum_examples(max_operand=3):
+        a, b = (int(t) for t in ex.messages[0]["content"][len("What is "):-1].split(" + "))
+        assert ex.messages[1]["content"] == worked_sum(a, b) and ex.skip_tokens == 1
+        env = ArithmeticEnv(renderer, a, b)
+        assert env.check_format(worked_sum(a, b)) and env.check_answer(worked_sum(a, b))
+    messages = worked_sum_examples(max_operand=1)[0].messages
+    ids, full = _encode(tokenizer, messages)
+    _, skipped = _encode(tokenizer, messages, skip_tokens=1)
+    first = full.index(1)
+    assert skipped[first] == 0 and skipped[first + 1:] == full[first + 1:]
+    with pytest.raises(ValueError, match="leaves no loss"):
+        _encode(tokenizer, messages, skip_tokens=len(ids))
+
+
+def test_default_run_is_the_arithmetic_recipe(monkeypatch):
+    """`python scripts/train_grpo.py` with no arguments trains what scripts/configs/arithmetic.yaml says (the recipe
+    measured by bench/learning.py)."""
+    spec = importlib.util.spec_from_file_location("train_grpo_defaults", REPO / "scripts" / "train_grpo.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)
+    spec.loader.exec_module(script)
+    script_args, training_args, _, _ = script.make_parser().parse_args_and_config([])
+    recipe = yaml.safe_load((REPO / "scripts" / "configs" / "arithmetic.yaml").read_text())
+    for key, value in recipe.items():
+        if key == "env_kwargs":
+            assert script.env_options(script_args) == value
+        elif key == "env_name":
+            assert (script_args.env_name or "arithmetic") == value
+        else:
+            actual = getattr(script_args, key, None) if hasattr(script_args, key) else getattr(training_args, key)
+            assert getattr(actual, "value", actual) == value, key  # (an enum's value: lr_scheduler_type)
 
 
 def _random_model(tokenizer, seed: int):
@@ -39,7 +85,7 @@ def _random_model(tokenizer, seed: int):
 
 
 def test_warm_start_training_is_deterministic_and_lowers_the_loss(tokenizer):
-    sources = [Source("arithmetic", sloppy_arithmetic_examples(max_operand=2), 8),
+    sources = [Source("arithmetic", arithmetic_examples(max_operand=2), 8),
                Source("guess_number", guess_number_examples(4, seed=0), 2)]
     first, second = _random_model(tokenizer, 0), _random_model(tokenizer, 0)
     short = train(_random_model(tokenizer, 0), tokenizer, sources, steps=2, learning_rate=1e-2, warmup_steps=1,
@@ -71,6 +117,6 @@ def test_held_out_split_never_trains_on_test_questions(renderer):
 def test_model_names(tmp_path, monkeypatch):
     monkeypatch.setenv("TRL_ENVS_CACHE", str(tmp_path))
     assert default_tiny_model_path() == str(tmp_path / MODEL_NAME)
-    assert default_tiny_model_path(DEMO_MODEL_NAME) == str(tmp_path / "tiny-chat-v2")
+    assert default_tiny_model_path(DEMO_MODEL_NAME) == str(tmp_path / "tiny-chat-v3")
     with pytest.raises(ValueError, match="unknown model name 'tiny-chat-v9'"):
         build_tiny_model(str(tmp_path / "x"), name="tiny-chat-v9")

@@ -1,13 +1,17 @@
-"""The warm start of the demo model ``tiny-chat-v2`` (see :mod:`trl_envs.tiny_model`): what it is shown and how.
+"""The warm start of the demo model ``tiny-chat-v3`` (see :mod:`trl_envs.tiny_model`): what it is shown and how.
 
 RL can only sharpen what a model already sometimes does. So the warm start teaches each env's *format* and an
 *approximate* skill, and leaves the exact skill to reinforcement learning:
 
-* ``arithmetic``: a **sloppy teacher**. For every question ``What is a + b?`` (operands 0..9) the teacher answers
-  the right sum with probability :data:`SLOPPY_OFFSETS` ``[0]`` (about a third) and otherwise a sum off by 1 or 2.
-  Fitted to that, the model knows every sum (its most likely answer, i.e. its greedy answer, is right) but, sampled
-  at temperature 1, it is right only about as often as the teacher: GRPO groups have reward variance on every
-  question, and what RL has to learn, answering *exactly* the sum every time, is a skill it must earn from rewards.
+* ``arithmetic``: two ways of answering ``What is a + b?`` (operands 0..9). Most of the time
+  (:data:`QUICK_SHARE`) the teacher answers **quickly**, with a bare number that is the right sum only about a
+  third of the time and otherwise off by 1 or 2 (:data:`QUICK_OFFSETS`); sometimes it **works the sum out**
+  (``Let's add: 3 + 4 = 7``), and then it is always right. Fitted to that, the model's most likely answer (its greedy answer) is
+  the right quick one, but sampled at temperature 1 it is right only ~37% of the time: GRPO groups have reward
+  variance on every question, and what RL has to learn, to work the sum out every time, is a choice the model must
+  earn from rewards, on every question at once (the choice is the same for all of them, which is why it carries
+  over to questions held out of RL training). This is the shape of RL on large models too: it rarely teaches new
+  facts, it makes the model do reliably what it already does sometimes.
 * ``guess_number``: played games whose every guess is uniform over the numbers still possible (consistent with the
   hints, far from the halving strategy RL can find).
 
@@ -26,31 +30,54 @@ from .core.renderer import Message
 from .envs.arithmetic import question
 from .envs.guess_number import demonstrations as guess_number_demonstrations
 
-SLOPPY_OFFSETS: dict[int, float] = {0: 0.34, -1: 0.28, 1: 0.28, -2: 0.05, 2: 0.05}
-"""Probability that the sloppy arithmetic teacher's answer is off by each offset (0: the right sum). The right sum is
-the single most likely answer, so the fitted model's greedy answer is right."""
+QUICK_SHARE = 0.9
+"""How often the arithmetic teacher answers quickly (a bare number); the rest of the time it works the sum out."""
+
+QUICK_OFFSETS: dict[int, float] = {0: 0.28, -1: 0.24, 1: 0.24, -2: 0.12, 2: 0.12}
+"""Probability that the teacher's quick answer is off by each offset (0: the right sum). The right sum is the single
+most likely answer, so the fitted model's greedy answer is right."""
 
 
 @dataclass(frozen=True)
 class WeightedExample:
-    """One conversation and its sampling weight within its source."""
+    """One conversation and its sampling weight within its source. The loss covers the assistant tokens except the
+    first ``skip_tokens`` of the first assistant message: such an example teaches how to *finish* an answer begun
+    that way without making the model any more likely to begin it."""
 
     messages: list[Message]
     weight: float = 1.0
+    skip_tokens: int = 0
 
 
-def sloppy_arithmetic_examples(max_operand: int = 9) -> list[WeightedExample]:
-    """Every question with operands ``0..max_operand``, once per answer the sloppy teacher may give, weighted by the
-    teacher's probability of giving it (negative answers are left out and their weight dropped)."""
+def arithmetic_examples(max_operand: int = 9) -> list[WeightedExample]:
+    """Every question with operands ``0..max_operand``, once per answer the teacher may give (each quick answer and
+    the worked sum), weighted by the teacher's probability of giving it (negative quick answers are left out and
+    their weight dropped)."""
     examples = []
     for a in range(max_operand + 1):
         for b in range(max_operand + 1):
-            for offset, probability in SLOPPY_OFFSETS.items():
-                if a + b + offset >= 0:
-                    examples.append(WeightedExample(
-                        [{"role": "user", "content": question(a, b)},
-                         {"role": "assistant", "content": str(a + b + offset)}], probability))
+            answers = {worked_sum(a, b): 1.0 - QUICK_SHARE}
+            answers.update({str(a + b + offset): QUICK_SHARE * probability
+                            for offset, probability in QUICK_OFFSETS.items() if a + b + offset >= 0})
+            examples += [WeightedExample([{"role": "user", "content": question(a, b)},
+                                          {"role": "assistant", "content": answer}], weight)
+                         for answer, weight in answers.items()]
     return examples
+
+
+def worked_sum(a: int, b: int) -> str:
+    """The teacher's worked answer to ``What is a + b?``: ``Let's add: 3 + 4 = 7``. It begins with words, not a
+    digit, so the model's choice between working the sum out and answering quickly is its first token."""
+    return f"Let's add: {a} + {b} = {a + b}"
+
+
+def worked_sum_examples(max_operand: int = 9) -> list[WeightedExample]:
+    """Every question with operands ``0..max_operand`` answered by working the sum out (:func:`worked_sum`), with the loss
+    on all but the first answer token: the teacher, once it has begun to work a sum out, always finishes it right,
+    but these examples do not change how often the model begins to (that stays :data:`QUICK_SHARE`'s complement)."""
+    return [WeightedExample([{"role": "user", "content": question(a, b)},
+                             {"role": "assistant", "content": worked_sum(a, b)}], skip_tokens=1)
+            for a in range(max_operand + 1) for b in range(max_operand + 1)]
 
 
 def guess_number_examples(num: int, seed: int) -> list[WeightedExample]:
@@ -75,7 +102,7 @@ def train(model, tokenizer, sources: Sequence[Source], *, steps: int, learning_r
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    encoded = {source.name: [_encode(tokenizer, example.messages) for example in source.examples]
+    encoded = {source.name: [_encode(tokenizer, example.messages, example.skip_tokens) for example in source.examples]
                for source in sources}
     weights = {source.name: torch.tensor([example.weight for example in source.examples], dtype=torch.float64)
                for source in sources}
@@ -102,13 +129,20 @@ def train(model, tokenizer, sources: Sequence[Source], *, steps: int, learning_r
     return {name: sum(losses) / len(losses) for name, losses in tail.items()}
 
 
-def _encode(tokenizer, messages: list[Message]) -> tuple[list[int], list[int]]:
-    """Token ids and the assistant mask (1 on assistant tokens, ``<|im_end|>`` included) of a conversation."""
+def _encode(tokenizer, messages: list[Message], skip_tokens: int = 0) -> tuple[list[int], list[int]]:
+    """Token ids and the loss mask of a conversation: 1 on assistant tokens (``<|im_end|>`` included) except the
+    first ``skip_tokens`` of the first assistant message."""
     encoding = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
                                              return_assistant_tokens_mask=True)
     ids, mask = list(encoding["input_ids"]), list(encoding["assistant_masks"])
     if not any(mask):
         raise ValueError(f"warm_start: the chat template marked no assistant token in {messages!r}")
+    first = mask.index(1)
+    if skip_tokens:
+        if not all(mask[first: first + skip_tokens + 1]):
+            raise ValueError(f"warm_start: skipping {skip_tokens} token(s) leaves no loss on the first assistant "
+                             f"message of {messages!r}")
+        mask[first: first + skip_tokens] = [0] * skip_tokens
     return ids, mask
 
 

@@ -1,4 +1,10 @@
-"""``arithmetic``: single-turn sums of small numbers, answered with the exact number."""
+"""``arithmetic``: single-turn sums of small numbers, answered with the exact number.
+
+The response must end with the answer: a bare integer (``7``), or any text ending with it (the worked sum
+``Let's add: 3 + 4 = 7``); the number that counts is the last one, as in the Tinker cookbook's arithmetic env.
+Working the sum out is how the demo model gets it right reliably (:mod:`trl_envs.warm_start`): what GRPO learns on
+this env is to work it out every time.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +21,18 @@ from ..core.types import EnvGroupBuilder
 from ..core.types import TEST_SEED_OFFSET
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
-_INTEGER = re.compile(r"^-?\d+$")
+_FINAL_INTEGER = re.compile(r"(?<![\w.])(-?\d+)\s*$")
+
+
+def read_answer(text: str) -> int | None:
+    """The integer ``text`` ends with (trailing whitespace ignored), else ``None`` (the response is malformed):
+    ``"7"`` and ``"Let's add: 3 + 4 = 7"`` answer 7; ``"The answer is 7."`` and ``"x7"`` answer nothing."""
+    m = _FINAL_INTEGER.search(text)
+    return int(m.group(1)) if m else None
 
 
 class ArithmeticEnv(ProblemEnv):
-    """``What is a + b?`` — right when the response is exactly the sum (format: a bare integer)."""
+    """``What is a + b?`` — right when the response's answer is the sum (format: :func:`read_answer`)."""
 
     def __init__(self, renderer: Renderer, a: int, b: int, format_coef: float = 0.1):
         super().__init__(renderer, format_coef=format_coef)
@@ -29,11 +42,10 @@ class ArithmeticEnv(ProblemEnv):
         return question(self.a, self.b)
 
     def check_format(self, sample_str: str) -> bool:
-        return bool(_INTEGER.match(sample_str.strip()))
+        return read_answer(sample_str) is not None
 
     def check_answer(self, sample_str: str) -> bool:
-        s = sample_str.strip()
-        return bool(_INTEGER.match(s)) and int(s) == self.a + self.b
+        return read_answer(sample_str) == self.a + self.b
 
     def get_reference_answer(self) -> str:
         return str(self.a + self.b)

@@ -13,7 +13,6 @@ two answers) to train against a model's preferences instead.
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -23,24 +22,17 @@ from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.types import Env, EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
-from .arithmetic import question, sample_problem
-
-_INTEGER = re.compile(r"^\s*(-?\d+)\s*$")
-
-
-def read_integer(text: str) -> int | None:
-    m = _INTEGER.match(text)
-    return int(m.group(1)) if m else None
-
+from .arithmetic import question, read_answer, sample_problem
 
 class CloserToJudge:
-    """Judge: the answer (a bare integer) closer to ``target`` wins; a number beats a non-number; else a tie."""
+    """Judge: the answer closer to ``target`` wins; an answer beats a non-answer; else a tie. Answers are read by
+    :func:`~trl_envs.envs.arithmetic.read_answer` (a bare integer or a worked sum)."""
 
     def __init__(self, target: int):
         self.target = target
 
     def __call__(self, a: str, b: str) -> float:
-        da, db = read_integer(a), read_integer(b)
+        da, db = read_answer(a), read_answer(b)
         if da is None or db is None:
             return float(da is not None) - float(db is not None)
         ea, eb = abs(da - self.target), abs(db - self.target)
@@ -57,7 +49,7 @@ class QuestionEnv(MessageEnv):
         return [{"role": "user", "content": self.text}]
 
     async def step(self, response: ParsedResponse) -> MessageStepResult:
-        value = read_integer(response.message["content"]) if response.ok else None
+        value = read_answer(response.message["content"]) if response.ok else None
         return MessageStepResult(0.0, True, [], {"correct": float(value == self.answer),
                                                  "parse_ok": float(value is not None)})
 

@@ -46,8 +46,8 @@ class PublishArguments:
                 "table (--card_eval false to skip)."})
     card_eval_env: str | None = field(default=None, metadata={
         "help": "Env to evaluate on (default: the training env)."})
-    card_eval_problems: int = field(default=16, metadata={"help": "Test problems in the card's evaluation."})
-    card_eval_samples: int = field(default=4, metadata={
+    card_eval_problems: int = field(default=32, metadata={"help": "Test problems in the card's evaluation."})
+    card_eval_samples: int = field(default=8, metadata={
         "help": "Samples per problem (the n of pass@n) in the card's evaluation."})
     card_eval_temperature: float | None = field(default=None, metadata={
         "help": "Sampling temperature of the card's evaluation (default: the training temperature; 0: greedy)."})
