@@ -69,16 +69,26 @@ def _arithmetic_met(before: list[Scores], after: list[Scores]) -> bool:
             and all(a.greedy >= b.greedy for a, b in zip(after, before)))
 
 
+def _clear_gain(before: list[Scores], after: list[Scores]) -> bool:
+    """The mean sampled score rises by at least 3x the larger std over seeds (before or after)."""
+    if len(before) < 2:
+        return False  # a std needs >= 2 seeds
+    noise = max(statistics.stdev(s.sampled for s in before), statistics.stdev(s.sampled for s in after))
+    gain = statistics.fmean(s.sampled for s in after) - statistics.fmean(s.sampled for s in before)
+    return gain > 0 and gain >= 3 * noise
+
+
 ROWS = {
     "arithmetic": Row("arithmetic", "arithmetic.yaml", "correct",
                       "held-out pass@1 >= 0.8 from <= 0.4; greedy never lower than before", _arithmetic_met),
+    "judged_arithmetic": Row("judged_arithmetic", "judged_arithmetic.yaml", "correct",
+                             "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain),
 }
 NOT_RUN = {
     "guess_number": "win rate >= 0.9 and fewer guesses than the base model",
     "dpo": "held-out gain >= 3x std over seeds (offline and env-driven, arithmetic)",
     "tic_tac_toe": "win rate vs random >= 0.7, illegal moves <= 2%",
     "tool_use": "correct answers >= 0.5 on large sums through calculator calls",
-    "judged_arithmetic": "held-out gain >= 3x std over seeds",
     "cartpole": "greedy return >= 475 over 10 episodes",
 }
 

@@ -21,8 +21,8 @@ from ..core.judge import PairwiseJudgeGroupBuilder
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.types import Env, EnvGroupBuilder
-from ._builder import BuiltinDataset, BuiltinDatasetBuilder
-from .arithmetic import question, read_answer, sample_problem
+from ._builder import BuiltinDataset
+from .arithmetic import ArithmeticDatasetBuilder, question, read_answer, sample_problem
 
 class CloserToJudge:
     """Judge: the answer closer to ``target`` wins; an answer beats a non-answer; else a tie. Answers are read by
@@ -72,34 +72,36 @@ class JudgedArithmeticDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` judged groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
     def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int, max_operand: int = 9,
-                 seed: int = 0, both_orders: bool = False):
+                 seed: int = 0, both_orders: bool = False, problems: Sequence[tuple[int, int]] | None = None):
         if group_size < 2:
             raise ValueError(f"judged_arithmetic: group_size must be >= 2 to compare answers, got {group_size}")
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.max_operand, self.seed, self.both_orders = max_operand, seed, both_orders
+        self.problems = list(problems) if problems is not None else None
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"judged_arithmetic/{self.seed}/{index}")
         out = []
         for _ in range(self.batch_size):
-            a, b = sample_problem(rng, self.max_operand)
+            a, b = rng.choice(self.problems) if self.problems else sample_problem(rng, self.max_operand)
             out.append(PairwiseJudgeGroupBuilder(QuestionGroupBuilder(self.renderer, a, b, self.group_size),
                                                  CloserToJudge(a + b), self.renderer, both_orders=self.both_orders))
         return out
 
 
 @dataclass
-class JudgedArithmeticDatasetBuilder(BuiltinDatasetBuilder):
+class JudgedArithmeticDatasetBuilder(ArithmeticDatasetBuilder):
     """Single turn: `What is a + b?`, rewarded by a pairwise judge (the answer closer to a + b wins).
 
-    Train and test :class:`JudgedArithmeticDataset` s (the test set uses another seed).
+    Train and test :class:`JudgedArithmeticDataset` s (the test set uses another seed); ``held_out_fraction``
+    holds questions out of training as in :class:`~trl_envs.envs.arithmetic.ArithmeticDatasetBuilder`.
     """
 
+    from_row: ClassVar = None  # no row spec: a judged group is not a row of fields
     env_name: ClassVar[str] = "judged_arithmetic"
     int_options: ClassVar[dict[str, int]] = {"group_size": 2, "max_operand": 0}  # a judge compares >= 2 answers
 
-    max_operand: int = 9
-
-    def dataset(self, num_batches: int, seed: int) -> JudgedArithmeticDataset:
+    def dataset(self, num_batches: int, seed: int,
+                problems: Sequence[tuple[int, int]] | None = None) -> JudgedArithmeticDataset:
         return JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches,
-                                       self.max_operand, seed)
+                                       self.max_operand, seed, problems=problems)
