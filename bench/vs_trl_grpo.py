@@ -9,7 +9,9 @@ What is timed: each optimizer step, from the trainer's ``on_step_begin`` to ``on
 rewards, loss, backward, optimizer), both as wall time and as this process's CPU time (all threads; less sensitive
 to other jobs on a shared machine). The first ``--warmup`` steps of each run are left out. Printed per model: the
 median step time of each side over all measured steps, the per-run medians (the spread), and the ratio env/plain
-of the medians. Models:
+of the medians. Also per run, the median per step of the process's voluntary context switches (a thread blocking
+to wait: each is a scheduling delay when other jobs share the CPU, so a wall/CPU gap that an idle machine does not
+show) and of its minor page faults (memory handed back and fetched again). Models:
 
 * ``tiny``: the offline tiny chat model (64 wide, 2 layers): overhead shows most. Target: ratio <= 1.10.
 * ``wide``: a randomly initialised Qwen2 built here (512 wide, 8 layers, 8 heads, the tiny tokenizer; about 25M
@@ -27,6 +29,7 @@ import argparse
 import os
 import random
 import re
+import resource
 import tempfile
 import time
 
@@ -46,14 +49,19 @@ WIDE_CONFIG = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
 
 
 class StepTimer(TrainerCallback):
-    """Wall and process-CPU seconds of each step; optionally burns ``handicap_s`` of CPU inside each."""
+    """Wall and process-CPU seconds, voluntary context switches and minor page faults of each step (the process's:
+    all threads); optionally burns ``handicap_s`` of CPU inside each."""
 
     def __init__(self, handicap_s: float = 0.0):
         self.wall: list[float] = []
         self.cpu: list[float] = []
+        self.switches: list[int] = []
+        self.faults: list[int] = []
         self.handicap_s = handicap_s
 
     def on_step_begin(self, args, state, control, **kwargs):
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._switches, self._faults = usage.ru_nvcsw, usage.ru_minflt
         self._wall, self._cpu = time.perf_counter(), time.process_time()
         end = time.perf_counter() + self.handicap_s
         while time.perf_counter() < end:
@@ -62,6 +70,9 @@ class StepTimer(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.wall.append(time.perf_counter() - self._wall)
         self.cpu.append(time.process_time() - self._cpu)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self.switches.append(usage.ru_nvcsw - self._switches)
+        self.faults.append(usage.ru_minflt - self._faults)
 
 
 def common(out: str, args, max_tokens: int) -> dict:
@@ -138,12 +149,16 @@ def measure(name: str, model_path: str, args, max_tokens: int, handicap: dict[st
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     runs = {"plain": [], "env": []}
     for r in range(args.repeats):
+        waits = {}
         for side, fn in (("plain", time_plain), ("env", time_env)):
             timer = fn(model_path, tokenizer, args, max_tokens, handicap.get(side, 0.0))
             runs[side].append((timer.wall[args.warmup:], timer.cpu[args.warmup:]))
+            waits[side] = (_common.median(timer.switches[args.warmup:]), _common.median(timer.faults[args.warmup:]))
         print(f"[{name}] run {r}: plain median {_common.median(runs['plain'][-1][0]):.4f} s wall "
               f"{_common.median(runs['plain'][-1][1]):.4f} s cpu; env median {_common.median(runs['env'][-1][0]):.4f} "
-              f"s wall {_common.median(runs['env'][-1][1]):.4f} s cpu", flush=True)
+              f"s wall {_common.median(runs['env'][-1][1]):.4f} s cpu; per step, voluntary context switches plain "
+              f"{waits['plain'][0]:g} env {waits['env'][0]:g}, minor page faults plain {waits['plain'][1]:g} env "
+              f"{waits['env'][1]:g}", flush=True)
     out = {}
     for clock, k in (("wall", 0), ("cpu", 1)):
         steps = {side: [t for run in runs[side] for t in run[k]] for side in runs}

@@ -4,6 +4,7 @@ episodes that outgrow the model's context. One test per case; scripted samplers,
 
 import asyncio
 import logging
+import threading
 import time
 import traceback
 
@@ -165,6 +166,24 @@ def test_blocking_message_env_is_named_by_its_own_class(watchdog_log, renderer):
     run_rollout_batch([Group(lambda c, i: MessageTokenEnv(SyncGrader(target=3), renderer), size=1)], sampler,
                       RolloutBudget(max_turns=1, report_blocking_after_s=0.2))
     assert any(r.getMessage().startswith("SyncGrader.step has blocked the event loop") for r in watchdog_log.records)
+
+
+@pytest.mark.timeout(20)
+def test_a_slow_sampler_on_the_loop_thread_is_not_reported_as_blocking(watchdog_log):
+    def slow(prompt, max_tokens):
+        time.sleep(0.6)  # a long generate call: the loop's own work, not an env blocking it
+        return TokensWithLogprobs([7, EOT][:max_tokens], None)
+
+    result = run_rollout_batch([Group(lambda c, i: Turns(), size=1)], Sampler(slow),
+                               RolloutBudget(report_blocking_after_s=0.1))
+    assert result.groups[0] is not None
+    assert not [r.getMessage() for r in watchdog_log.records if "blocked the event loop" in r.getMessage()]
+
+
+def test_the_watchdog_thread_is_started_once_not_per_batch():
+    for _ in range(3):
+        run_rollout_batch([Group(lambda c, i: Turns(), size=2)], Sampler(), RolloutBudget(report_blocking_after_s=0.2))
+    assert [t.name for t in threading.enumerate()].count("trl_envs-watchdog") == 1
 
 
 @pytest.mark.timeout(20)

@@ -563,6 +563,23 @@ def test_one_sampler_call_per_turn_for_the_whole_batch(renderer, tokenizer, buil
         assert SlowGuessEnv.max_in_flight == 6  # env waits overlap instead of queueing behind each other
 
 
+def test_complete_batches_are_sampled_on_the_callers_thread_and_valve_calls_in_a_worker():
+    """No thread hand-off when every live episode asked (issue 17); a valve call leaves the loop to the stuck env."""
+    threads = []
+
+    class WhereSampler(ScriptedSampler):
+        def sample(self, requests):
+            threads.append(threading.current_thread())
+            return super().sample(requests)
+
+    # env 1's first step takes 0.5 s: env 0's second request goes out alone through the 0.1 s valve
+    builder = ToyBuilder(lambda call, i: ToyEnv(turns=2, step_delay=0.5 if i == 1 else 0.0), size=2)
+    result = run_rollout_batch([builder], WhereSampler(), max_wait_s=0.1)
+    assert result.sampler_batch_sizes == [2, 1, 1] and result.num_valve_flushes == 1
+    assert threads[0] is threads[2] is threading.current_thread()
+    assert threads[1] is not threading.current_thread() and threads[1].name.startswith("trl_envs-sampler")
+
+
 def test_run_rollout_batch_works_inside_a_running_event_loop():
     async def notebook_cell():
         return run_rollout_batch([ok_builder()], ScriptedSampler())

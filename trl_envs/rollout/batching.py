@@ -3,8 +3,16 @@
 Every episode of a rollout batch runs as its own coroutine and asks for its next action with
 ``await batcher.sample(...)``. :class:`BatchingPolicy` holds those requests until every live episode is either
 waiting for an action or finished, then sends them all to the synchronous :class:`~trl_envs.samplers.base.Sampler` in
-ONE call (in a reused worker thread, ``event_loop.run_blocking``, so env coroutines awaiting I/O keep running meanwhile). Envs that take a while
-(I/O, grading) therefore cost their latency once per turn, not once per episode.
+ONE call. Envs that take a while (I/O, grading) therefore cost their latency once per turn, not once per episode.
+
+Where the call runs: a complete batch (every live episode asked) is sampled right on the event loop's thread, the
+caller's (a trainer's) own thread: no episode of the batch could run meanwhile anyway, and a hand-off to a worker
+thread and back costs two thread wake-ups per call, each a scheduling delay on a loaded CPU (issue 17), and moves
+torch work off the caller's thread. Work outside the batch's episodes (a finished group's grading I/O) waits for
+that call. A call forced by the ``max_wait_s`` valve (some episode is still busy in env code) runs in a reused
+worker thread (``event_loop.run_blocking``), so that episode keeps running meanwhile; ``sample_on_loop_thread=False``
+sends every call there. The watchdog (``trl_envs.rollout.watchdog``) knows a sampler call on the loop thread
+(:func:`call_sampler`) is not an env blocking the loop.
 
 ``max_wait_s`` is a safety valve: if some live episode does not ask for an action within that many seconds
 after the first pending request (an env stuck in a long step), the requests already pending are sent without it.
@@ -72,17 +80,26 @@ class BatchingPolicy:
     call (see the module docstring). It is not itself a ``Sampler``; formerly named ``BatchingSampler`` (still an
     alias).
 
+    Args:
+        sampler: the batched sampler.
+        max_wait_s: the valve (module docstring); ``None``: wait for every live episode, however long.
+        sample_on_loop_thread: call the sampler on the loop's own thread when every live episode asked (the default;
+            module docstring); ``False``: always in a worker thread, so that coroutines outside the batch's
+            episodes keep running during every call.
+
     Attributes:
         num_calls: how many times the underlying sampler was called.
         batch_sizes: the number of requests of each call.
         sampler_seconds: wall time spent inside the underlying sampler.
         num_valve_flushes: how many calls the ``max_wait_s`` valve forced (some live episode had not asked);
             0 in a healthy run, turn-taking games included.
+        num_loop_thread_calls: how many calls ran on the loop's thread (the others ran in a worker thread).
     """
 
-    def __init__(self, sampler: Sampler, *, max_wait_s: float | None = 30.0):
+    def __init__(self, sampler: Sampler, *, max_wait_s: float | None = 30.0, sample_on_loop_thread: bool = True):
         self.sampler = sampler
         self.max_wait_s = max_wait_s
+        self.sample_on_loop_thread = sample_on_loop_thread
         self._live = 0
         self._parked = 0
         self._pending: list[_Pending] = []
@@ -93,6 +110,7 @@ class BatchingPolicy:
         self.batch_sizes: list[int] = []
         self.sampler_seconds = 0.0
         self.num_valve_flushes = 0
+        self.num_loop_thread_calls = 0
 
     @contextlib.asynccontextmanager
     async def episode(self) -> AsyncIterator[None]:
@@ -154,7 +172,8 @@ class BatchingPolicy:
         self._pending = [p for p in self._pending if not p.future.done()]  # drop cancelled episodes' requests
         if not self._pending or (not force and len(self._pending) < waiting_for):
             return
-        if force and len(self._pending) < waiting_for:
+        valve = force and len(self._pending) < waiting_for
+        if valve:
             self.num_valve_flushes += 1
         batch, self._pending = self._pending, []
         if self._timer is not None:
@@ -164,14 +183,20 @@ class BatchingPolicy:
         for p in batch:
             if p.clock is not None:
                 p.clock.resume()
-        task = asyncio.get_running_loop().create_task(self._run(batch))
+        on_loop_thread = self.sample_on_loop_thread and not valve  # the valve: some episode is still busy
+        task = asyncio.get_running_loop().create_task(self._run(batch, on_loop_thread))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
-    async def _run(self, batch: list[_Pending]) -> None:
+    async def _run(self, batch: list[_Pending], on_loop_thread: bool) -> None:
         try:
+            requests = [p.request for p in batch]
             start = time.perf_counter()
-            results = await run_blocking(self.sampler.sample, [p.request for p in batch])
+            if on_loop_thread:
+                self.num_loop_thread_calls += 1
+                results = call_sampler(self.sampler, requests)
+            else:
+                results = await run_blocking(call_sampler, self.sampler, requests)
             self.sampler_seconds += time.perf_counter() - start
             self.num_calls += 1
             self.batch_sizes.append(len(batch))
@@ -192,6 +217,13 @@ class BatchingPolicy:
             if self._pending and self.max_wait_s is not None and self._timer is None:
                 self._timer = asyncio.get_running_loop().call_later(self.max_wait_s, self._maybe_flush, True)
             self._maybe_flush()
+
+
+def call_sampler(sampler: Sampler, requests: list[SampleRequest]) -> list[TokensWithLogprobs]:
+    """``sampler.sample(requests)``: every call a :class:`BatchingPolicy` makes goes through here, so that the
+    watchdog, finding this function on the loop thread's stack, knows the loop is busy sampling, not blocked by an
+    env."""
+    return sampler.sample(requests)
 
 
 @contextlib.asynccontextmanager

@@ -9,8 +9,9 @@ by ``bench/rollout_batching.py``), which dominated small-model and fast-env step
 * A thread that already runs a loop (Jupyter, a coroutine calling :func:`run_sync`) hands the coroutine to ONE rollout
   loop running forever in a daemon thread (``trl_envs-rollout-loop``) and blocks on the result. A coroutine on that
   thread calling :func:`run_sync` again gets a fresh loop on a helper thread (blocking it would deadlock).
-* Blocking calls made from rollouts (the batched sampler call of each turn) go to one reused thread pool
-  (:func:`run_blocking`).
+* Blocking calls made from rollouts that must not stop the loop (a sampler call forced by the batcher's valve while
+  an episode is still busy in env code, see ``trl_envs.rollout.batching``) go to one reused thread pool
+  (:func:`run_blocking`). A complete batch's sampler call runs on the loop's own thread instead: no hand-off.
 * Loops and pool are closed at interpreter exit (``atexit``) or by :func:`close_rollout_loop`. Fork-safe: a forked
   child never touches its parent's loops (their epoll and self-pipe fds are shared) and starts its own.
 * The caller's ``contextvars`` are visible to the coroutine (it runs in a copy of the caller's context, as with
@@ -124,8 +125,8 @@ _EXECUTOR_THREADS = 4  # a sampler call per batcher in flight; >1 so nested or c
 
 
 def blocking_executor() -> concurrent.futures.ThreadPoolExecutor:
-    """The process's thread pool for blocking calls made from rollout coroutines (the batched sampler call of each
-    turn): created once and reused, so no thread is started or joined per call."""
+    """The process's thread pool for blocking calls made from rollout coroutines (the sampler calls that must not
+    stop the loop): created once, on first use, and reused, so no thread is started or joined per call."""
     global _executor
     with _lock:
         if _executor is None:

@@ -2,9 +2,12 @@
 
 All envs of a rollout batch share one asyncio event loop. An env method that blocks it (``time.sleep``, a
 synchronous HTTP call, a CPU-heavy grader) stops every other episode meanwhile, and no timeout can interrupt it.
-:class:`LoopWatchdog` notices: a heartbeat callback on the loop stamps the time every ``threshold_s / 4``; a helper
-thread that finds the heartbeat older than ``threshold_s`` looks at the loop thread's stack and names the env method
-running there (``Sleepy.step``, from code objects registered by :func:`register_env_methods`), while it still blocks (so an env stuck forever is named too). Each env method is
+:class:`LoopWatchdog` notices: a heartbeat callback on the loop stamps the time every ``threshold_s / 4``; the
+process's one monitor thread (started once, not per batch: starting a thread makes the caller wait for it to be
+scheduled) that finds the heartbeat older than ``threshold_s`` looks at the loop thread's stack and names the env
+method running there (``Sleepy.step``, from code objects registered by :func:`register_env_methods`), while it still
+blocks (so an env stuck forever is named too). A batched sampler call made on the loop thread
+(``batching.call_sampler``) is the loop's own work, not a blocking env, and is never reported. Each env method is
 reported once per process, as a logged warning. Nothing runs per env call: healthy rollouts pay nothing.
 
 Rollouts that run too long: :func:`run_with_deadline` limits one episode's own time (not the time its sampling
@@ -19,6 +22,7 @@ import contextlib
 import contextvars
 import inspect
 import logging
+import os
 import sys
 import threading
 import time
@@ -26,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from types import CodeType, FrameType
 from typing import Any, TypeVar
 
-from .batching import rollout_clock
+from .batching import call_sampler, rollout_clock
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,50 +93,51 @@ class LoopWatchdog:
             raise ValueError(f"LoopWatchdog: threshold_s must be > 0 or None, got {threshold_s}")
         self.threshold_s = threshold_s
         self.reports: list[str] = []
-        self._interval = 0.0 if threshold_s is None else min(threshold_s / 4, 0.5)
+        self.interval = 0.0 if threshold_s is None else min(threshold_s / 4, 0.5)
         self._last_beat = time.perf_counter()
-        self._stop = threading.Event()
+        self._stopped = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beat: asyncio.TimerHandle | None = None
         self._loop_thread = 0
+        self._suspect: tuple[float, str] | None = None  # (heartbeat, where) of the last poll that found it blocked
 
     def __enter__(self) -> LoopWatchdog:
         if self.threshold_s is not None:
             self._loop = asyncio.get_running_loop()
             self._loop_thread = threading.get_ident()
             self._heartbeat()
-            threading.Thread(target=self._watch, name="trl_envs-watchdog", daemon=True).start()
+            _monitor().watch(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
+        self._stopped = True
         if self._beat is not None:
             self._beat.cancel()
+        if self.threshold_s is not None:
+            _monitor().unwatch(self)
 
     def _heartbeat(self) -> None:
         self._last_beat = time.perf_counter()
-        if not self._stop.is_set():
-            self._beat = self._loop.call_later(self._interval, self._heartbeat)
+        if not self._stopped:
+            self._beat = self._loop.call_later(self.interval, self._heartbeat)
 
-    def _watch(self) -> None:
-        suspect: tuple[float, str] | None = None  # (heartbeat, where) of the last poll that found the loop blocked
-        while True:
-            woke_due = time.perf_counter() + self._interval
-            if self._stop.wait(self._interval):
-                return
-            now = time.perf_counter()
-            beat = self._last_beat
-            blocked = now - beat - self._interval  # the beat may have been due that late
-            if blocked < self.threshold_s or now - woke_due > self.threshold_s:
-                suspect = None  # not blocked, or this thread itself was starved of CPU: the whole process was
-                continue
-            frame = sys._current_frames().get(self._loop_thread)
-            where = env_method_on_stack(frame)
-            if where is None and frame is not None:
-                where = f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})"
-            if where is not None and suspect == (beat, where) and not self._stop.is_set():
-                self._report(where, blocked)  # seen twice in a row in the same stretch: the loop really is stuck there
-            suspect = (beat, where) if where is not None else None
+    def poll(self, now: float, late: float) -> None:
+        """One look from the monitor thread at ``now``, which woke ``late`` seconds after it was due."""
+        beat = self._last_beat
+        blocked = now - beat - self.interval  # the beat may have been due that late
+        if blocked < self.threshold_s or late > self.threshold_s:
+            self._suspect = None  # not blocked, or the monitor itself was starved of CPU: the whole process was
+            return
+        frame = sys._current_frames().get(self._loop_thread)
+        if _sampling_on_stack(frame):
+            self._suspect = None  # the loop is running the batch's sampler call, its own work
+            return
+        where = env_method_on_stack(frame)
+        if where is None and frame is not None:
+            where = f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})"
+        if where is not None and self._suspect == (beat, where) and not self._stopped:
+            self._report(where, blocked)  # seen twice in a row in the same stretch: the loop really is stuck there
+        self._suspect = (beat, where) if where is not None else None
 
     def _report(self, where: str, blocked: float) -> None:
         with _reported_lock:
@@ -144,6 +149,90 @@ class LoopWatchdog:
                    "`await asyncio.to_thread(...)`. (Reported once per env method.)")
         self.reports.append(message)
         logger.warning(message)
+
+
+def _sampling_on_stack(frame: FrameType | None) -> bool:
+    """Whether ``batching.call_sampler`` is on the stack ending at ``frame`` (reads only code objects)."""
+    while frame is not None:
+        if frame.f_code is _CALL_SAMPLER_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_CALL_SAMPLER_CODE = call_sampler.__code__
+
+
+class _Monitor:
+    """The process's one watchdog thread: polls every :class:`LoopWatchdog` in use at the shortest of their
+    intervals. With none in use it polls on for ``linger_s`` (a trainer's next batch comes a training step later:
+    no wake-up is needed to start watching it), then sleeps until one is."""
+
+    def __init__(self, linger_s: float = 10.0):
+        self.pid = os.getpid()
+        self.linger_s = linger_s
+        self._cond = threading.Condition(threading.Lock())
+        self._watched: list[LoopWatchdog] = []
+        self._wait_s: float | None = None  # the monitor's current wait (None: asleep until a watchdog is in use)
+        self._thread = threading.Thread(target=self._run, name="trl_envs-watchdog", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self._thread.is_alive()
+
+    def watch(self, watchdog: LoopWatchdog) -> None:
+        with self._cond:
+            self._watched.append(watchdog)
+            if self._wait_s is None or watchdog.interval < self._wait_s:
+                self._cond.notify()  # asleep, or waiting longer than this watchdog's interval
+
+    def unwatch(self, watchdog: LoopWatchdog) -> None:
+        with self._cond:
+            with contextlib.suppress(ValueError):
+                self._watched.remove(watchdog)
+
+    def _run(self) -> None:
+        interval, idle_since = 0.5, None
+        while True:
+            with self._cond:
+                if self._watched:
+                    interval, idle_since = min(w.interval for w in self._watched), None
+                elif idle_since is None:
+                    idle_since = time.perf_counter()
+                if not self._watched and time.perf_counter() - idle_since > self.linger_s:
+                    self._wait_s = None
+                    self._cond.wait()
+                    continue
+                self._wait_s = interval
+                due = time.perf_counter() + interval
+                self._cond.wait(interval)
+                watched = list(self._watched)
+            now = time.perf_counter()
+            for watchdog in watched:
+                watchdog.poll(now, max(0.0, now - due))
+
+
+_monitor_instance: _Monitor | None = None
+_monitor_lock = threading.Lock()
+
+
+def _monitor() -> _Monitor:
+    """The process's monitor (a new one after ``fork``: the parent's thread does not exist in the child)."""
+    global _monitor_instance
+    with _monitor_lock:
+        if _monitor_instance is None or not _monitor_instance.alive():
+            _monitor_instance = _Monitor()
+        return _monitor_instance
+
+
+def _forget_monitor_after_fork() -> None:
+    global _monitor_instance, _monitor_lock
+    _monitor_instance = None  # its thread does not exist in the child
+    _monitor_lock = threading.Lock()  # it may have been held by another thread at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_monitor_after_fork)
 
 
 _episode_activity: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
