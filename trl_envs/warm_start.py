@@ -30,10 +30,10 @@ from .core.renderer import Message
 from .envs.arithmetic import question
 from .envs.guess_number import demonstrations as guess_number_demonstrations
 
-QUICK_SHARE = 0.9
+QUICK_SHARE = 0.82
 """How often the arithmetic teacher answers quickly (a bare number); the rest of the time it works the sum out."""
 
-QUICK_OFFSETS: dict[int, float] = {0: 0.28, -1: 0.24, 1: 0.24, -2: 0.12, 2: 0.12}
+QUICK_OFFSETS: dict[int, float] = {0: 0.2, -1: 0.19, 1: 0.19, -2: 0.15, 2: 0.15, -3: 0.06, 3: 0.06}
 """Probability that the teacher's quick answer is off by each offset (0: the right sum). The right sum is the single
 most likely answer, so the fitted model's greedy answer is right."""
 
