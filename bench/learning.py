@@ -7,9 +7,9 @@ per seed, and evaluates it before and after training on the env's *test* set:
 * sampled at temperature 1 (``pass@1`` = the fraction of episodes solved, the row's metric);
 * greedy (temperature 0), which must never get worse.
 
-The arithmetic recipe holds out a fixed 20% of the 100 questions (``held_out_fraction: 0.2``): the test set is made
-only of questions that never occur in RL training (the warm start saw every question, answered by a sloppy teacher,
-see ``trl_envs/warm_start.py``). Prints one line per seed, then per row the mean ± std (over seeds) before and
+The arithmetic recipes (``arithmetic``, ``judged_arithmetic``) hold out a fixed 20% of the 100 questions
+(``held_out_fraction: 0.2``): the test set is made only of questions that never occur in RL training (the warm start
+saw every question, answered quickly and sloppily or worked out, see ``trl_envs/warm_start.py``). Prints one line per seed, then per row the mean ± std (over seeds) before and
 after, and MET / NOT MET against the targets of issue 14. Rows without a recipe that reaches them print NOT RUN
 with the reason.
 
