@@ -8,8 +8,10 @@ Each row is a conversational DPO example, exactly the format TRL's ``DPOTrainer`
      "chosen_reward": 1.0, "rejected_reward": 0.0}
 
 The question is the env's own question; the answers are in the demo model's two styles
-(:mod:`trl_envs.warm_start`): the chosen one is right, the worked sum or (a third of the time) the bare sum; the
-rejected one is a quick near miss (a bare number, the sum plus or minus 1..2, never negative). Both are checked with
+(:mod:`trl_envs.warm_start`): the chosen one is the worked sum (always right), the rejected one a quick near miss (a
+bare number, the sum plus or minus 1..2, never negative). (With the right bare number chosen a third of the time
+instead, scripts/configs/dpo_offline_arithmetic.yaml took the demo model's held-out pass@1 to 0.654 instead of 0.820,
+2 seeds: chosen bare numbers also reward the quick style, which is mostly wrong on new questions.) Both are checked with
 :class:`~trl_envs.envs.arithmetic.ArithmeticEnv` (``check_answer`` / ``check_format``), and the rewards columns are
 what the env would pay for them. The questions are split as the arithmetic recipes split them
 (:func:`~trl_envs.envs.arithmetic.split_problems` with :data:`HELD_OUT_FRACTION`): the ``train`` split asks only
@@ -62,8 +64,7 @@ def arithmetic_preference_rows(num: int, *, seed: int = 0, max_operand: int = 9,
         env = ArithmeticEnv(None, a, b)  # the renderer is only needed to play the env, not to check answers
         delta = rng.choice([-2, -1, 1, 2])
         wrong = a + b + delta if a + b + delta >= 0 else a + b - delta
-        chosen = env.get_reference_answer() if rng.random() < 1 / 3 else worked_sum(a, b)
-        rejected = str(wrong)
+        chosen, rejected = worked_sum(a, b), str(wrong)
         assert env.check_answer(chosen) and not env.check_answer(rejected)
         rows.append({
             "prompt": [{"role": "user", "content": question(a, b)}],
