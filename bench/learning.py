@@ -1,17 +1,18 @@
 """Does training with trl_envs make the demo model better? Before / after on held-out problems, per env, >= 3 seeds.
 
 Each row trains the demo model ``tiny-chat-v3`` (``trl_envs.tiny_model``, built offline and cached) with the
-row's recipe, ``scripts/configs/<row>.yaml`` (the very file ``python scripts/train_grpo.py --config`` reads), once
-per seed, and evaluates it before and after training on the env's *test* set:
+row's recipe, ``scripts/configs/<row>.yaml`` (the very file ``python scripts/train_grpo.py --config`` reads; for the
+DPO rows ``scripts/train_dpo.py --config``, whose parser and ``make_trainer`` they use), once per seed, and evaluates
+it before and after training on the env's *test* set:
 
 * sampled at temperature 1 (``pass@1`` = the fraction of episodes solved, the row's metric);
 * greedy (temperature 0), which must never get worse.
 
 The arithmetic recipe holds out a fixed 20% of the 100 questions (``held_out_fraction: 0.2``): the test set is made
 only of questions that never occur in RL training (the warm start saw every question, answered by a sloppy teacher,
-see ``trl_envs/warm_start.py``). Prints one line per seed, then per row the mean ± std (over seeds) before and
-after, and MET / NOT MET against the targets of issue 14. Rows without a recipe that reaches them print NOT RUN
-with the reason.
+see ``trl_envs/warm_start.py``); offline DPO's preference data asks only the other questions. Prints one line per
+seed, then per row the mean ± std (over seeds) before and after, and MET / NOT MET against the targets of issue 14.
+Rows without a recipe that reaches them print NOT RUN with the reason.
 
     python bench/learning.py                                  # every row, seeds 0 1 2
     python bench/learning.py --rows arithmetic --seeds 0      # one row, one seed
