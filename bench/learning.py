@@ -1,17 +1,19 @@
 """Does training with trl_envs make the demo model better? Before / after on held-out problems, per env, >= 3 seeds.
 
 Each row trains the demo model ``tiny-chat-v3`` (``trl_envs.tiny_model``, built offline and cached) with the
-row's recipe, ``scripts/configs/<row>.yaml`` (the very file ``python scripts/train_grpo.py --config`` reads), once
-per seed, and evaluates it before and after training on the env's *test* set:
+row's recipe, ``scripts/configs/<row>.yaml`` (the very file ``python scripts/train_grpo.py --config`` reads; for the
+DPO rows ``scripts/train_dpo.py --config``, whose parser and ``make_trainer`` they use), once per seed, and evaluates
+it before and after training on the env's *test* set:
 
 * sampled at temperature 1 (``pass@1`` = the fraction of episodes solved, the row's metric);
 * greedy (temperature 0), which must never get worse.
 
-The arithmetic recipes (``arithmetic``, ``judged_arithmetic``) hold out a fixed 20% of the 100 questions
-(``held_out_fraction: 0.2``): the test set is made only of questions that never occur in RL training (the warm start
-saw every question, answered quickly and sloppily or worked out, see ``trl_envs/warm_start.py``). Prints one line per seed, then per row the mean ± std (over seeds) before and
-after, and MET / NOT MET against the targets of issue 14. Rows without a recipe that reaches them print NOT RUN
-with the reason.
+The arithmetic recipes (``arithmetic``, ``judged_arithmetic``, both DPO rows) hold out a fixed 20% of the 100
+questions (``held_out_fraction: 0.2``): the test set is made only of questions that never occur in training (the warm
+start saw every question, answered quickly and sloppily or worked out, see ``trl_envs/warm_start.py``); offline DPO's
+preference data asks only the other questions. Prints one line per seed, then per row the mean ± std (over seeds)
+before and after, and MET / NOT MET against the targets of issue 14. Rows without a recipe that reaches them print
+NOT RUN with the reason.
 
     python bench/learning.py                                  # every row, seeds 0 1 2
     python bench/learning.py --rows arithmetic --seeds 0      # one row, one seed
@@ -40,9 +42,14 @@ from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer  # noqa:
 from trl_envs.registry.names import make_env_dataset  # noqa: E402
 from trl_envs.rollout.engine import RolloutBudget, run_sync  # noqa: E402
 from trl_envs.rollout.evaluation import evaluate  # noqa: E402
+from trl_envs.registry import parse_env_kwargs  # noqa: E402
 from trl_envs.tiny_model import DEMO_MODEL_NAME, build_tiny_model  # noqa: E402
+from trl_envs.training_data.preference_data import HELD_OUT_FRACTION  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import train_dpo  # noqa: E402  (scripts/train_dpo.py: the DPO rows train exactly as it does)
+
 SCRIPT_KEYS = {"tiny_model", "env_name", "env_kwargs", "groups_per_batch", "num_env_batches", "card_eval"}
 
 
@@ -61,6 +68,7 @@ class Row:
     solved_metric: str  # env metric (mean over episodes) read as pass@1
     target: str
     met: Callable[[list[Scores], list[Scores]], bool]
+    algorithm: str = "grpo"  # the recipe's script: scripts/train_grpo.py or scripts/train_dpo.py ("dpo")
 
 
 def _arithmetic_met(before: list[Scores], after: list[Scores]) -> bool:
@@ -83,10 +91,13 @@ ROWS = {
                       "held-out pass@1 >= 0.8 from <= 0.4; greedy never lower than before", _arithmetic_met),
     "judged_arithmetic": Row("judged_arithmetic", "judged_arithmetic.yaml", "correct",
                              "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain),
+    "dpo_env": Row("dpo_env", "dpo_env_arithmetic.yaml", "correct",
+                   "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain, "dpo"),
+    "dpo_offline": Row("dpo_offline", "dpo_offline_arithmetic.yaml", "correct",
+                       "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain, "dpo"),
 }
 NOT_RUN = {
     "guess_number": "win rate >= 0.9 and fewer guesses than the base model",
-    "dpo": "held-out gain >= 3x std over seeds (offline and env-driven, arithmetic)",
     "tic_tac_toe": "win rate vs random >= 0.7, illegal moves <= 2%",
     "tool_use": "correct answers >= 0.5 on large sums through calculator calls",
     "cartpole": "greedy return >= 475 over 10 episodes",
@@ -113,15 +124,32 @@ def score(model, tokenizer, test, metric: str, env: str, budget: RolloutBudget, 
     return Scores(*out)
 
 
+def test_set(env: str, env_kwargs: dict, tokenizer, group_size: int, groups_per_batch: int, seed: int,
+             eval_batches: int):
+    """``(training builder, test set)`` of the env; the test set has ``eval_batches`` batches."""
+    builder = make_env_dataset(env, Renderer(tokenizer), group_size=group_size, groups_per_batch=groups_per_batch,
+                               num_batches=1000, defaults={"seed": seed, "num_test_batches": eval_batches},
+                               **env_kwargs)
+    return builder, run_sync(builder)[1]
+
+
+def before_after(trainer, tokenizer, test, row: Row, env: str, budget: RolloutBudget,
+                 seed: int) -> tuple[Scores, Scores, float]:
+    before = score(trainer.model, tokenizer, test, row.solved_metric, env, budget, seed)
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    return before, score(trainer.model, tokenizer, test, row.solved_metric, env, budget, seed), seconds
+
+
 def run_seed(row: Row, seed: int, model_path: str, tokenizer, eval_batches: int,
              config_path: str | None = None) -> tuple[Scores, Scores, float]:
+    if row.algorithm == "dpo":
+        return run_dpo_seed(row, seed, model_path, tokenizer, eval_batches, config_path)
     script, config = load_recipe(row, config_path)
     env = script["env_name"]
-    builder = make_env_dataset(env, Renderer(tokenizer), group_size=config["num_generations"],
-                               groups_per_batch=script.get("groups_per_batch", 4), num_batches=1000,
-                               defaults={"seed": seed, "num_test_batches": eval_batches},
-                               **(script.get("env_kwargs") or {}))
-    _, test = run_sync(builder)
+    builder, test = test_set(env, script.get("env_kwargs") or {}, tokenizer, config["num_generations"],
+                             script.get("groups_per_batch", 4), seed, eval_batches)
     budget = RolloutBudget(max_turns=config.get("max_turns", 8),
                            max_tokens_per_turn=config.get("max_completion_length", 16))
     with tempfile.TemporaryDirectory() as out:
@@ -130,12 +158,24 @@ def run_seed(row: Row, seed: int, model_path: str, tokenizer, eval_batches: int,
                                 "logging_steps": config["max_steps"], "gradient_checkpointing": False})
         trainer = EnvGRPOTrainer(model_path, args, builder, processing_class=tokenizer)
         trainer.remove_callback(PrinterCallback)
-        before = score(trainer.model, tokenizer, test, row.solved_metric, env, budget, seed)
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
-        after = score(trainer.model, tokenizer, test, row.solved_metric, env, budget, seed)
-    return before, after, seconds
+        return before_after(trainer, tokenizer, test, row, env, budget, seed)
+
+
+def run_dpo_seed(row: Row, seed: int, model_path: str, tokenizer, eval_batches: int,
+                 config_path: str | None = None) -> tuple[Scores, Scores, float]:
+    """A DPO row: the recipe read and trained by scripts/train_dpo.py's own parser and ``make_trainer``. Tested on the
+    env's test set (env-driven) or, offline, on the arithmetic questions the built-in preference data holds out."""
+    with tempfile.TemporaryDirectory() as out:
+        script, args, model_args, _ = train_dpo.make_parser().parse_args_and_config([
+            "--config", config_path or str(REPO / "scripts" / "configs" / row.config), "--output_dir", out,
+            "--model_name_or_path", model_path, "--seed", str(seed), "--use_cpu", "true", "--bf16", "false",
+            "--report_to", "none", "--save_strategy", "no", "--eval_strategy", "no", "--eval_envs_each_round", "false"])
+        env, env_kwargs = ((script.env_name, parse_env_kwargs(script.env_kwargs)) if script.env_mode else
+                           ("arithmetic", {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION}))
+        _, test = test_set(env, env_kwargs, tokenizer, script.group_size, script.groups_per_round, seed, eval_batches)
+        trainer, _, _ = train_dpo.make_trainer(script, args, model_args)
+        budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn)
+        return before_after(trainer, tokenizer, test, row, env, budget, seed)
 
 
 def _mean_std(values: list[float]) -> str:

@@ -45,7 +45,7 @@ from trl_envs.training_data.preference_data import load_preference_dataset
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.trainers.resume import resume_option
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
-from trl_envs.tiny_model import build_tiny_model
+from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model
 
 @dataclass
 class ScriptArguments:
@@ -60,6 +60,7 @@ class ScriptArguments:
         env_kwargs: options of the env by name, a JSON object (a mapping in YAML).
         group_size, groups_per_round, num_env_batches: env mode: trajectories per group, groups sampled per round,
             batches of the training ``RLDataset``.
+        tiny_model: the offline model used without ``--model_name_or_path``.
     """
 
     dataset_name: str | None = field(
@@ -83,6 +84,9 @@ class ScriptArguments:
     group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
     groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})
     num_env_batches: int = field(default=1000, metadata={"help": "Env mode: batches in the training RLDataset."})
+    tiny_model: str = field(default=MODEL_NAME, metadata={
+        "help": f"The offline model built and used when --model_name_or_path is not given: {MODEL_NAME} (small, built "
+                f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, docs/benchmarks.md)."})
 
     @property
     def env_mode(self) -> bool:
@@ -146,9 +150,32 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
     checkpoint = resume_option(training_args)
     env_mode = script_args.env_mode
+    trainer, model_path, datasets = make_trainer(script_args, training_args, model_args)
+    tokenizer = trainer.processing_class
+    trainer.train(resume_from_checkpoint=checkpoint)
+
+    # 4. Save the model (or adapter) and the metrics.
+    save_run(trainer, tokenizer)
+
+    # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
+    builtin_data = not (env_mode or script_args.dataset_name or script_args.data_files)
+    envs = [script_args.env_name] if script_args.env_name else []
+    if script_args.env_dataset:  # the card names (and evaluates) the env kinds of the rows, as train_grpo.py's
+        envs = sorted(set(datasets["env_dataset"].rows[ENV_FIELD]))
+    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args, envs=envs,
+                env_kwargs=parse_env_kwargs(script_args.env_kwargs), eval_env="arithmetic" if builtin_data else None,
+                datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
+                    script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
+
+
+def make_trainer(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: ModelConfig,
+                 env_defaults: dict | None = None) -> tuple[EnvDPOTrainer, str, dict]:
+    """``(trainer, model path, datasets)``: the model, the data and the ``EnvDPOTrainer`` of a run, ready to train
+    (also used by bench/learning.py). ``env_defaults``: env dataset options the env's own take precedence over."""
+    env_mode = script_args.env_mode
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
-    model_path = model_args.model_name_or_path or build_tiny_model()
+    model_path = model_args.model_name_or_path or build_tiny_model(name=script_args.tiny_model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
                                        "attn_implementation": model_args.attn_implementation,
@@ -157,7 +184,7 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
     # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
     datasets = {}
     if env_mode:
-        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer), training_args.seed)
+        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer), training_args.seed, env_defaults)
     else:
         data = load_preference_splits(script_args)
         datasets["train_dataset"] = pick_split(data, script_args.dataset_train_split, "training")
@@ -174,20 +201,7 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
         **datasets,
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per log instead of the full metrics dict
-    trainer.train(resume_from_checkpoint=checkpoint)
-
-    # 4. Save the model (or adapter) and the metrics.
-    save_run(trainer, tokenizer)
-
-    # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
-    builtin_data = not (env_mode or script_args.dataset_name or script_args.data_files)
-    envs = [script_args.env_name] if script_args.env_name else []
-    if script_args.env_dataset:  # the card names (and evaluates) the env kinds of the rows, as train_grpo.py's
-        envs = sorted(set(datasets["env_dataset"].rows[ENV_FIELD]))
-    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args, envs=envs,
-                env_kwargs=parse_env_kwargs(script_args.env_kwargs), eval_env="arithmetic" if builtin_data else None,
-                datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
-                    script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
+    return trainer, model_path, datasets
 
 
 def load_preference_splits(args: ScriptArguments):
@@ -217,9 +231,11 @@ def pick_split(data, split: str, role: str):
     return data[split]
 
 
-def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -> RLDataset | RLDatasetBuilder:
+def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0,
+                     defaults: dict | None = None) -> RLDataset | RLDatasetBuilder:
     """The envs of env-driven DPO: the rows of ``--env_dataset``, or the env by name (registry); ``seed`` (the
-    trainer's) picks the training problems of envs that take one."""
+    trainer's) picks the training problems of envs that take one; ``defaults``: more options of envs that take them
+    (e.g. ``num_test_batches``)."""
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
@@ -227,7 +243,7 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -
     return make_named_env_dataset(args.env_name, renderer,
                                   **{"group_size": args.group_size, **parse_env_kwargs(args.env_kwargs)},
                                   groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  defaults={"seed": seed})
+                                  defaults={"seed": seed, **(defaults or {})})
 
 
 

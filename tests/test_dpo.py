@@ -287,7 +287,7 @@ def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypa
                         "--logging_steps", "1", "--output_dir", str(tmp_path / "offline"))
     assert "step    2 | loss" in stdout and "margin" in stdout, stdout
     assert (tmp_path / "offline" / "model.safetensors").exists()
-    assert (tmp_path / "cache" / "arithmetic-preferences-v1").is_dir()  # the default run's dataset
+    assert (tmp_path / "cache" / "arithmetic-preferences-v2").is_dir()  # the default run's dataset
     stdout = run_script(monkeypatch, capsys, tmp_path, "--config",
                         str(REPO / "scripts" / "configs" / "dpo_env_guess_number.yaml"), "--model_name_or_path",
                         tiny_model_path, "--num_rounds", "1", "--groups_per_round", "4", "--group_size", "4",

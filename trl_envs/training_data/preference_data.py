@@ -3,14 +3,20 @@
 Each row is a conversational DPO example, exactly the format TRL's ``DPOTrainer`` takes::
 
     {"prompt":   [{"role": "user", "content": "What is 3 + 4?"}],
-     "chosen":   [{"role": "assistant", "content": "7"}],
-     "rejected": [{"role": "assistant", "content": "9"}],
+     "chosen":   [{"role": "assistant", "content": "Let's add: 3 + 4 = 7"}],
+     "rejected": [{"role": "assistant", "content": "8"}],
      "chosen_reward": 1.0, "rejected_reward": 0.0}
 
-The question is the env's own question; the rejected answer is a near miss (the sum plus or minus 1..3, never
-negative), the kind of mistake a small model makes. Both answers are checked with
+The question is the env's own question; the answers are in the demo model's two styles
+(:mod:`trl_envs.warm_start`): the chosen one is the worked sum (always right), the rejected one a quick near miss (a
+bare number, the sum plus or minus 1..2, never negative). (With the right bare number chosen a third of the time
+instead, scripts/configs/dpo_offline_arithmetic.yaml took the demo model's held-out pass@1 to 0.654 instead of 0.820,
+2 seeds: chosen bare numbers also reward the quick style, which is mostly wrong on new questions.) Both are checked with
 :class:`~trl_envs.envs.arithmetic.ArithmeticEnv` (``check_answer`` / ``check_format``), and the rewards columns are
-what the env would pay for them.
+what the env would pay for them. The questions are split as the arithmetic recipes split them
+(:func:`~trl_envs.envs.arithmetic.split_problems` with :data:`HELD_OUT_FRACTION`): the ``train`` split asks only
+training questions, the ``test`` split only held-out ones, so the arithmetic env's held-out test set measures
+questions offline DPO never saw.
 
 :func:`build_preference_dataset` saves a ``datasets.DatasetDict`` (``train`` / ``test``) with ``save_to_disk``, cached
 like the tiny model under ``$TRL_ENVS_CACHE`` (default ``~/.cache/trl_envs``); building takes well under a second and
@@ -27,31 +33,38 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-DATASET_NAME = "arithmetic-preferences-v1"
+DATASET_NAME = "arithmetic-preferences-v2"
 """Name of the default cache directory; bump the version when the recipe changes."""
+
+HELD_OUT_FRACTION = 0.2
+"""The share of the questions only in the ``test`` split (``held_out_fraction`` of the arithmetic recipes)."""
 
 MARKER_FILE = "BUILD_COMPLETE"
 NUM_TRAIN, NUM_TEST = 512, 64
 
 
 def default_preference_dataset_path() -> str:
-    """``$TRL_ENVS_CACHE/arithmetic-preferences-v1`` (``TRL_ENVS_CACHE`` defaults to ``~/.cache/trl_envs``)."""
+    """``$TRL_ENVS_CACHE/arithmetic-preferences-v2`` (``TRL_ENVS_CACHE`` defaults to ``~/.cache/trl_envs``)."""
     cache = os.environ.get("TRL_ENVS_CACHE") or os.path.join("~", ".cache", "trl_envs")
     return os.path.join(os.path.expanduser(cache), DATASET_NAME)
 
 
-def arithmetic_preference_rows(num: int, *, seed: int = 0, max_operand: int = 9) -> list[dict[str, Any]]:
-    """``num`` preference rows (see the module docstring); fixed by ``seed``."""
-    from ..envs.arithmetic import ArithmeticEnv, question, sample_problem
+def arithmetic_preference_rows(num: int, *, seed: int = 0, max_operand: int = 9,
+                                held_out: bool = False) -> list[dict[str, Any]]:
+    """``num`` preference rows (see the module docstring) on the training questions (``held_out``: on the held-out
+    ones); fixed by ``seed``."""
+    from ..envs.arithmetic import ArithmeticEnv, question, split_problems
+    from ..warm_start import worked_sum
 
     rng = random.Random(f"arithmetic-preferences/{seed}")
+    problems = split_problems(max_operand, HELD_OUT_FRACTION)[int(held_out)]
     rows = []
     for _ in range(num):
-        a, b = sample_problem(rng, max_operand)
+        a, b = rng.choice(problems)
         env = ArithmeticEnv(None, a, b)  # the renderer is only needed to play the env, not to check answers
-        delta = rng.choice([-3, -2, -1, 1, 2, 3])
+        delta = rng.choice([-2, -1, 1, 2])
         wrong = a + b + delta if a + b + delta >= 0 else a + b - delta
-        chosen, rejected = env.get_reference_answer(), str(wrong)
+        chosen, rejected = worked_sum(a, b), str(wrong)
         assert env.check_answer(chosen) and not env.check_answer(rejected)
         rows.append({
             "prompt": [{"role": "user", "content": question(a, b)}],
@@ -70,7 +83,7 @@ def _reward(env, text: str) -> float:
 
 def build_preference_dataset(output_dir: str | None = None, *, num_train: int = NUM_TRAIN, num_test: int = NUM_TEST,
                              seed: int = 0, force: bool = False) -> str:
-    """Build the dataset (``train``: ``num_train`` rows, ``test``: ``num_test`` rows of another seed) into
+    """Build the dataset (``train``: ``num_train`` rows, ``test``: ``num_test`` rows on the held-out questions) into
     ``output_dir`` (default :func:`default_preference_dataset_path`) and return the path. A finished build there is
     reused as is (whatever its sizes) unless ``force``. Safe to call from several processes at once."""
     from datasets import Dataset, DatasetDict
@@ -83,7 +96,7 @@ def build_preference_dataset(output_dir: str | None = None, *, num_train: int = 
     try:
         DatasetDict({
             "train": Dataset.from_list(arithmetic_preference_rows(num_train, seed=seed)),
-            "test": Dataset.from_list(arithmetic_preference_rows(num_test, seed=seed + 10_000)),
+            "test": Dataset.from_list(arithmetic_preference_rows(num_test, seed=seed + 10_000, held_out=True)),
         }).save_to_disk(str(staging / "data"))
         (staging / "data" / MARKER_FILE).write_text(f"seed={seed} train={num_train} test={num_test}\n")
         if force and target.exists():
