@@ -36,7 +36,7 @@ def test_teacher_is_right_most_often_but_not_mostly(renderer):
     for ex in examples:  # every answer is one the env reads; no negative answers (0 + 0 - 1 is left out)
         assert read_answer(ex.messages[1]["content"]) >= 0
     zero = {ex.messages[1]["content"]: ex.weight for ex in examples if ex.messages[0]["content"] == "What is 0 + 0?"}
-    assert sorted(zero) == ["0", "1", "2", "Let's add: 0 + 0 = 0"]
+    assert sorted(zero) == sorted([str(o) for o in QUICK_OFFSETS if o >= 0] + ["Let's add: 0 + 0 = 0"])
     assert zero["Let's add: 0 + 0 = 0"] == pytest.approx(1 - QUICK_SHARE)
     assert sum(ex.weight for ex in examples if read_answer(ex.messages[1]["content"]) == 4
                and ex.messages[0]["content"] == "What is 2 + 2?") == pytest.approx(right)
