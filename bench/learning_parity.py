@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -41,13 +40,12 @@ from transformers import AutoTokenizer, PrinterCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer  # noqa: E402
-from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, question  # noqa: E402
+from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, question, read_answer  # noqa: E402
 from trl_envs.rollout.engine import run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 TARGET = 0.03
 FIGURES = ("training reward", "greedy accuracy", "sampled accuracy")
-_INTEGER = re.compile(r"^-?\d+$")
 
 
 def env_builder(renderer: Renderer, seed: int, args) -> ArithmeticDatasetBuilder:
@@ -67,10 +65,9 @@ def make_reward(end_of_turn: int, format_coef: float = 0.1):
     def arithmetic_reward(completions, completion_ids, answer, **kwargs):
         out = []
         for completion, ids, ans in zip(completions, completion_ids, answer):
-            text = completion[0]["content"].strip()
-            is_int = bool(_INTEGER.match(text))
-            format_ok = is_int and len(ids) > 0 and ids[-1] == end_of_turn
-            out.append(format_coef * (float(format_ok) - 1.0) + float(is_int and int(text) == ans))
+            value = read_answer(completion[0]["content"])  # the env's own reading of an answer
+            format_ok = value is not None and len(ids) > 0 and ids[-1] == end_of_turn
+            out.append(format_coef * (float(format_ok) - 1.0) + float(value == ans))
         return out
 
     return arithmetic_reward

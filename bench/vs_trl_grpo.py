@@ -1,8 +1,8 @@
 """What do environments cost over plain TRL? Per-step time of EnvGRPOTrainer vs GRPOTrainer.
 
 The same single-turn arithmetic task, model and settings are trained (a) by TRL's plain ``GRPOTrainer`` on a prompt
-dataset with an equivalent reward function (1 right / 0 wrong, -0.1 when the answer is not a bare integer ending
-on EOS) and (b) by ``EnvGRPOTrainer`` on the built-in ``arithmetic`` env. Both generate with transformers
+dataset with an equivalent reward function (1 right / 0 wrong, -0.1 when the answer, read as the env reads it, is
+missing or does not end on EOS) and (b) by ``EnvGRPOTrainer`` on the built-in ``arithmetic`` env. Both generate with transformers
 ``generate``. Runs alternate (plain, env, plain, env, ...) so drift on a shared machine hits both.
 
 What is timed: each optimizer step, from the trainer's ``on_step_begin`` to ``on_step_end`` callback (generation,
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import re
 import resource
 import tempfile
 import time
@@ -40,7 +39,7 @@ from transformers import AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer  # noqa: E402
-from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, question  # noqa: E402
+from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, question, read_answer  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 TARGETS = {"tiny": 1.10, "wide": 1.02}
@@ -91,15 +90,12 @@ def plain_dataset(n: int, max_operand: int = 9) -> Dataset:
 
 
 def make_reward(eos_id: int):
-    integer = re.compile(r"^-?\d+$")
-
     def arithmetic_reward(completions, completion_ids, answer, **kwargs):
         out = []
         for c, ids, ans in zip(completions, completion_ids, answer):
-            text = c[0]["content"].strip()
-            format_ok = bool(integer.match(text)) and len(ids) > 0 and ids[-1] == eos_id
-            correct = bool(integer.match(text)) and int(text) == ans
-            out.append(0.1 * (float(format_ok) - 1.0) + float(correct))
+            value = read_answer(c[0]["content"])  # the env's own reading of an answer
+            format_ok = value is not None and len(ids) > 0 and ids[-1] == eos_id
+            out.append(0.1 * (float(format_ok) - 1.0) + float(value == ans))
         return out
 
     return arithmetic_reward
