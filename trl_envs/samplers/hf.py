@@ -81,11 +81,12 @@ class HFSampler:
             if not r.prompt:
                 raise ValueError(f"HFSampler: request {i} has an empty prompt")
         width = max(len(r.prompt) for r in requests)
-        input_ids = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(requests), width), dtype=torch.long)
-        for i, r in enumerate(requests):
-            input_ids[i, width - len(r.prompt):] = torch.tensor(r.prompt, dtype=torch.long)
-            attention_mask[i, width - len(r.prompt):] = 1
+        # Left padding, built as Python lists and turned into tensors once (one tensor per row costs more than the
+        # tiny model's forward pass).
+        input_ids = torch.tensor([[self.pad_token_id] * (width - len(r.prompt)) + list(r.prompt) for r in requests],
+                                 dtype=torch.long)
+        attention_mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in requests],
+                                      dtype=torch.long)
         stops = [StopSpec.of(r.stop, self.eos_token_id) for r in requests]
         greedy = self.temperature == 0
         recorder = _LogprobRecorder(1.0 if greedy else self.temperature)
@@ -121,10 +122,9 @@ class HFSampler:
             generated = out[:, width:]
             logprobs = recorder.finish(generated)
         results = []
-        for i, r in enumerate(requests):
-            tokens = generated[i].tolist()
-            n, reason = stops[i].cut(tokens, r.max_tokens, self.tokenizer)
-            results.append(TokensWithLogprobs(tokens[:n], logprobs[i, :n].tolist(), reason))
+        for r, stop, tokens, row_logprobs in zip(requests, stops, generated.tolist(), logprobs.tolist()):
+            n, reason = stop.cut(tokens, r.max_tokens, self.tokenizer)
+            results.append(TokensWithLogprobs(tokens[:n], row_logprobs[:n], reason))
         return results
 
 
