@@ -2,8 +2,8 @@
 
 The same single-turn arithmetic task, model and settings are trained (a) by TRL's plain ``GRPOTrainer`` on a prompt
 dataset with an equivalent reward function (1 right / 0 wrong, -0.1 when the answer, read as the env reads it, is
-missing or does not end on EOS) and (b) by ``EnvGRPOTrainer`` on the built-in ``arithmetic`` env. Both generate with transformers
-``generate``. Runs alternate (plain, env, plain, env, ...) so drift on a shared machine hits both.
+missing or does not end on EOS) and (b) by ``EnvGRPOTrainer`` on the built-in ``arithmetic`` env. Both generate
+with transformers ``generate``. Runs alternate (plain, env, plain, env, ...) so drift on a shared machine hits both.
 
 What is timed: each optimizer step, from the trainer's ``on_step_begin`` to ``on_step_end`` callback (generation,
 rewards, loss, backward, optimizer), both as wall time and as this process's CPU time (all threads; less sensitive

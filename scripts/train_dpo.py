@@ -168,10 +168,10 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
                     script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
 
 
-def make_trainer(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: ModelConfig,
-                 env_defaults: dict | None = None) -> tuple[EnvDPOTrainer, str, dict]:
+def make_trainer(script_args: ScriptArguments, training_args: EnvDPOConfig,
+                 model_args: ModelConfig) -> tuple[EnvDPOTrainer, str, dict]:
     """``(trainer, model path, datasets)``: the model, the data and the ``EnvDPOTrainer`` of a run, ready to train
-    (also used by bench/learning.py). ``env_defaults``: env dataset options the env's own take precedence over."""
+    (also used by bench/learning.py)."""
     env_mode = script_args.env_mode
 
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
@@ -184,7 +184,7 @@ def make_trainer(script_args: ScriptArguments, training_args: EnvDPOConfig, mode
     # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
     datasets = {}
     if env_mode:
-        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer), training_args.seed, env_defaults)
+        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer), training_args.seed)
     else:
         data = load_preference_splits(script_args)
         datasets["train_dataset"] = pick_split(data, script_args.dataset_train_split, "training")
@@ -231,11 +231,9 @@ def pick_split(data, split: str, role: str):
     return data[split]
 
 
-def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0,
-                     defaults: dict | None = None) -> RLDataset | RLDatasetBuilder:
+def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -> RLDataset | RLDatasetBuilder:
     """The envs of env-driven DPO: the rows of ``--env_dataset``, or the env by name (registry); ``seed`` (the
-    trainer's) picks the training problems of envs that take one; ``defaults``: more options of envs that take them
-    (e.g. ``num_test_batches``)."""
+    trainer's) picks the training problems of envs that take one."""
     if args.env_dataset:
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
@@ -243,7 +241,7 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0,
     return make_named_env_dataset(args.env_name, renderer,
                                   **{"group_size": args.group_size, **parse_env_kwargs(args.env_kwargs)},
                                   groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  defaults={"seed": seed, **(defaults or {})})
+                                  defaults={"seed": seed})
 
 
 

@@ -59,6 +59,11 @@ def sample_problem(rng: random.Random, max_operand: int) -> tuple[int, int]:
     return rng.randint(0, max_operand), rng.randint(0, max_operand)
 
 
+def draw_problem(rng: random.Random, problems: Sequence[tuple[int, int]] | None, max_operand: int) -> tuple[int, int]:
+    """One of ``problems`` when given (a held-out split's side), else any pair of operands ``0..max_operand``."""
+    return rng.choice(problems) if problems else sample_problem(rng, max_operand)
+
+
 def split_problems(max_operand: int, held_out_fraction: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """``(train, held_out)``: every pair ``(a, b)`` with operands ``0..max_operand``, a fixed (seed-independent)
     ``held_out_fraction`` of them set aside for testing. The same split for every training seed, so a test set made
@@ -105,7 +110,7 @@ class ArithmeticDataset(BuiltinDataset):
         rng = random.Random(f"arithmetic/{self.seed}/{index}")
         builders = []
         for _ in range(self.batch_size):
-            a, b = rng.choice(self.problems) if self.problems else sample_problem(rng, self.max_operand)
+            a, b = draw_problem(rng, self.problems, self.max_operand)
             builders.append(ArithmeticGroupBuilder(self.renderer, a, b, self.group_size, self.format_coef))
         return builders
 

@@ -22,7 +22,7 @@ from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.types import Env, EnvGroupBuilder
 from ._builder import BuiltinDataset
-from .arithmetic import ArithmeticDatasetBuilder, question, read_answer, sample_problem
+from .arithmetic import ArithmeticDatasetBuilder, draw_problem, question, read_answer
 
 class CloserToJudge:
     """Judge: the answer closer to ``target`` wins; an answer beats a non-answer; else a tie. Answers are read by
@@ -83,7 +83,7 @@ class JudgedArithmeticDataset(BuiltinDataset):
         rng = random.Random(f"judged_arithmetic/{self.seed}/{index}")
         out = []
         for _ in range(self.batch_size):
-            a, b = rng.choice(self.problems) if self.problems else sample_problem(rng, self.max_operand)
+            a, b = draw_problem(rng, self.problems, self.max_operand)
             out.append(PairwiseJudgeGroupBuilder(QuestionGroupBuilder(self.renderer, a, b, self.group_size),
                                                  CloserToJudge(a + b), self.renderer, both_orders=self.both_orders))
         return out
