@@ -30,13 +30,14 @@ pytestmark = pytest.mark.timeout(400)
 
 LAUNCH_TIMEOUT_S = 240
 TIMING_KEYS = ("runtime", "per_second", "seconds", "step_time", "total_flos")
+MAX_STEPS = 12  # the run is killed right after checkpoint-2: the 10 steps left must outlast the kill, however fast
 
 
 def grpo_command(model_path: str, output_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "cpu_2proc.yaml"),
             "--main_process_port", str(free_port()), str(REPO / "scripts" / "train_grpo.py"),
             "--model_name_or_path", model_path, "--use_cpu", "true", "--output_dir", str(output_dir),
-            "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2", "--per_device_train_batch_size", "8",
+            "--max_steps", str(MAX_STEPS), "--save_strategy", "steps", "--save_steps", "2", "--per_device_train_batch_size", "8",
             "--num_generations", "4", "--groups_per_batch", "4", "--num_env_batches", "20",
             "--max_completion_length", "8", "--max_turns", "2", "--card_eval", "false", *extra]
 
@@ -85,8 +86,9 @@ def test_grpo_script_resumes_a_killed_two_process_run_exactly(tmp_path, tiny_mod
     resumed = run_with_timeout(grpo_command(tiny_model_path, cut, "--resume_from_checkpoint",
                                             str(cut / "checkpoint-2")), LAUNCH_TIMEOUT_S, tmp_path / "resumed.log")
     steps = [int(s) for s in re.findall(r"\[trl_envs\] step +(\d+)", resumed)]
-    assert steps == [3, 4]  # continues at step 3: steps 1-2 are not replayed
-    expected, got = step_logs(full / "checkpoint-4"), step_logs(cut / "checkpoint-4")
+    assert steps == list(range(3, MAX_STEPS + 1))  # continues at step 3: steps 1-2 are not replayed
+    last = f"checkpoint-{MAX_STEPS}"
+    expected, got = step_logs(full / last), step_logs(cut / last)
     assert got == expected  # the same values logged at every step (rewards: same batches, same samples)
     assert_same_weights(full, cut)
 
