@@ -1,6 +1,6 @@
 """The demo model's warm start (trl_envs.warm_start) and the arithmetic held-out split its recipe is measured on.
 
-The demo model itself (tiny-chat-v3) takes minutes to build, so it is not built here: these tests check the pieces
+The demo model itself (tiny-chat-v4) takes minutes to build, so it is not built here: these tests check the pieces
 on the small test model's tokenizer and a two-layer random model, in seconds.
 """
 
@@ -20,8 +20,9 @@ from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, split_problems
 from trl_envs.rollout.engine import run_sync
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model, default_tiny_model_path
 from trl_envs.envs.arithmetic import ArithmeticEnv, read_answer
-from trl_envs.warm_start import (QUICK_OFFSETS, QUICK_SHARE, Source, _encode, arithmetic_examples,
-                                 guess_number_examples, train, worked_sum, worked_sum_examples)
+from trl_envs.envs.guess_number import GuessNumberEnv
+from trl_envs.warm_start import (HALVING_SHARE, QUICK_OFFSETS, QUICK_SHARE, Source, _encode, arithmetic_examples,
+                                 guess_number_examples, halving_game, train, worked_sum, worked_sum_examples)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,6 +56,26 @@ def test_worked_sums_are_right_answers_and_leave_the_choice_to_begin_them_out_of
     assert skipped[first] == 0 and skipped[first + 1:] == full[first + 1:]
     with pytest.raises(ValueError, match="leaves no loss"):
         _encode(tokenizer, messages, skip_tokens=len(ids))
+
+
+def test_guess_number_teacher_halves_a_fifth_of_its_games_and_every_game_is_legal():
+    examples = guess_number_examples(200, seed=0)
+    random_games, halving = examples[:200], examples[200:]
+    assert [ex.messages for ex in halving] == [halving_game(t) for t in range(1, 17)]  # one per hidden number ...
+    assert sum(ex.weight for ex in halving) == pytest.approx(HALVING_SHARE)  # ... a fifth of the games drawn
+    assert sum(ex.weight for ex in examples) == pytest.approx(1.0)
+    assert HALVING_SHARE + (1 - HALVING_SHARE) / 16 < 0.5  # the base model begins most games with another number
+    for ex in examples:  # every game, replayed in the env, is won, and within 5 guesses when halving
+        game = ex.messages
+        target = int(game[-1]["content"])
+        guesses = [int(m["content"]) for m in game if m["role"] == "assistant"]
+        assert [m["content"] for m in game if m["role"] == "user"][1:] == [
+            "Higher." if g < target else "Lower." for g in guesses[:-1]]
+        assert 1 <= min(guesses) <= max(guesses) <= 16 and len(set(guesses)) == len(guesses)
+    assert all(ex.messages[1]["content"] == "8" for ex in halving)
+    assert sum(ex.messages[1]["content"] == "8" for ex in random_games) < 30  # random openings: 8 about 1 in 16
+    assert max(len(halving_game(t)) // 2 for t in range(1, 17)) == 5  # guesses: (messages - intro + 1) / 2
+    assert GuessNumberEnv(8).max_guesses >= 5  # halving always wins within the env's guesses
 
 
 def test_default_run_is_the_arithmetic_recipe(monkeypatch):
@@ -117,6 +138,6 @@ def test_held_out_split_never_trains_on_test_questions(renderer):
 def test_model_names(tmp_path, monkeypatch):
     monkeypatch.setenv("TRL_ENVS_CACHE", str(tmp_path))
     assert default_tiny_model_path() == str(tmp_path / MODEL_NAME)
-    assert default_tiny_model_path(DEMO_MODEL_NAME) == str(tmp_path / "tiny-chat-v3")
+    assert default_tiny_model_path(DEMO_MODEL_NAME) == str(tmp_path / "tiny-chat-v4")
     with pytest.raises(ValueError, match="unknown model name 'tiny-chat-v9'"):
         build_tiny_model(str(tmp_path / "x"), name="tiny-chat-v9")

@@ -1,4 +1,4 @@
-"""The warm start of the demo model ``tiny-chat-v3`` (see :mod:`trl_envs.tiny_model`): what it is shown and how.
+"""The warm start of the demo model ``tiny-chat-v4`` (see :mod:`trl_envs.tiny_model`): what it is shown and how.
 
 RL can only sharpen what a model already sometimes does. So the warm start teaches each env's *format* and an
 *approximate* skill, and leaves the exact skill to reinforcement learning:
@@ -12,8 +12,12 @@ RL can only sharpen what a model already sometimes does. So the warm start teach
   earn from rewards, on every question at once (the choice is the same for all of them, which is why it carries
   over to questions held out of RL training). This is the shape of RL on large models too: it rarely teaches new
   facts, it makes the model do reliably what it already does sometimes.
-* ``guess_number``: played games whose every guess is uniform over the numbers still possible (consistent with the
-  hints, far from the halving strategy RL can find).
+* ``guess_number`` (numbers 1..16): most games (``1 -`` :data:`HALVING_SHARE`) are played by a guesser whose every
+  guess is uniform over the numbers still possible (consistent with the hints, ~4.8 guesses a game); a fifth are
+  played by **halving** (always the middle of the numbers still possible: at most 5 guesses, always a win). The
+  first guess tells the two apart (halving always opens with 8), so, as in arithmetic, the fitted model makes a choice
+  at its first token and then follows through; sampled, it wins ~58% of its games within the env's 6 guesses, and
+  what RL has to learn is to open every game by halving.
 
 The examples are weighted (a question's answers with the teacher's probabilities) and trained with a plain PyTorch
 loop: batches drawn by weight from a seeded generator, loss on the assistant tokens only. This is several times
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from .core.renderer import Message
 from .envs.arithmetic import question
 from .envs.guess_number import demonstrations as guess_number_demonstrations
+from .envs.guess_number import intro, reply_for
 
 QUICK_SHARE = 0.82
 """How often the arithmetic teacher answers quickly (a bare number); the rest of the time it works the sum out."""
@@ -80,9 +85,33 @@ def worked_sum_examples(max_operand: int = 9) -> list[WeightedExample]:
             for a in range(max_operand + 1) for b in range(max_operand + 1)]
 
 
-def guess_number_examples(num: int, seed: int) -> list[WeightedExample]:
-    """``num`` games of the consistent-but-random guesser (:func:`trl_envs.envs.guess_number.demonstrations`)."""
-    return [WeightedExample(game) for game in guess_number_demonstrations(num, seed)]
+HALVING_SHARE = 0.2
+"""How often the guess_number teacher plays a game by halving (always guessing the middle of the numbers still
+possible); the rest of the time each of its guesses is uniform over the numbers still possible."""
+
+
+def guess_number_examples(num: int, seed: int, low: int = 1, high: int = 16) -> list[WeightedExample]:
+    """``num`` games of the consistent-but-random guesser (:func:`trl_envs.envs.guess_number.demonstrations`),
+    together weighted ``1 - HALVING_SHARE``, and the halving game of every hidden number, together weighted
+    :data:`HALVING_SHARE`. A halving game begins with the middle number, which the random guesser picks only once in
+    ``high - low + 1`` games: the first guess is the model's choice of strategy, and what RL has to learn is to
+    begin every game that way (and so finish in at most ``log2(high - low + 1) + 1`` guesses)."""
+    random_games = guess_number_demonstrations(num, seed, low, high)
+    halving = [halving_game(target, low, high) for target in range(low, high + 1)]
+    return ([WeightedExample(game, (1.0 - HALVING_SHARE) / len(random_games)) for game in random_games]
+            + [WeightedExample(game, HALVING_SHARE / len(halving)) for game in halving])
+
+
+def halving_game(target: int, low: int = 1, high: int = 16) -> list[Message]:
+    """The game of the guesser that always guesses the middle of the numbers still possible."""
+    game: list[Message] = [{"role": "user", "content": intro(low, high)}]
+    while True:
+        guess = (low + high) // 2
+        game.append({"role": "assistant", "content": str(guess)})
+        if guess == target:
+            return game
+        game.append({"role": "user", "content": reply_for(guess, target, low, high)})
+        low, high = (guess + 1, high) if guess < target else (low, guess - 1)
 
 
 @dataclass(frozen=True)

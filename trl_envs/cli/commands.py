@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from ..tiny_model import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES  # the standard library only: cheap to import
+
 EPILOG = "Run 'trl-envs COMMAND --help' for the options of a command."
 
 
@@ -74,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "its directory.")
     p.add_argument("--output_dir", default=None, help="where to build it (default: ~/.cache/trl_envs/<name>, "
                                                       "or $TRL_ENVS_CACHE/<name>)")
-    p.add_argument("--name", default="tiny-chat-v1", choices=["tiny-chat-v1", "tiny-chat-v3"],
-                   help="tiny-chat-v1: the small model of the tests; tiny-chat-v3: the demo model the training "
+    p.add_argument("--name", default=MODEL_NAME, choices=list(MODEL_NAMES),
+                   help=f"{MODEL_NAME}: the small model of the tests; {DEMO_MODEL_NAME}: the demo model the training "
                         "scripts default to (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     p.add_argument("--seed", type=int, default=0)
