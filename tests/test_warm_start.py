@@ -22,7 +22,8 @@ from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model, d
 from trl_envs.envs.arithmetic import ArithmeticEnv, read_answer
 from trl_envs.envs.guess_number import GuessNumberEnv
 from trl_envs.warm_start import (HALVING_SHARE, QUICK_OFFSETS, QUICK_SHARE, Source, _encode, arithmetic_examples,
-                                 guess_number_examples, halving_game, train, worked_sum, worked_sum_examples)
+                                 guess_number_examples, halving_examples, halving_game, train, worked_sum,
+                                 worked_sum_examples)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,7 +65,7 @@ def test_guess_number_teacher_halves_a_fifth_of_its_games_and_every_game_is_lega
     assert [ex.messages for ex in halving] == [halving_game(t) for t in range(1, 17)]  # one per hidden number ...
     assert sum(ex.weight for ex in halving) == pytest.approx(HALVING_SHARE)  # ... a fifth of the games drawn
     assert sum(ex.weight for ex in examples) == pytest.approx(1.0)
-    assert HALVING_SHARE + (1 - HALVING_SHARE) / 16 < 0.5  # the base model begins most games with another number
+    assert HALVING_SHARE < 0.5  # the base model opens most games with another number
     for ex in examples:  # every game, replayed in the env, is won, and within 5 guesses when halving
         game = ex.messages
         target = int(game[-1]["content"])
@@ -72,8 +73,10 @@ def test_guess_number_teacher_halves_a_fifth_of_its_games_and_every_game_is_lega
         assert [m["content"] for m in game if m["role"] == "user"][1:] == [
             "Higher." if g < target else "Lower." for g in guesses[:-1]]
         assert 1 <= min(guesses) <= max(guesses) <= 16 and len(set(guesses)) == len(guesses)
-    assert all(ex.messages[1]["content"] == "8" for ex in halving)
-    assert sum(ex.messages[1]["content"] == "8" for ex in random_games) < 30  # random openings: 8 about 1 in 16
+    assert all(ex.messages[1]["content"] == "8" for ex in halving)  # only halving opens with the middle number
+    assert all(ex.messages[1]["content"] != "8" for ex in random_games)
+    assert len({ex.messages[1]["content"] for ex in random_games}) == 15
+    assert [(ex.messages, ex.skip_tokens) for ex in halving_examples()] == [(ex.messages, 1) for ex in halving]
     assert max(len(halving_game(t)) // 2 for t in range(1, 17)) == 5  # guesses: (messages - intro + 1) / 2
     assert GuessNumberEnv(8).max_guesses >= 5  # halving always wins within the env's guesses
 

@@ -88,7 +88,8 @@ TORCH_THREADS = 1  # the model is so small that more threads only add synchronis
 # The v2 recipe (DEMO_MODEL_NAME). Tuned (seed 0) so that the model's greedy answer to every sum with operands 0..9 is
 # right, while sampled at temperature 1 it is right ~37% of the time (the teacher of trl_envs.warm_start); GRPO
 # then has reward variance on every question. Wider than v1 so that 100 sums are learned within the step budget.
-# v4 adds the halving games of guess_number (trl_envs.warm_start.HALVING_SHARE) and twice its guess_number batch.
+# v4 adds the halving games of guess_number (trl_envs.warm_start.HALVING_SHARE, halving_examples) and twice its
+# guess_number batch.
 V2_MODEL_CONFIG = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, max_position_embeddings=1024)
 V2_TRAIN_STEPS = 500
@@ -96,6 +97,7 @@ V2_ARITHMETIC_PER_STEP = 64
 V2_WORKED_PER_STEP = 32
 V2_GUESS_GAMES = 600
 V2_GUESS_PER_STEP = 8
+V2_HALVING_PER_STEP = 4
 V2_LEARNING_RATE = 6e-3
 V2_WARMUP_STEPS = 50
 
@@ -250,7 +252,8 @@ def _build_into(directory: Path, seed: int, name: str = MODEL_NAME) -> None:
         sources = [warm_start.Source("arithmetic", warm_start.arithmetic_examples(), V2_ARITHMETIC_PER_STEP),
                    warm_start.Source("worked_sums", warm_start.worked_sum_examples(), V2_WORKED_PER_STEP),
                    warm_start.Source("guess_number", warm_start.guess_number_examples(V2_GUESS_GAMES, seed),
-                                     V2_GUESS_PER_STEP)]
+                                     V2_GUESS_PER_STEP),
+                   warm_start.Source("halving", warm_start.halving_examples(), V2_HALVING_PER_STEP)]
         conversations = [example.messages for source in sources for example in source.examples]
     else:
         conversations = _demonstrations(seed)

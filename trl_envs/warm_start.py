@@ -14,10 +14,10 @@ RL can only sharpen what a model already sometimes does. So the warm start teach
   facts, it makes the model do reliably what it already does sometimes.
 * ``guess_number`` (numbers 1..16): most games (``1 -`` :data:`HALVING_SHARE`) are played by a guesser whose every
   guess is uniform over the numbers still possible (consistent with the hints, ~4.8 guesses a game); a fifth are
-  played by **halving** (always the middle of the numbers still possible: at most 5 guesses, always a win). The
-  first guess tells the two apart (halving always opens with 8), so, as in arithmetic, the fitted model makes a choice
-  at its first token and then follows through; sampled, it wins ~58% of its games within the env's 6 guesses, and
-  what RL has to learn is to open every game by halving.
+  played by **halving** (always the middle of the numbers still possible: at most 5 guesses, always a win). Only
+  halving opens with the middle number, 8, so, as in arithmetic, the fitted model makes its choice at its first token
+  and then follows through (a second source, :func:`halving_examples`, teaches the follow-through); what RL has to
+  learn is to open every game by halving.
 
 The examples are weighted (a question's answers with the teacher's probabilities) and trained with a plain PyTorch
 loop: batches drawn by weight from a seeded generator, loss on the assistant tokens only. This is several times
@@ -92,14 +92,23 @@ possible); the rest of the time each of its guesses is uniform over the numbers 
 
 def guess_number_examples(num: int, seed: int, low: int = 1, high: int = 16) -> list[WeightedExample]:
     """``num`` games of the consistent-but-random guesser (:func:`trl_envs.envs.guess_number.demonstrations`),
-    together weighted ``1 - HALVING_SHARE``, and the halving game of every hidden number, together weighted
-    :data:`HALVING_SHARE`. A halving game begins with the middle number, which the random guesser picks only once in
-    ``high - low + 1`` games: the first guess is the model's choice of strategy, and what RL has to learn is to
-    begin every game that way (and so finish in at most ``log2(high - low + 1) + 1`` guesses)."""
-    random_games = guess_number_demonstrations(num, seed, low, high)
+    together weighted ``1 - HALVING_SHARE``, and the halving game of every hidden number (:func:`halving_game`),
+    together weighted :data:`HALVING_SHARE`. The random games never open with the middle number (those that would are
+    left out): opening with it means halving, so the first guess is the model's choice of strategy, as the first
+    token of an arithmetic answer is, and what RL has to learn is to open every game that way."""
+    middle = (low + high) // 2
+    random_games = [game for game in guess_number_demonstrations(2 * num, seed, low, high)
+                    if game[1]["content"] != str(middle)][:num]
     halving = [halving_game(target, low, high) for target in range(low, high + 1)]
     return ([WeightedExample(game, (1.0 - HALVING_SHARE) / len(random_games)) for game in random_games]
             + [WeightedExample(game, HALVING_SHARE / len(halving)) for game in halving])
+
+
+def halving_examples(low: int = 1, high: int = 16) -> list[WeightedExample]:
+    """The halving game of every hidden number with no loss on its first guess: these teach how a game opened with
+    the middle number goes on (always the middle of what is left) without making the model open that way any more
+    often (that stays :data:`HALVING_SHARE`, plus the random games' openings)."""
+    return [WeightedExample(halving_game(target, low, high), skip_tokens=1) for target in range(low, high + 1)]
 
 
 def halving_game(target: int, low: int = 1, high: int = 16) -> list[Message]:
