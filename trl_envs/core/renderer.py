@@ -75,7 +75,7 @@ class Renderer:
         if self.eos_token_id is not None and self.eos_token_id not in stops:
             stops.append(self.eos_token_id)
         self._stop_ids = stops
-        self._render_cache: dict[tuple[str, bool], tuple[int, ...]] = {}
+        self._render_cache: dict[tuple[Any, bool], tuple[int, ...]] = {}
         self._probe_prefix = self._apply([_PROBE_USER, _PROBE_ASSISTANT], add_generation_prompt=False)
         # The tokens the template puts after an assistant turn's end-of-turn token and before the next message
         # (e.g. "\n" for ChatML) come from the suffix rendering; see `extend_observation`.
@@ -99,10 +99,13 @@ class Renderer:
         over (every env of a group, every "Higher."), and a chat-template render costs ~0.1-0.3 ms of event-loop
         time. Messages that are not JSON-serializable (images, ...) are rendered every time. Templates that print
         the current date keep the date of their first render for the life of the Renderer."""
-        try:
-            key = (json.dumps(messages, sort_keys=True), add_generation_prompt)
-        except (TypeError, ValueError):
-            return self._apply(messages, add_generation_prompt)
+        key = _plain_key(messages)  # text-only messages: a tuple, several times cheaper than their JSON
+        if key is None:
+            try:
+                key = json.dumps(messages, sort_keys=True)
+            except (TypeError, ValueError):
+                return self._apply(messages, add_generation_prompt)
+        key = (key, add_generation_prompt)
         ids = self._render_cache.get(key)
         if ids is None:
             if len(self._render_cache) >= 4096:
@@ -184,6 +187,21 @@ class Renderer:
             f"Renderer: cannot find the end-of-turn token of {self.name!r}'s chat template, and the tokenizer has "
             "no EOS token."
         )
+
+
+def _plain_key(messages: list[Message]) -> tuple | None:
+    """A cache key for messages that are dicts of strings only (``None`` for anything else): their sorted items.
+    Strings compare exactly, so two such conversations share a key exactly when their JSON would be equal."""
+    key = []
+    for m in messages:
+        if type(m) is not dict:
+            return None
+        items = sorted(m.items())
+        for k, v in items:
+            if type(k) is not str or type(v) is not str:
+                return None
+        key.append(tuple(items))
+    return tuple(key)
 
 
 def _last_index(seq: list[int], value: int) -> int:

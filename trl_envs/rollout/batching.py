@@ -67,6 +67,26 @@ class ParkedSlot:
                 self._clock.resume()
 
 
+class _EpisodeScope:
+    """``BatchingPolicy.episode()``: joins the batcher and makes it the calling episode's current one on entry, and
+    undoes both on exit. A plain class, not ``contextlib.asynccontextmanager``: one is entered per episode, and the
+    generator machinery of the latter costs several times more than the work itself."""
+
+    __slots__ = ("_batcher", "_token")
+
+    def __init__(self, batcher: BatchingPolicy):
+        self._batcher = batcher
+        self._token: contextvars.Token | None = None
+
+    async def __aenter__(self) -> None:
+        self._batcher.join()
+        self._token = _current_batcher.set(self._batcher)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        _current_batcher.reset(self._token)
+        self._batcher.leave()
+
+
 @dataclass
 class _Pending:
     request: SampleRequest
@@ -112,17 +132,10 @@ class BatchingPolicy:
         self.num_valve_flushes = 0
         self.num_loop_thread_calls = 0
 
-    @contextlib.asynccontextmanager
-    async def episode(self) -> AsyncIterator[None]:
-        """Scope of one live episode: the batcher waits for it before each call while it is inside (and not
-        :func:`parked`)."""
-        self.join()
-        token = _current_batcher.set(self)
-        try:
-            yield
-        finally:
-            _current_batcher.reset(token)
-            self.leave()
+    def episode(self) -> _EpisodeScope:
+        """Scope of one live episode (``async with batcher.episode():``): the batcher waits for it before each call
+        while it is inside (and not :func:`parked`)."""
+        return _EpisodeScope(self)
 
     @contextlib.asynccontextmanager
     async def parked(self) -> AsyncIterator[ParkedSlot]:

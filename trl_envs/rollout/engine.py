@@ -93,6 +93,9 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
     """
     budget = budget or RolloutBudget()
     name = env_name(env)
+    sampler = sampler_name(policy)
+    max_turns, per_turn = budget.max_turns, budget.max_tokens_per_turn
+    per_trajectory, context, vocab_size = budget.max_tokens_per_trajectory, budget.max_context_tokens, budget.vocab_size
     scope = policy.episode() if hasattr(policy, "episode") else contextlib.nullcontext()
     async with scope:
         note_activity(f"{name}.initial_observation")
@@ -103,22 +106,23 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
         # observations stop extending (the Tinker adapter does) and set it on the instance.
         while True:
             turn = len(transitions)
-            max_tokens = budget.max_tokens_per_turn
-            if budget.max_tokens_per_trajectory is not None:
-                max_tokens = min(max_tokens, budget.max_tokens_per_trajectory - tokens_used)
-            if budget.max_context_tokens is not None:
-                room = budget.max_context_tokens - len(ob)
+            max_tokens = per_turn
+            if per_trajectory is not None:
+                max_tokens = min(max_tokens, per_trajectory - tokens_used)
+            if context is not None:
+                room = context - len(ob)
                 if room < 1:
                     message = (f"{name}: the observation of turn {turn} is {len(ob)} tokens, which leaves no room to "
-                               f"sample under the context budget of {budget.max_context_tokens} tokens "
+                               f"sample under the context budget of {context} tokens "
                                "(max_context_tokens; a trainer defaults it to the model's maximum positions)")
                     if turn == 0 or budget.context_overflow == "error":
                         raise ContextBudgetError(message)
                     logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
                     return Trajectory(transitions, ob, "max_tokens", _extends(env))
-                max_tokens = min(max_tokens, room)
-            note_activity(f"sampling turn {turn} with {sampler_name(policy)}")
-            ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, budget.vocab_size)
+                if room < max_tokens:
+                    max_tokens = room
+            note_activity(f"sampling turn {turn} with {sampler}")
+            ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, vocab_size)
             tokens_used += len(ac.tokens)
             note_activity(f"{name}.step (turn {turn})")
             result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
@@ -129,9 +133,9 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
                 return Trajectory(transitions, list(result.next_observation), "done", _extends(env))
             ob = check_observation(env, result.next_observation, "step")
             stop = result.next_stop_condition
-            if budget.max_turns is not None and len(transitions) >= budget.max_turns:
+            if max_turns is not None and len(transitions) >= max_turns:
                 return Trajectory(transitions, ob, "max_turns", _extends(env))
-            if budget.max_tokens_per_trajectory is not None and tokens_used >= budget.max_tokens_per_trajectory:
+            if per_trajectory is not None and tokens_used >= per_trajectory:
                 return Trajectory(transitions, ob, "max_tokens", _extends(env))
 
 
@@ -242,10 +246,16 @@ async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget
     return group
 
 
+_BASE_CLEANUP = EnvGroupBuilder.cleanup  # the no-op every builder inherits unless it overrides it
+
+
 async def _cleanup(builder: EnvGroupBuilder) -> None:
     """Await ``builder.cleanup()`` to its end even when the group is cancelled meanwhile (a sibling group failed, the
     batch was interrupted): the cancellation is re-raised once the cleanup is done. A second cancellation stops the
-    wait (the cleanup task runs on until the loop closes)."""
+    wait (the cleanup task runs on until the loop closes). A builder that keeps ``EnvGroupBuilder``'s own cleanup
+    (which does nothing) costs no task."""
+    if getattr(builder.cleanup, "__func__", None) is _BASE_CLEANUP:
+        return
     task = asyncio.ensure_future(builder.cleanup())
     try:
         await asyncio.shield(task)
@@ -322,10 +332,14 @@ async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]],
                 raise t.exception()
         return [t.result() for t in tasks]
     finally:
+        running = [t for t in tasks if not t.done()]
+        for t in running:
+            t.cancel()
         for t in tasks:
-            if not t.done():
-                t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            if t.done() and not t.cancelled():
+                t.exception()  # retrieved: a second failure is not logged as "never retrieved"
+        if running:  # wait for the cancelled ones to unwind (finished ones need no loop round-trip)
+            await asyncio.gather(*running, return_exceptions=True)
 
 
 async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPolicy, budget: RolloutBudget | None,

@@ -28,18 +28,27 @@ def rollout_metrics(groups: Sequence[TrajectoryGroup | None], error_counts: dict
         if group is None:
             continue
         totals = group.get_total_rewards()
-        samples: list[tuple[str, float]] = [("mixed_rewards", float(len(set(totals)) > 1))]  # computed once, then
-        for traj, total, g_reward, g_metrics in zip(group.trajectories, totals, group.group_rewards,  # filed under
-                                                    group.group_metrics):  # "all" and each tag
-            samples += [("reward/total", total), ("reward/step", traj.step_reward), ("reward/group", g_reward),
-                        ("turns", float(len(traj.transitions))), ("action_tokens", float(traj.num_action_tokens)),
-                        ("done", float(traj.stop_reason == "done"))]
-            samples += _step_metric_means(traj.transitions).items()
-            samples += [(f"group/{name}", float(value)) for name, value in g_metrics.items()]
+        # The group's samples by name, computed once, then filed under "all" and each tag.
+        values: dict[str, list[float]] = {"mixed_rewards": [float(len(set(totals)) > 1)], "reward/total": [],
+                                          "reward/step": [], "reward/group": [], "turns": [], "action_tokens": [],
+                                          "done": []}
+        for traj, total, g_reward, g_metrics in zip(group.trajectories, totals, group.group_rewards,
+                                                    group.group_metrics):
+            transitions = traj.transitions
+            values["reward/total"].append(total)
+            values["reward/step"].append(float(sum(t.reward for t in transitions)))
+            values["reward/group"].append(g_reward)
+            values["turns"].append(float(len(transitions)))
+            values["action_tokens"].append(float(sum(len(t.ac.tokens) for t in transitions)))
+            values["done"].append(float(traj.stop_reason == "done"))
+            for name, value in _step_metric_means(transitions).items():
+                values.setdefault(name, []).append(value)
+            for name, value in g_metrics.items():
+                values.setdefault(f"group/{name}", []).append(float(value))
         for key in ["all"] + [t for t in group.tags if t != "all"]:
             base = f"{prefix}/{key}/"
-            for name, value in samples:
-                out[base + name].append(value)
+            for name, samples in values.items():
+                out[base + name] += samples
     n_groups = max(len(groups), 1)
     skipped = sum(g is None for g in groups)
     out[f"{prefix}/all/skipped_groups"] = [1.0] * skipped + [0.0] * (len(groups) - skipped)
@@ -50,6 +59,8 @@ def rollout_metrics(groups: Sequence[TrajectoryGroup | None], error_counts: dict
 
 
 def _step_metric_means(transitions) -> dict[str, float]:
+    if len(transitions) == 1:  # a single-turn episode: its step's metrics
+        return {name: float(value) for name, value in transitions[0].metrics.items()}
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for tr in transitions:

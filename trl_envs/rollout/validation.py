@@ -64,6 +64,8 @@ def check_initial(env: Any, value: Any) -> tuple[list[int], Any]:
 
 
 def check_observation(env: Any, ob: Any, where: str) -> list[int]:
+    if type(ob) is list and (not ob or set(map(type, ob)) == {int}):
+        return ob  # the common case, checked at C speed
     if not isinstance(ob, list) or not all(isinstance(t, int) for t in ob):
         raise EnvContractError(f"{env_name(env)}.{where} must give the observation as a list of token ids, "
                                f"got {type(ob).__name__}")

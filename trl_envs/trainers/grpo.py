@@ -162,7 +162,9 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
         """Pad with unscorable blocks so every rank has as many rows (TRL gathers rewards across ranks) and, in
         training, a multiple of ``steps_per_generation`` (TRL splits the batch into that many equal parts)."""
-        blocks = int(self.accelerator.gather(torch.tensor([plan.num_blocks], device=self.accelerator.device)).max())
+        blocks = plan.num_blocks
+        if self.accelerator.num_processes > 1:
+            blocks = int(self.accelerator.gather(torch.tensor([blocks], device=self.accelerator.device)).max())
         if mode == "train":
             while (blocks * plan.group_size) % self.args.steps_per_generation:
                 blocks += 1
