@@ -11,7 +11,9 @@ it before and after training on the env's *test* set:
 The arithmetic recipes (``arithmetic``, ``judged_arithmetic``, both DPO rows) hold out a fixed 20% of the 100
 questions (``held_out_fraction: 0.2``): the test set is made only of questions that never occur in training (the warm
 start saw every question, answered quickly and sloppily or worked out, see ``trl_envs/warm_start.py``); offline DPO's
-preference data asks only the other questions. Prints one line per seed, then per row the mean ± std (over seeds)
+preference data asks only the other questions. ``guess_number`` has nothing to hold out (16 hidden numbers, every one
+met in training): its test set is games drawn with the env's test seed, its pass@1 is the win rate within 6 guesses,
+and its side metric, guesses per game (sampled), must fall as well. Prints one line per seed, then per row the mean ± std (over seeds)
 before and after, and MET / NOT MET against the targets of issue 14. Rows without a recipe that reaches them print
 NOT RUN with the reason.
 
@@ -106,10 +108,13 @@ ROWS = {
     "dpo_offline": Row("dpo_offline", "dpo_offline_arithmetic.yaml", "correct",
                        "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain, "dpo"),
 }
-NOT_RUN = {
-    "tic_tac_toe": "win rate vs random >= 0.7, illegal moves <= 2%",
-    "tool_use": "correct answers >= 0.5 on large sums through calculator calls",
-    "cartpole": "greedy return >= 475 over 10 episodes",
+NOT_RUN = {  # row: (target, why no recipe is run)
+    "tic_tac_toe": ("win rate vs random >= 0.7, illegal moves <= 2%",
+                    "the demo model's warm start has no tic-tac-toe games yet"),
+    "tool_use": ("correct answers >= 0.5 on large sums through calculator calls",
+                 "the 2-layer demo model did not learn to copy a tool's result in its warm start (docs/benchmarks.md)"),
+    "cartpole": ("greedy return >= 475 over 10 episodes",
+                 "not tried on the demo model; bench/cartpole.py has the tiny model's best (346.5)"),
 }
 
 
@@ -219,7 +224,8 @@ def main() -> int:
     summary = []
     for name in args.rows:
         if name in NOT_RUN:
-            summary.append(f"{name:18s} NOT RUN   target: {NOT_RUN[name]} (no recipe reaches it yet)")
+            target, why = NOT_RUN[name]
+            summary.append(f"{name:18s} NOT RUN   target: {target} ({why})")
             continue
         row = ROWS[name]
         before, after = [], []
