@@ -66,13 +66,16 @@ def test_guess_number_teacher_halves_a_fifth_of_its_games_and_every_game_is_lega
     assert sum(ex.weight for ex in halving) == pytest.approx(HALVING_SHARE)  # ... a fifth of the games drawn
     assert sum(ex.weight for ex in examples) == pytest.approx(1.0)
     assert HALVING_SHARE < 0.5  # the base model opens most games with another number
-    for ex in examples:  # every game, replayed in the env, is won, and within 5 guesses when halving
+    for ex in examples:  # every game ends on the hidden number, with the env's hints, each guess still possible
         game = ex.messages
         target = int(game[-1]["content"])
         guesses = [int(m["content"]) for m in game if m["role"] == "assistant"]
         assert [m["content"] for m in game if m["role"] == "user"][1:] == [
             "Higher." if g < target else "Lower." for g in guesses[:-1]]
-        assert 1 <= min(guesses) <= max(guesses) <= 16 and len(set(guesses)) == len(guesses)
+        lo, hi = 1, 16
+        for g in guesses:
+            assert lo <= g <= hi, game
+            lo, hi = (g + 1, hi) if g < target else (lo, g - 1)
     assert all(ex.messages[1]["content"] == "8" for ex in halving)  # only halving opens with the middle number
     assert all(ex.messages[1]["content"] != "8" for ex in random_games)
     assert len({ex.messages[1]["content"] for ex in random_games}) == 15

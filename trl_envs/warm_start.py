@@ -32,8 +32,7 @@ from dataclasses import dataclass
 
 from .core.renderer import Message
 from .envs.arithmetic import question
-from .envs.guess_number import demonstrations as guess_number_demonstrations
-from .envs.guess_number import intro, reply_for
+from .envs.guess_number import demonstrations as guess_number_demonstrations, played_game
 
 QUICK_SHARE = 0.82
 """How often the arithmetic teacher answers quickly (a bare number); the rest of the time it works the sum out."""
@@ -113,14 +112,7 @@ def halving_examples(low: int = 1, high: int = 16) -> list[WeightedExample]:
 
 def halving_game(target: int, low: int = 1, high: int = 16) -> list[Message]:
     """The game of the guesser that always guesses the middle of the numbers still possible."""
-    game: list[Message] = [{"role": "user", "content": intro(low, high)}]
-    while True:
-        guess = (low + high) // 2
-        game.append({"role": "assistant", "content": str(guess)})
-        if guess == target:
-            return game
-        game.append({"role": "user", "content": reply_for(guess, target, low, high)})
-        low, high = (guess + 1, high) if guess < target else (low, guess - 1)
+    return played_game(target, lambda lo, hi: (lo + hi) // 2, low, high)
 
 
 @dataclass(frozen=True)

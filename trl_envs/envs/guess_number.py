@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -140,16 +140,18 @@ def demonstrations(num: int, seed: int = 0, low: int = 1, high: int = 16) -> lis
     """Played games for warm-starting: each guess is drawn uniformly from the interval still possible, so the
     demonstrator is consistent with the hints but far from optimal (RL has room to improve it)."""
     rng = random.Random(f"guess-number-demos/{seed}")
-    out = []
-    for _ in range(num):
-        target, lo, hi = rng.randint(low, high), low, high
-        convo: list[Message] = [{"role": "user", "content": intro(low, high)}]
-        while True:
-            guess = rng.randint(lo, hi)
-            convo.append({"role": "assistant", "content": str(guess)})
-            if guess == target:
-                break
-            convo.append({"role": "user", "content": reply_for(guess, target, low, high)})
-            lo, hi = (guess + 1, hi) if guess < target else (lo, guess - 1)
-        out.append(convo)
-    return out
+    return [played_game(rng.randint(low, high), rng.randint, low, high) for _ in range(num)]
+
+
+def played_game(target: int, choose: Callable[[int, int], int], low: int = 1, high: int = 16) -> list[Message]:
+    """The conversation of one game won by a guesser that is consistent with the hints: ``choose(lo, hi)`` picks each
+    guess among the numbers still possible, ``lo..hi``."""
+    lo, hi = low, high
+    convo: list[Message] = [{"role": "user", "content": intro(low, high)}]
+    while True:
+        guess = choose(lo, hi)
+        convo.append({"role": "assistant", "content": str(guess)})
+        if guess == target:
+            return convo
+        convo.append({"role": "user", "content": reply_for(guess, target, low, high)})
+        lo, hi = (guess + 1, hi) if guess < target else (lo, guess - 1)
