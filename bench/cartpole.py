@@ -36,6 +36,7 @@ from trl_envs import make_env_dataset
 from trl_envs.envs.cartpole import ACTION_NAMES, ENV_ID, cartpole_text, lean_policy
 from trl_envs.gym.evaluation import GymEvalResult, evaluate_gym
 from trl_envs.samplers.text_policy import TextPolicySampler
+from trl_envs.tiny_model import DEMO_MODEL_NAME, build_tiny_model
 
 SOLVED = 475.0
 
@@ -132,11 +133,12 @@ def main() -> int:
     parser.add_argument("--gamma", type=float, default=0.95, help="credit_gamma of the per-turn reward-to-go")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default=None, help=f"model path (default: the offline {DEMO_MODEL_NAME})")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--check", action="store_true", help="exit 1 when trl_envs misses the target")
     args = parser.parse_args()
     _common.setup_torch(args.threads, args.seed)
-    model_path, tokenizer, untrained = _common.load_tiny_model()
+    model_path, tokenizer, untrained = _common.load_tiny_model(args.model or build_tiny_model(name=DEMO_MODEL_NAME))
     renderer = Renderer(tokenizer)
     results: dict[str, dict] = {}
     print(f"{ENV_ID}: {args.eval_episodes} evaluation episodes, seeds {args.eval_seed}..."

@@ -1,6 +1,6 @@
 """Does training with trl_envs make the demo model better? Before / after on held-out problems, per env, >= 3 seeds.
 
-Each row trains the demo model ``tiny-chat-v4`` (``trl_envs.tiny_model``, built offline and cached) with the
+Each row trains the demo model ``tiny-chat-v5`` (``trl_envs.tiny_model``, built offline and cached) with the
 row's recipe, ``scripts/configs/<row>.yaml`` (the very file ``python scripts/train_grpo.py --config`` reads; for the
 DPO rows ``scripts/train_dpo.py --config``, whose parser and ``make_trainer`` they use), once per seed, and evaluates
 it before and after training on the env's *test* set:

@@ -60,8 +60,8 @@ class ScriptArguments:
         default=None, metadata={"help": "Env dataset options, a JSON object (a mapping in YAML), e.g. "
                                         "'{\"max_operand\": 9}'. Default: DEFAULT_ENV_KWARGS[env]."})
     groups_per_batch: int = field(default=16, metadata={"help": "Env groups per RLDataset batch."})
-    tiny_model: str = field(default="tiny-chat-v4", metadata={
-        "help": "The offline model built and used when --model_name_or_path is not given: tiny-chat-v4 (the demo "
+    tiny_model: str = field(default="tiny-chat-v5", metadata={
+        "help": "The offline model built and used when --model_name_or_path is not given: tiny-chat-v5 (the demo "
                 "model, docs/benchmarks.md) or tiny-chat-v1 (smaller, built faster; the tests' model)."})
     num_env_batches: int = field(default=1000, metadata={"help": "Batches in the training RLDataset."})
 

@@ -1,6 +1,6 @@
 """The demo model's warm start (trl_envs.warm_start) and the arithmetic held-out split its recipe is measured on.
 
-The demo model itself (tiny-chat-v4) takes minutes to build, so it is not built here: these tests check the pieces
+The demo model itself (tiny-chat-v5) takes minutes to build, so it is not built here: these tests check the pieces
 on the small test model's tokenizer and a two-layer random model, in seconds.
 """
 
@@ -144,6 +144,6 @@ def test_held_out_split_never_trains_on_test_questions(renderer):
 def test_model_names(tmp_path, monkeypatch):
     monkeypatch.setenv("TRL_ENVS_CACHE", str(tmp_path))
     assert default_tiny_model_path() == str(tmp_path / MODEL_NAME)
-    assert default_tiny_model_path(DEMO_MODEL_NAME) == str(tmp_path / "tiny-chat-v4")
+    assert default_tiny_model_path(DEMO_MODEL_NAME) == str(tmp_path / "tiny-chat-v5")
     with pytest.raises(ValueError, match="unknown model name 'tiny-chat-v9'"):
         build_tiny_model(str(tmp_path / "x"), name="tiny-chat-v9")
