@@ -23,7 +23,7 @@ the worst of each group, and trains DPO on the pairs; one line per round shows t
 Every ``EnvDPOConfig`` (i.e. TRL ``DPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config`` (LoRA: ``--use_peft --lora_r 16``; with LoRA the reference model is the base model, adapter off).
 After training the output directory also gets the training curves, an env evaluation before/after training (on the
-training env, on ``arithmetic`` for the built-in preference data, or ``--card_eval_env``) and a model card;
+training env, on the held-out ``arithmetic`` questions for the built-in preference data, or ``--card_eval_env``) and a model card;
 ``--push_to_hub --hub_model_id you/name`` uploads it (docs/hub_and_eval.md).
 """
 
@@ -41,7 +41,7 @@ from trl_envs.registry.env_datasets import EnvRowDataset, data_file_builder, is_
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry import ENV_FIELD, parse_env_kwargs
 from trl_envs.registry import make_env_dataset as make_named_env_dataset
-from trl_envs.training_data.preference_data import load_preference_dataset
+from trl_envs.training_data.preference_data import HELD_OUT_ENV_KWARGS, load_preference_dataset
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.trainers.resume import resume_option
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
@@ -84,7 +84,7 @@ class ScriptArguments:
     group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
     groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})
     num_env_batches: int = field(default=1000, metadata={"help": "Env mode: batches in the training RLDataset."})
-    tiny_model: str = field(default=MODEL_NAME, metadata={
+    tiny_model: str = field(default=DEMO_MODEL_NAME, metadata={
         "help": f"The offline model built and used when --model_name_or_path is not given: {MODEL_NAME} (small, built "
                 f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, docs/benchmarks.md)."})
 
@@ -164,6 +164,8 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
         envs = sorted(set(datasets["env_dataset"].rows[ENV_FIELD]))
     publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args, envs=envs,
                 env_kwargs=parse_env_kwargs(script_args.env_kwargs), eval_env="arithmetic" if builtin_data else None,
+                # the built-in data asks only the training questions: the card scores the held-out ones
+                eval_env_kwargs=HELD_OUT_ENV_KWARGS if builtin_data else None,
                 datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
                     script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from trl_envs import (
     make_preference_pairs,
 )
 from trl_envs import make_env_dataset
-from trl_envs.training_data.preference_data import arithmetic_preference_rows, build_preference_dataset, load_preference_dataset
+from trl_envs.training_data.preference_data import (HELD_OUT_FRACTION, arithmetic_preference_rows, build_preference_dataset,
+                                                    load_preference_dataset)
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parent.parent
@@ -288,6 +290,9 @@ def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypa
     assert "step    2 | loss" in stdout and "margin" in stdout, stdout
     assert (tmp_path / "offline" / "model.safetensors").exists()
     assert (tmp_path / "cache" / "arithmetic-preferences-v2").is_dir()  # the default run's dataset
+    card_eval = json.loads((tmp_path / "offline" / "eval_results.json").read_text())
+    assert card_eval["env"] == "arithmetic"  # scored on the questions the built-in data leaves out, not on seen ones
+    assert card_eval["env_kwargs"] == {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION}
     stdout = run_script(monkeypatch, capsys, tmp_path, "--config",
                         str(REPO / "scripts" / "configs" / "dpo_env_guess_number.yaml"), "--model_name_or_path",
                         tiny_model_path, "--num_rounds", "1", "--groups_per_round", "4", "--group_size", "4",

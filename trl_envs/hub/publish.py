@@ -97,8 +97,8 @@ def save_run(trainer, tokenizer) -> None:
 
 def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], push: bool,
                 publish_args: PublishArguments | None = None, env_kwargs: dict[str, Any] | None = None,
-                eval_env: str | None = None, datasets: list[str] | None = None,
-                script_args: Any = None, model_args: Any = None) -> PublishResult:
+                eval_env: str | None = None, eval_env_kwargs: dict[str, Any] | None = None,
+                datasets: list[str] | None = None, script_args: Any = None, model_args: Any = None) -> PublishResult:
     """Write the curves, config, evaluation and model card into ``trainer.args.output_dir`` (already holding the
     saved model and tokenizer) and push the folder if ``push``. Runs on the main process only.
 
@@ -111,6 +111,8 @@ def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], pu
         publish_args: the card's evaluation settings (default: :class:`PublishArguments`' defaults).
         env_kwargs: the training env's options, used when the card's eval env is the training env.
         eval_env: the env to evaluate on when ``publish_args.card_eval_env`` is not set (default: ``envs[0]``).
+        eval_env_kwargs: the options of ``eval_env`` when it is not a training env (e.g. the held-out split of the
+            data trained on).
         datasets: Hub datasets trained on, for the card's metadata.
         script_args, model_args: the script's own options and TRL's ``ModelConfig`` (dataclasses), saved in
             ``training_config.json``.
@@ -133,7 +135,7 @@ def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], pu
     if publish_args.card_eval and env is None:
         print("[trl_envs] model card: no env to evaluate on (give --card_eval_env); the card has no evaluation table")
     elif publish_args.card_eval:
-        kwargs = env_kwargs if env in envs else None
+        kwargs = env_kwargs if env in envs else eval_env_kwargs if env == eval_env else None
         result.eval_before, result.eval_after, settings = _evaluate_before_after(
             trainer, base_model, output_dir, repo_id, env, kwargs, publish_args)
 

@@ -39,6 +39,10 @@ DATASET_NAME = "arithmetic-preferences-v2"
 HELD_OUT_FRACTION = 0.2
 """The share of the questions only in the ``test`` split (``held_out_fraction`` of the arithmetic recipes)."""
 
+HELD_OUT_ENV_KWARGS = {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION}
+"""The ``arithmetic`` env options whose test set asks exactly the questions the ``train`` split leaves out (the model
+card of a run on this dataset is scored on them)."""
+
 MARKER_FILE = "BUILD_COMPLETE"
 NUM_TRAIN, NUM_TEST = 512, 64
 
