@@ -36,7 +36,7 @@ from trl_envs import make_env_dataset
 from trl_envs.envs.cartpole import ACTION_NAMES, ENV_ID, cartpole_text, lean_policy
 from trl_envs.gym.evaluation import GymEvalResult, evaluate_gym
 from trl_envs.samplers.text_policy import TextPolicySampler
-from trl_envs.tiny_model import DEMO_MODEL_NAME, build_tiny_model
+from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME
 
 SOLVED = 475.0
 
@@ -101,7 +101,8 @@ def run_grpo(args, model_path: str, tokenizer, renderer) -> tuple[object, int, f
             disable_tqdm=True, seed=args.seed, num_generations=args.group_size,
             per_device_train_batch_size=args.group_size * args.groups_per_step, max_steps=args.grpo_steps,
             learning_rate=args.lr, beta=0.0, max_completion_length=4, max_turns=500, logging_steps=1,
-            save_strategy="no", training_rows="auto", credit_assignment="per_turn", credit_gamma=args.gamma)
+            save_strategy="no", training_rows="auto", credit_assignment="per_turn", credit_gamma=args.gamma,
+            num_iterations=args.num_iterations)
         trainer = EnvGRPOTrainer(model_path, config, builder, processing_class=tokenizer)
         trainer.remove_callback(PrinterCallback)
         trainer.add_callback(_Progress())
@@ -131,14 +132,16 @@ def main() -> int:
     parser.add_argument("--invalid_action_penalty", type=float, default=-0.1)
     parser.add_argument("--default_action", default="0", help="played after an illegal reply: random, 0 or 1")
     parser.add_argument("--gamma", type=float, default=0.95, help="credit_gamma of the per-turn reward-to-go")
+    parser.add_argument("--num_iterations", type=int, default=1, help="GRPO updates per batch of episodes (TRL's mu)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", default=None, help=f"model path (default: the offline {DEMO_MODEL_NAME})")
+    parser.add_argument("--model", default=None, help=f"model path (default: the offline {MODEL_NAME}, which learned "
+                        f"CartPole better than the demo model {DEMO_MODEL_NAME}: docs/benchmarks.md)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--check", action="store_true", help="exit 1 when trl_envs misses the target")
     args = parser.parse_args()
     _common.setup_torch(args.threads, args.seed)
-    model_path, tokenizer, untrained = _common.load_tiny_model(args.model or build_tiny_model(name=DEMO_MODEL_NAME))
+    model_path, tokenizer, untrained = _common.load_tiny_model(args.model)
     renderer = Renderer(tokenizer)
     results: dict[str, dict] = {}
     print(f"{ENV_ID}: {args.eval_episodes} evaluation episodes, seeds {args.eval_seed}..."

@@ -115,30 +115,6 @@ def halving_game(target: int, low: int = 1, high: int = 16) -> list[Message]:
     return played_game(target, lambda lo, hi: (lo + hi) // 2, low, high)
 
 
-def cartpole_examples(num_states: int, seed: int) -> list[WeightedExample]:
-    """``num_states`` CartPole states (the env's prompt, :func:`trl_envs.envs.cartpole.cartpole_text`), from episodes
-    played by pushing at random, each answered with both legal replies, ``0`` and ``1``, at equal weight. Fitted to
-    that, the model replies with a legal push, either one with probability 1/2 whatever the state: the format and
-    nothing of a controller (the state is read by no example), which is RL's to learn. Needs gymnasium."""
-    import gymnasium
-    import numpy as np
-
-    from .envs.cartpole import ENV_ID, cartpole_text
-
-    env, rng, states = gymnasium.make(ENV_ID), np.random.default_rng(seed), []
-    episode = 0
-    while len(states) < num_states:
-        observation, _ = env.reset(seed=seed * 100_003 + episode)
-        episode, done = episode + 1, False
-        while not done and len(states) < num_states:
-            states.append(cartpole_text(observation))
-            observation, _, terminated, truncated, _ = env.step(int(rng.integers(2)))
-            done = terminated or truncated
-    env.close()
-    return [WeightedExample([{"role": "user", "content": state}, {"role": "assistant", "content": reply}], 0.5)
-            for state in states for reply in ("0", "1")]
-
-
 @dataclass(frozen=True)
 class Source:
     """A set of examples and how many of them (drawn by weight, with replacement) go into every training step."""
