@@ -21,9 +21,9 @@ from trl_envs.rollout.engine import run_sync
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model, default_tiny_model_path
 from trl_envs.envs.arithmetic import ArithmeticEnv, read_answer
 from trl_envs.envs.guess_number import GuessNumberEnv
-from trl_envs.warm_start import (HALVING_SHARE, QUICK_OFFSETS, QUICK_SHARE, Source, _encode, arithmetic_examples,
-                                 guess_number_examples, halving_examples, halving_game, train, worked_sum,
-                                 worked_sum_examples)
+from trl_envs.warm_start import (HALVING_SHARE, QUICK_OFFSETS, QUICK_SHARE, Source, _assistant_loss, _batch, _encode,
+                                 arithmetic_examples, guess_number_examples, halving_examples, halving_game, train,
+                                 worked_sum, worked_sum_examples)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -123,6 +123,24 @@ def test_warm_start_training_is_deterministic_and_lowers_the_loss(tokenizer):
         assert torch.equal(a, b)
     assert set(losses) == {"arithmetic", "guess_number"}
     assert losses["arithmetic"] < short["arithmetic"]
+
+
+def test_warm_start_loss_is_the_models_own_loss_on_assistant_tokens(tokenizer):
+    # The warm start skips the attention mask and the unlabelled logits to save time: on right-padded rows of
+    # different lengths, with skipped first tokens, the loss and its gradients must be what the model computes itself.
+    examples = arithmetic_examples(max_operand=2)[:3] + worked_sum_examples(max_operand=1)[:2] + halving_examples()[:2]
+    batch = _batch([_encode(tokenizer, ex.messages, ex.skip_tokens) for ex in examples], tokenizer.pad_token_id)
+    assert len({int(row.sum()) for row in batch["attention_mask"]}) > 1  # rows of several lengths: padding matters
+    model = _random_model(tokenizer, 0)
+    own = model(**batch).loss
+    own.backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    fast = _assistant_loss(model, batch)
+    fast.backward()
+    assert fast.item() == pytest.approx(own.item(), rel=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_held_out_split_never_trains_on_test_questions(renderer):
