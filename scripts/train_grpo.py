@@ -30,7 +30,7 @@ from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.trainers.resume import resume_option
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
-from trl_envs.tiny_model import build_tiny_model
+from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model
 
 
 @dataclass
@@ -60,9 +60,9 @@ class ScriptArguments:
         default=None, metadata={"help": "Env dataset options, a JSON object (a mapping in YAML), e.g. "
                                         "'{\"max_operand\": 9}'. Default: DEFAULT_ENV_KWARGS[env]."})
     groups_per_batch: int = field(default=16, metadata={"help": "Env groups per RLDataset batch."})
-    tiny_model: str = field(default="tiny-chat-v5", metadata={
-        "help": "The offline model built and used when --model_name_or_path is not given: tiny-chat-v5 (the demo "
-                "model, docs/benchmarks.md) or tiny-chat-v1 (smaller, built faster; the tests' model)."})
+    tiny_model: str = field(default=DEMO_MODEL_NAME, metadata={
+        "help": f"The offline model built and used when --model_name_or_path is not given: {DEMO_MODEL_NAME} (the "
+                f"demo model, docs/benchmarks.md) or {MODEL_NAME} (smaller, built faster; the tests' model)."})
     num_env_batches: int = field(default=1000, metadata={"help": "Batches in the training RLDataset."})
 
     def check(self) -> None:

@@ -217,8 +217,9 @@ def test_train_script_and_eval_cli_take_a_cookbook_builder(tiny_model_path, tmp_
                              "renderer_name": RENDERER_NAME, "n_batches": 2, "include_fewshot": False})
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "train_dpo.py")
     out = subprocess.run([sys.executable, script, "--env", ARITHMETIC, "--env_kwargs", dpo_kwargs,
-                          "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "dpo"), "--num_rounds", "1", "--group_size", "8",
-                          "--max_tokens_per_turn", "2", "--card_eval", "false"],
+                          "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "dpo"),
+                          "--num_rounds", "1", "--group_size", "8", "--max_tokens_per_turn", "2",
+                          "--card_eval", "false"],
                          capture_output=True, text=True, env=os.environ, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     logs = json.loads((tmp_path / "dpo" / "log_history.json").read_text())

@@ -39,7 +39,10 @@ DATASET_NAME = "arithmetic-preferences-v2"
 HELD_OUT_FRACTION = 0.2
 """The share of the questions only in the ``test`` split (``held_out_fraction`` of the arithmetic recipes)."""
 
-HELD_OUT_ENV_KWARGS = {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION}
+MAX_OPERAND = 9
+"""The questions' operands are ``0..MAX_OPERAND`` (the demo model's arithmetic)."""
+
+HELD_OUT_ENV_KWARGS = {"max_operand": MAX_OPERAND, "held_out_fraction": HELD_OUT_FRACTION}
 """The ``arithmetic`` env options whose test set asks exactly the questions the ``train`` split leaves out (the model
 card of a run on this dataset is scored on them)."""
 
@@ -53,7 +56,7 @@ def default_preference_dataset_path() -> str:
     return os.path.join(os.path.expanduser(cache), DATASET_NAME)
 
 
-def arithmetic_preference_rows(num: int, *, seed: int = 0, max_operand: int = 9,
+def arithmetic_preference_rows(num: int, *, seed: int = 0, max_operand: int = MAX_OPERAND,
                                 held_out: bool = False) -> list[dict[str, Any]]:
     """``num`` preference rows (see the module docstring) on the training questions (``held_out``: on the held-out
     ones); fixed by ``seed``."""
