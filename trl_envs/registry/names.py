@@ -23,7 +23,10 @@ Where names come from, in order of precedence:
 3. other installed packages, through the entry-point group ``trl_envs.envs`` (see :data:`ENTRY_POINT_GROUP`),
    read lazily with :mod:`importlib.metadata` (cached, and read again whenever a name is found neither above nor in
    the cache, and by :func:`list_envs`);
-4. for training by name only, ``"package.module:attr"``, imported on demand (never for rows: a dataset cannot make
+4. families of names served by an adapter of another library (:data:`PREFIXED_ENVS`: ``reasoning_gym/<task>``,
+   ``textarena/<game>``, ``pettingzoo/<family>/<game>``), resolved by the adapter when such a name is asked for and
+   listed by :func:`list_envs` when the library is installed;
+5. for training by name only, ``"package.module:attr"``, imported on demand (never for rows: a dataset cannot make
    trl_envs import code).
 
 Row format, errors and design: docs/envs_as_datasets.md.
@@ -32,6 +35,7 @@ Row format, errors and design: docs/envs_as_datasets.md.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import warnings
 from collections.abc import Callable, Mapping
@@ -50,6 +54,17 @@ ENTRY_POINT_GROUP = "trl_envs.envs"
     [project.entry-points."trl_envs.envs"]
     my_env = "my_package.envs:MY_ENV"
 """
+
+PREFIXED_ENVS: dict[str, tuple[str, str]] = {
+    "reasoning_gym/": ("reasoning_gym", "trl_envs.reasoning_gym.registry"),
+    "textarena/": ("textarena", "trl_envs.textarena.registry"),
+    "pettingzoo/": ("pettingzoo", "trl_envs.pettingzoo.registry"),
+}
+"""Env-name families of the ecosystem adapters (docs/ecosystem.md): prefix -> (the package the adapter needs, the
+adapter module). The module defines ``env_kind(name) -> EnvKind`` (raising :class:`UnknownEnvError` with the closest
+names for an unknown one) and ``env_names() -> dict[str, str]`` (name -> description); it is imported only when a
+name with its prefix is looked up or listed."""
+
 
 class UnknownEnvError(KeyError):
     """No env of that name; the message lists the known ones."""
@@ -153,6 +168,9 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
     builtins = _builtin_factories()
     if name in builtins:
         return EnvKind.from_factory(name, builtins[name], "builtin")
+    prefixed = _prefixed_kind(name)
+    if prefixed is not None:
+        return prefixed
     if ":" in name:
         if not allow_import:
             raise UnknownEnvError(f"env {name!r}: 'module:attr' references are not allowed here; known envs: "
@@ -165,9 +183,10 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
     return kind
 
 
-def list_envs() -> dict[str, str]:
+def list_envs(prefixed: bool = True) -> dict[str, str]:
     """All env names, sorted, with a one-line description each (entry points rescanned; a plugin that fails to load
-    is listed with the error instead of its description). :func:`get_env` tells what a kind can do."""
+    is listed with the error instead of its description), then with ``prefixed`` the names of each
+    :data:`PREFIXED_ENVS` family whose library is installed. :func:`get_env` tells what a kind can do."""
     _scan_entry_points()
     out: dict[str, str] = {}
     for name in sorted(known_env_names()):
@@ -175,6 +194,14 @@ def list_envs() -> dict[str, str]:
             out[name] = get_env(name).description
         except Exception as e:  # a broken plugin must not hide the others
             out[name] = f"(failed to load: {type(e).__name__}: {e})"
+    if prefixed:
+        for prefix, (package, module) in PREFIXED_ENVS.items():
+            if importlib.util.find_spec(package) is None:
+                continue
+            try:
+                out.update(sorted(importlib.import_module(module).env_names().items()))
+            except Exception as e:  # a broken install must not hide the others
+                out[prefix + "*"] = f"(failed to load: {type(e).__name__}: {e})"
     return out
 
 
@@ -209,6 +236,29 @@ def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = 
 
 
 # -- internals ---------------------------------------------------------------------------------------------------
+
+
+def unknown_prefixed_name(name: str, family: str, known: list[str]) -> UnknownEnvError:
+    """The error for a name of a :data:`PREFIXED_ENVS` family that its library does not have: the closest known
+    names, and how to list them all."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    return UnknownEnvError(f"unknown env {name!r}: {family} has no such name{hint} (`trl-envs list` lists all "
+                           f"{len(known)})")
+
+
+def _prefixed_kind(name: str) -> EnvKind | None:
+    """The kind of a :data:`PREFIXED_ENVS` name, ``None`` for other names; an ``ImportError`` with the install line
+    when the family's library is missing."""
+    for prefix, (package, module) in PREFIXED_ENVS.items():
+        if name.startswith(prefix):
+            if importlib.util.find_spec(package) is None:
+                raise ImportError(f"env {name!r} needs the {package} package: pip install 'trl-envs[{package}]' "
+                                  "(docs/ecosystem.md)")
+            return importlib.import_module(module).env_kind(name)
+    return None
 
 
 def _builtin_factories() -> dict[str, Any]:

@@ -1,0 +1,108 @@
+"""A TextArena game as a :class:`~trl_envs.multiplayer.game.TurnGame`.
+
+The game is made with ``textarena.make(env_id)`` (its default wrappers: replies without brackets get them, as
+``[4]``) and reset with ``num_players`` and ``seed``. Each seat is shown the game's own messages, formatted as
+TextArena's ``LLMObservationWrapper`` does (``[GAME] ...``, ``[Player 0] ...``), but only those it has not seen
+yet, so the seat's conversation grows turn by turn. A reply goes to ``env.step`` as the model wrote it: the game
+decides whether it is legal (``set_invalid_move``) and what follows (a retry within its error allowance, or a loss).
+The rewards are the game's ``state.rewards``.
+
+textarena is imported when a game is made, never by ``import trl_envs``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..multiplayer.game import IllegalReply, TurnGame
+
+_MOVES_LINE = re.compile(r"(?:available|valid) moves?\s*:(.*)$", re.IGNORECASE | re.MULTILINE)
+_BRACKETED = re.compile(r"\[[^\[\]\n]+\]")
+
+
+def import_textarena():
+    try:
+        import textarena
+    except ImportError as e:
+        raise ImportError("TextArena games need textarena: pip install 'trl-envs[textarena]' (see docs/ecosystem.md "
+                          "for the exact install)") from e
+    return textarena
+
+
+class TextArenaGame(TurnGame):
+    """One TextArena game. ``make_kwargs`` go to ``textarena.make``."""
+
+    def __init__(self, env_id: str, num_players: int = 2, seed: int = 0, make_kwargs: dict[str, Any] | None = None):
+        ta = import_textarena()
+        self.name, self.num_players = f"textarena/{env_id}", num_players
+        try:
+            self.env = ta.make(env_id, **(make_kwargs or {}))
+            self.env.reset(num_players=num_players, seed=seed)
+        except Exception as e:
+            raise ValueError(f"env {self.name!r}: textarena could not start the game with num_players={num_players}"
+                             f", options {make_kwargs or {}}: {type(e).__name__}: {e}") from e
+        self.state = self.env.state
+        self._done = False
+        self._invalid = False
+        self._last_text: dict[int, str] = {}
+        set_invalid_move = self.state.set_invalid_move
+
+        def recording_set_invalid_move(*args: Any, **kwargs: Any) -> Any:  # the game's own verdict on a reply
+            self._invalid = True
+            return set_invalid_move(*args, **kwargs)
+
+        self.state.set_invalid_move = recording_set_invalid_move
+
+    def to_move(self) -> int | None:
+        return None if self._done or self.state.done else int(self.state.current_player_id)
+
+    def observe(self, seat: int) -> str:
+        pending = self.state.observations.get(seat) or []
+        self.state.observations[seat] = []
+        roles = getattr(self.state, "role_mapping", {}) or {}
+        lines = []
+        for sender, message, _ in pending:
+            who = "GAME" if sender == -1 else roles.get(sender, f"Player {sender}")
+            lines.append(f"[{who}] {message}")
+        text = "\n".join(lines)
+        self._last_text[seat] = text
+        return text
+
+    def play(self, seat: int, reply: str) -> bool:
+        self._invalid = False
+        done, _ = self.env.step(reply)
+        self._done = bool(done)
+        return not self._invalid
+
+    def rewards(self) -> dict[int, float]:
+        return {int(k): float(v) for k, v in (self.state.rewards or {}).items()}
+
+    def random_reply(self, seat: int, rng: random.Random) -> str:
+        """A move drawn from the bracketed moves of the last 'Available Moves:' line the seat was shown."""
+        found = _MOVES_LINE.findall(self._last_text.get(seat, ""))
+        moves = _BRACKETED.findall(found[-1]) if found else []
+        if not moves:
+            raise IllegalReply(f"{self.name}: the game listed no 'Available Moves:' to seat {seat}, so the 'random' "
+                               "opponent cannot play it; pass an opponent callable (text, rng) -> reply")
+        return rng.choice(moves)
+
+    def close(self) -> None:
+        try:
+            self.env.close()
+        except Exception:  # a game's close only reports its results, which we read from state
+            pass
+
+
+@dataclass(frozen=True)
+class TextArenaGameFactory:
+    """``factory(seed) -> TextArenaGame``: picklable, so groups of it are."""
+
+    env_id: str
+    num_players: int = 2
+    make_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, seed: int) -> TextArenaGame:
+        return TextArenaGame(self.env_id, self.num_players, seed, self.make_kwargs)

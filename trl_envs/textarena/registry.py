@@ -1,0 +1,78 @@
+"""``textarena/<env id>`` names (e.g. ``textarena/TicTacToe-v0``) as env kinds of the registry.
+
+A name trains by name with ``--env_kwargs`` (the options of :class:`TextArenaDatasetBuilder`: ``num_players``,
+``opponent``, ``test_opponent``, ``seat``, ``make_kwargs`` for ``textarena.make``, ...) and from rows
+``{"env": "textarena/TicTacToe-v0", "seed": 3}`` (one group: self-play unless the row names an ``opponent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..core.renderer import Renderer
+from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder
+from ..registry.names import EnvKind, unknown_prefixed_name
+from .game import TextArenaGameFactory, import_textarena
+
+PREFIX = "textarena/"
+LISTED_VARIANT_SUFFIXES = ("-raw", "-train")
+"""Registered variants left out of ``trl-envs list`` (they still resolve by name)."""
+
+
+def _registry() -> dict[str, Any]:
+    import_textarena()
+    from textarena.envs.registration import ENV_REGISTRY
+
+    return ENV_REGISTRY
+
+
+@dataclass
+class TextArenaDatasetBuilder(GameDatasetBuilder):
+    """A TextArena game: self-play groups for training (or against ``opponent``), a test set against
+    ``test_opponent``; ``make_kwargs`` go to ``textarena.make``."""
+
+    env_name: ClassVar[str] = "textarena"
+
+    make_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_id: str = field(default="TicTacToe-v0", kw_only=True)
+
+    def check_options(self) -> None:
+        super().check_options()
+        if not isinstance(self.make_kwargs, dict):
+            raise ValueError(f"env {self.name!r}: option 'make_kwargs' must be a JSON object, got {self.make_kwargs!r}")
+        self.game_factory()(0).close()  # a game that cannot start fails here, before any model is loaded
+
+    def game_factory(self) -> Callable[[int], Any]:
+        return TextArenaGameFactory(self.env_id, self.num_players, dict(self.make_kwargs))
+
+
+def env_kind(name: str) -> EnvKind:
+    """The kind of ``textarena/<env id>``; :class:`~trl_envs.registry.names.UnknownEnvError` with the closest ids for
+    an unregistered one."""
+    env_id = name[len(PREFIX):]
+    registry = _registry()
+    if env_id not in registry:
+        raise unknown_prefixed_name(name, "textarena", sorted(PREFIX + i for i in registry))
+
+    def factory(renderer: Renderer, **options: Any) -> TextArenaDatasetBuilder:
+        return TextArenaDatasetBuilder(renderer=renderer, name=name, env_id=env_id, **options)
+
+    def from_row(renderer: Renderer, group_size: int, *, seed: int = 0, num_players: int = 2,
+                 opponent: str | None = None, seat: int | None = None, make_kwargs: dict | None = None,
+                 move_timeout: float = 120.0, invalid_reply_penalty: float = 0.0) -> GameGroupBuilder:
+        """One group of the game, started from ``seed``."""
+        return GameGroupBuilder(TextArenaGameFactory(env_id, num_players, dict(make_kwargs or {})), renderer,
+                                group_size, num_players, seed, opponent, seat, move_timeout, invalid_reply_penalty,
+                                tag=name)
+
+    description = f"TextArena {env_id}: n-player game, self-play (one env per player)"
+    factory.__doc__ = description
+    return EnvKind(name, description, factory, from_row, "textarena")
+
+
+def env_names() -> dict[str, str]:
+    """Every registered TextArena id but its ``-raw`` / ``-train`` variants, as ``textarena/<id>``."""
+    return {PREFIX + i: "TextArena game (self-play, one env per player)" for i in sorted(_registry())
+            if not i.endswith(LISTED_VARIANT_SUFFIXES)}
