@@ -20,6 +20,10 @@ from .match import GameMatch
 NOTHING_NEW = "Your move."
 """The user message of a turn on which the game has nothing new to show the seat."""
 
+GAME_OVER = "The game is over before your turn."
+"""Ends the first message of a seat whose game ended before its first turn (it still answers once: an episode needs
+an action)."""
+
 
 class GamePlayerEnv(MessageEnv):
     """Seat ``seat`` of ``match``, played by the model.
@@ -42,7 +46,10 @@ class GamePlayerEnv(MessageEnv):
         await self._guarded_wait()
         prefix: list[Message] = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         # the game may have ended before this seat's first turn (an illegal opening); it still answers once
-        return prefix + [self._user_message()]
+        message = self._user_message()
+        if self.match.over:
+            message["content"] += "\n" + GAME_OVER
+        return prefix + [message]
 
     async def step(self, response: ParsedResponse) -> MessageStepResult:
         try:

@@ -1,0 +1,101 @@
+"""``pettingzoo/<family>/<module>`` names (e.g. ``pettingzoo/classic/tictactoe_v3``) as env kinds of the registry.
+
+A name trains by name with ``--env_kwargs`` (the options of :class:`PettingZooDatasetBuilder`: ``api``,
+``make_kwargs``, ``opponent``, ``test_opponent``, ``seat``, ``illegal_reward``, ...) and from rows
+``{"env": "pettingzoo/classic/tictactoe_v3", "seed": 3}`` (one group: self-play unless the row names an
+``opponent``). The number of players is the game's (``possible_agents``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..core.renderer import Renderer
+from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder
+from ..registry.names import EnvKind, unknown_prefixed_name
+from .game import PettingZooGameFactory
+
+PREFIX = "pettingzoo/"
+LISTED_FAMILIES = ("classic",)
+"""Families listed by ``trl-envs list`` (turn-based games that read as text); any other family resolves by name."""
+
+
+@dataclass
+class PettingZooDatasetBuilder(GameDatasetBuilder):
+    """A PettingZoo game: self-play groups for training (or against ``opponent``), a test set against
+    ``test_opponent``; ``make_kwargs`` go to the game's ``env`` / ``parallel_env``."""
+
+    env_name: ClassVar[str] = "pettingzoo"
+
+    make_kwargs: dict[str, Any] = field(default_factory=dict)
+    api: str = "aec"
+    illegal_reward: float = -1.0
+    game: str = field(default="classic/tictactoe_v3", kw_only=True)
+
+    def check_options(self) -> None:
+        if self.api not in ("aec", "parallel"):
+            raise ValueError(f"env {self.name!r}: option 'api' must be 'aec' or 'parallel', got {self.api!r}")
+        if not isinstance(self.make_kwargs, dict):
+            raise ValueError(f"env {self.name!r}: option 'make_kwargs' must be a JSON object, got {self.make_kwargs!r}")
+        probe = self.game_factory()(0)  # a game that cannot start fails here, before any model is loaded
+        probe.close()
+        if self.num_players != probe.num_players:
+            if self.num_players != GameDatasetBuilder.num_players:
+                raise ValueError(f"env {self.name!r}: option 'num_players' is {self.num_players} but the game has "
+                                 f"{probe.num_players} agents ({probe.agents}); leave it out")
+            self.num_players = probe.num_players
+        super().check_options()
+
+    def game_factory(self) -> Callable[[int], Any]:
+        return PettingZooGameFactory(self.game, dict(self.make_kwargs), self.api, self.illegal_reward)  # type: ignore[arg-type]
+
+
+def _game_of(name: str) -> str:
+    return name[len(PREFIX):]
+
+
+def env_kind(name: str) -> EnvKind:
+    """The kind of ``pettingzoo/<family>/<module>``; :class:`~trl_envs.registry.names.UnknownEnvError` with the
+    closest listed names for one PettingZoo does not have."""
+    game = _game_of(name)
+    family, _, module = game.partition("/")
+    found = bool(family and module and "/" not in module and not module.startswith("_"))
+    try:
+        found = found and importlib.util.find_spec(f"pettingzoo.{family}.{module}") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise unknown_prefixed_name(name, "pettingzoo", sorted(env_names()))
+
+    def factory(renderer: Renderer, **options: Any) -> PettingZooDatasetBuilder:
+        return PettingZooDatasetBuilder(renderer=renderer, name=name, game=game, **options)
+
+    def from_row(renderer: Renderer, group_size: int, *, seed: int = 0, api: str = "aec",
+                 opponent: str | None = None, seat: int | None = None, make_kwargs: dict | None = None,
+                 illegal_reward: float = -1.0, move_timeout: float = 120.0,
+                 invalid_reply_penalty: float = 0.0) -> GameGroupBuilder:
+        """One group of the game, started from ``seed``."""
+        make_game = PettingZooGameFactory(game, dict(make_kwargs or {}), api, illegal_reward)  # type: ignore[arg-type]
+        probe = make_game(seed)
+        probe.close()
+        return GameGroupBuilder(make_game, renderer, group_size, probe.num_players, seed, opponent, seat, move_timeout,
+                                invalid_reply_penalty, tag=name)
+
+    description = f"PettingZoo {game}: n-player game, self-play (one env per agent)"
+    factory.__doc__ = description
+    return EnvKind(name, description, factory, from_row, "pettingzoo")
+
+
+def env_names() -> dict[str, str]:
+    """The games of :data:`LISTED_FAMILIES`, as ``pettingzoo/<family>/<module>``."""
+    out = {}
+    for family in LISTED_FAMILIES:
+        package = importlib.import_module(f"pettingzoo.{family}")
+        for info in pkgutil.iter_modules(package.__path__):
+            if not info.ispkg and not info.name.startswith("_") and info.name != "all_modules":
+                out[f"{PREFIX}{family}/{info.name}"] = f"PettingZoo {family} game (self-play, one env per agent)"
+    return out
