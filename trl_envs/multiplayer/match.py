@@ -5,9 +5,11 @@ next turn inside :func:`trl_envs.rollout.batching.parked`, so the batcher sample
 for it (no ``sampler_max_wait_s`` stall per move) and its ``RetryOnFailure`` clock stops meanwhile. Seats played by a
 fixed opponent move inside :meth:`GameMatch.play`, right after the seat before them.
 
-A seat never waits forever: every wait is bounded by ``move_timeout`` seconds (then :class:`OpponentTimeout`), and
-a seat whose episode fails or is cancelled marks the match *abandoned*, which wakes the others with
-:class:`OpponentAbandoned`. ``RetryOnFailure`` retries the seats of one game together
+A seat never waits forever: every wait is bounded by ``move_timeout`` seconds (then :class:`OpponentTimeout`), a
+seat whose episode fails or is cancelled marks the match *abandoned*, which wakes the others with
+:class:`OpponentAbandoned`, and a seat whose episode ends while the game goes on (cut by the rollout's
+``max_turns`` or token budget: a game with retries after illegal moves can outlast it) marks the match *cut*: the
+others end their episodes at once, the game unfinished, every seat's game reward 0. ``RetryOnFailure`` retries the seats of one game together
 (:meth:`~trl_envs.multiplayer.group.GameGroupBuilder.coupled_envs`).
 """
 
@@ -59,6 +61,8 @@ class GameMatch:
                                  f"(text, rng) -> reply, got {opponent!r}")
         self.rng = random.Random(seed)
         self.abandoned_by: int | None = None
+        self.cut_by: int | None = None
+        self._watched: set[int] = set()
         self.illegal = [0] * game.num_players
         self.moves = [0] * game.num_players
         self._changed: asyncio.Event | None = None
@@ -68,12 +72,25 @@ class GameMatch:
     @property
     def over(self) -> bool:
         """The game ended (or was abandoned)."""
-        return self.abandoned_by is not None or self.game.to_move() is None
+        return self.abandoned_by is not None or self.cut_by is not None or self.game.to_move() is None
+
+    def watch(self, seat: int) -> None:
+        """Called by ``seat``'s env from inside its episode: when that episode's task ends while the game goes on,
+        the match is cut (see the module docstring)."""
+        task = asyncio.current_task()
+        if task is not None and seat not in self._watched:
+            self._watched.add(seat)
+            task.add_done_callback(lambda _: self._cut(seat))
+
+    def _cut(self, seat: int) -> None:
+        if not self.over:
+            self.cut_by = seat
+            self._notify()
 
     def score(self, seat: int) -> float:
         """``seat``'s game reward: the game's own (zero-sum where the game is); 0 for an unfinished or abandoned
         game."""
-        if self.abandoned_by is not None or self.game.to_move() is not None:
+        if self.abandoned_by is not None or self.cut_by is not None or self.game.to_move() is not None:
             return 0.0
         return float(self.game.rewards().get(seat, 0.0))
 
@@ -81,7 +98,7 @@ class GameMatch:
         """``seat`` replies; the game applies it by its rules, then fixed opponents move. Returns whether it was
         legal. Raises ``RuntimeError`` for a move out of turn or after the end."""
         to_move = self.game.to_move()
-        if to_move is None or self.abandoned_by is not None:
+        if self.over:
             raise RuntimeError(f"{self.game.name}: seat {seat} moved after the game ended")
         if to_move != seat:
             raise RuntimeError(f"{self.game.name}: seat {seat} moved out of turn (seat {to_move} to move)")

@@ -8,7 +8,8 @@ own replies.
 Rewards: step rewards are 0, except ``-invalid_reply_penalty`` for a reply the game ruled illegal (the game's own
 rules apply first: a retry, a penalty or a loss). The game's outcome for the seat is its *group* reward
 (:meth:`~trl_envs.multiplayer.group.GameGroupBuilder.compute_group_rewards`). Metrics on the last step:
-``game_reward``, ``win`` / ``loss`` / ``draw`` (game reward > 0 / < 0 / = 0), ``moves`` and ``illegal_moves``.
+``game_reward``, ``win`` / ``loss`` / ``draw`` (game reward > 0 / < 0 / = 0), ``moves``, ``illegal_moves`` and ``cut`` (the game was cut by another seat's rollout budget, see
+:mod:`~trl_envs.multiplayer.match`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class GamePlayerEnv(MessageEnv):
             raise
 
     async def _guarded_wait(self) -> None:
+        self.match.watch(self.seat)
         try:
             await self.match.wait_for_turn(self.seat)
         except BaseException:
@@ -82,5 +84,5 @@ class GamePlayerEnv(MessageEnv):
         score = self.match.score(self.seat)
         metrics = {"legal": float(legal), "game_reward": score, "win": float(score > 0), "loss": float(score < 0),
                    "draw": float(score == 0), "moves": float(self.match.moves[self.seat]),
-                   "illegal_moves": float(self.match.illegal[self.seat])}
+                   "illegal_moves": float(self.match.illegal[self.seat]), "cut": float(self.match.cut_by is not None)}
         return MessageStepResult(reward, True, [], metrics)

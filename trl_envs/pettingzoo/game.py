@@ -95,6 +95,8 @@ class PettingZooGame(TurnGame):
         news = [f"{a} played {action}." for a, action in self._log[self._seen[agent]:] if a != agent]
         self._seen[agent] = len(self._log)
         observation, legal = split_observation(self.env.observe(agent))
+        if legal is None:  # no action mask: every action of the (Discrete) space
+            legal = list(range(int(self.env.action_space(agent).n)))
         self._legal[agent] = legal
         return "\n".join(news + [self.formatter(agent, observation, legal)])
 
