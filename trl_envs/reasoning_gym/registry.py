@@ -81,9 +81,11 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
         config = self._config(self.test_seed + TEST_SEED_OFFSET, max(wanted * 2, self.config.get("size", 0) or 0))
         test = procedural_dataset(self.task, config)
         indices = [i for i in range(len(test)) if test[i]["question"] not in seen][:wanted]
-        if not indices:
-            raise ValueError(f"env {self.env_name!r}: every test question also occurs in the training split "
-                             f"({len(seen)} questions); the config leaves too few distinct problems to hold any out")
+        if len(indices) < wanted:
+            raise ValueError(f"env {self.env_name!r}: only {len(indices)} of the {wanted} test problems asked for are "
+                             f"held out: the training split's {len(train)} entries already ask {len(seen)} distinct "
+                             "questions, and the config allows few more. Lower the training 'size' (or ask fewer test "
+                             "problems) so that some questions are never trained on")
         return ReasoningGymDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches, self.task,
                                    config, indices, self.answer_tag, self.format_coef, self.test_seed)
 
