@@ -4,6 +4,7 @@ model, ``trl-envs eval``, and the errors of bad names and options."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -70,7 +71,7 @@ def test_self_play_games_are_zero_sum_group_rewards_without_valve_stalls(name, r
         for game in (group.group_rewards[:2], group.group_rewards[2:]):
             assert sum(game) == 0 and sorted(game) in ([-1.0, 1.0], [0.0, 0.0])
         tokens = group.trajectories[0].transitions
-        for before, after in zip(tokens, tokens[1:]):  # one growing conversation per seat
+        for before, after in itertools.pairwise(tokens):  # one growing conversation per seat
             assert after.ob[:len(before.ob)] == before.ob
 
 
@@ -86,7 +87,7 @@ def test_an_illegal_reply_is_ruled_by_the_game(name, renderer):
         first_seat = "You are Player 0" in first_user if name == TEXTARENA else "player_1 played" not in first_user
         if first_seat:
             return "4"
-        return [m for m in legal_moves(name, text) if m != "4"][0]
+        return next(m for m in legal_moves(name, text) if m != "4")
 
     result = rollout(name, renderer, policy, group_size=2)
     for group in result.groups:
@@ -178,7 +179,14 @@ def test_trl_envs_eval_plays_a_game_against_the_random_opponent(name, tmp_path, 
 def test_bad_names_and_options_are_named(renderer):
     needs(TEXTARENA)
     needs(PETTINGZOO)
-    from trl_envs.registry import EnvRowError, UnknownEnvError, get_env, list_envs, make_env_dataset, make_env_group_builder
+    from trl_envs.registry import (
+        EnvRowError,
+        UnknownEnvError,
+        get_env,
+        list_envs,
+        make_env_dataset,
+        make_env_group_builder,
+    )
 
     with pytest.raises(UnknownEnvError, match="did you mean 'textarena/TicTacToe-v0'"):
         get_env("textarena/TicTacToo-v0")

@@ -12,8 +12,9 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from trl_envs.registry import EnvRowError, UnknownEnvError, get_env, list_envs, make_env_dataset, make_env_group_builder  # noqa: E402
-from trl_envs.rollout.engine import run_sync  # noqa: E402
+from trl_envs.registry import (EnvRowError, UnknownEnvError, get_env, list_envs, make_env_dataset,
+                               make_env_group_builder)
+from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 TASK = "reasoning_gym/basic_arithmetic"

@@ -92,7 +92,9 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="model or adapter: a directory or Hub id (default: the offline "
                                                  "tiny model)")
     p.add_argument("--env", default="arithmetic",
-                   help=f"env: {', '.join(list_envs(prefixed=False))}, reasoning_gym/<task>, textarena/<game>, pettingzoo/<family>/<game> or 'package.module:factory' (default: arithmetic)")
+                   help=f"env: {', '.join(list_envs(prefixed=False))}, "
+                        "reasoning_gym/<task>, textarena/<game>, pettingzoo/<family>/<game> or "
+                        "'package.module:factory' (default: arithmetic)")
     p.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object, e.g. '{\"max_operand\": 3}'")
     p.add_argument("--split", default="test", choices=["test", "train"], help="which split to play (default: test)")
     p.add_argument("--num_problems", type=int, default=None,

@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> N
     """The options of ``play`` (``env_positional``: ``play ENV`` as on ``trl-envs``, else ``--env ENV``)."""
     from ..registry.names import list_envs
 
-    env_help = f"env to play: {', '.join(list_envs(prefixed=False))}, reasoning_gym/<task>, textarena/<game>, pettingzoo/<family>/<game> or 'package.module:factory' (default: arithmetic)"
+    env_help = (f"env to play: {', '.join(list_envs(prefixed=False))}, reasoning_gym/<task>, textarena/<game>, "
+                "pettingzoo/<family>/<game> or 'package.module:factory' (default: arithmetic)")
     if env_positional:
         parser.add_argument("env", nargs="?", default="arithmetic", help=env_help)
     else:

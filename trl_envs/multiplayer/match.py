@@ -9,7 +9,8 @@ A seat never waits forever: every wait is bounded by ``move_timeout`` seconds (t
 seat whose episode fails or is cancelled marks the match *abandoned*, which wakes the others with
 :class:`OpponentAbandoned`, and a seat whose episode ends while the game goes on (cut by the rollout's
 ``max_turns`` or token budget: a game with retries after illegal moves can outlast it) marks the match *cut*: the
-others end their episodes at once, the game unfinished, every seat's game reward 0. ``RetryOnFailure`` retries the seats of one game together
+others end their episodes at once, the game unfinished, every seat's game reward 0. ``RetryOnFailure`` retries the
+seats of one game together
 (:meth:`~trl_envs.multiplayer.group.GameGroupBuilder.coupled_envs`).
 """
 

@@ -8,8 +8,8 @@ own replies.
 Rewards: step rewards are 0, except ``-invalid_reply_penalty`` for a reply the game ruled illegal (the game's own
 rules apply first: a retry, a penalty or a loss). The game's outcome for the seat is its *group* reward
 (:meth:`~trl_envs.multiplayer.group.GameGroupBuilder.compute_group_rewards`). Metrics on the last step:
-``game_reward``, ``win`` / ``loss`` / ``draw`` (game reward > 0 / < 0 / = 0), ``moves``, ``illegal_moves`` and ``cut`` (the game was cut by another seat's rollout budget, see
-:mod:`~trl_envs.multiplayer.match`).
+``game_reward``, ``win`` / ``loss`` / ``draw`` (game reward > 0 / < 0 / = 0), ``moves``, ``illegal_moves`` and
+``cut`` (the game was cut by another seat's rollout budget, see :mod:`~trl_envs.multiplayer.match`).
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ class PettingZooDatasetBuilder(GameDatasetBuilder):
         super().check_options()
 
     def game_factory(self) -> Callable[[int], Any]:
-        return PettingZooGameFactory(self.game, dict(self.make_kwargs), self.api, self.illegal_reward)  # type: ignore[arg-type]
+        return PettingZooGameFactory(self.game, dict(self.make_kwargs), self.api,  # type: ignore[arg-type]
+                                     self.illegal_reward)
 
 
 def _game_of(name: str) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..gym.text import MAX_NUMBERS_SHOWN, format_numbers
 
-_LAST_INT = re.compile(r"(-?\d+)(?!.*\d)", re.S)
+_LAST_INT = re.compile(r"(-?\d+)(?!.*\d)", re.DOTALL)
 
 Formatter = Callable[[str, Any, "list[int] | None"], str]
 """``(agent, observation, legal actions or None) -> text``."""
@@ -56,7 +56,8 @@ def generic_text(agent: str, observation: Any, legal: list[int] | None) -> str:
         raise ValueError(f"pettingzoo: {agent}'s observation has {flat.size} numbers (more than {MAX_NUMBERS_SHOWN}); "
                          "pass a formatter (agent, observation, legal) -> text for this game")
     moves = ", ".join(map(str, legal)) if legal is not None else "see the action space"
-    return f"You are {agent}. Observation: {format_numbers(flat)}. Legal actions: {moves}. Reply with one action number."
+    return (f"You are {agent}. Observation: {format_numbers(flat)}. Legal actions: {moves}. Reply with one action "
+            "number.")
 
 
 FORMATTERS: dict[str, Formatter] = {"tictactoe_v3": tictactoe_text}

@@ -81,7 +81,7 @@ def extract_answer(text: str, tag: str | None) -> str | None:
     ``None`` when there is none."""
     if tag is None:
         return text.strip()
-    pattern = _TAG_CACHE.setdefault(tag, re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.S))
+    pattern = _TAG_CACHE.setdefault(tag, re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL))
     found = pattern.findall(text)
     return found[-1].strip() if found else None
 
@@ -131,7 +131,8 @@ class ReasoningGymGroupBuilder(ProblemGroupBuilder):
         config = dict(config or {})
         super().__init__(partial(ReasoningGymEnv, renderer, task, index, config, answer_tag, format_coef), group_size,
                          dataset_name=PREFIX + task)
-        self.task, self.index, self.config, self.answer_tag, self.format_coef = task, index, config, answer_tag, format_coef
+        self.task, self.index, self.config = task, index, config
+        self.answer_tag, self.format_coef = answer_tag, format_coef
         entry = procedural_dataset(task, config)[index % len(procedural_dataset(task, config))]
         source = entry.get("metadata", {}).get("source_dataset")
         self.source = source if isinstance(source, str) else task
