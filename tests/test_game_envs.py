@@ -204,3 +204,21 @@ def test_bad_names_and_options_are_named(renderer):
         make_env_group_builder({"env": PETTINGZOO, "sede": 1}, renderer, 2)
     names = list_envs()
     assert TEXTARENA in names and PETTINGZOO in names
+
+
+
+def test_trl_envs_play_and_a_mistyped_name_on_the_command_line(tiny_model_path, monkeypatch, capsys):
+    needs(TEXTARENA)
+    import io
+
+    from trl_envs.cli.commands import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("4\n0\n8\n2\n6\n1\n3\n5\n7\n"))
+    assert main(["play", TEXTARENA, "--model_name_or_path", tiny_model_path, "--env_kwargs",
+                 '{"opponent": "random"}']) == 0
+    out = capsys.readouterr().out
+    assert "[GAME] You are Player 0 in Tic Tac Toe." in out and "total reward" in out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", tiny_model_path, "--env", "textarena/TicTacToo-v0"])
+    assert exit_info.value.code == 2
+    assert "did you mean 'textarena/TicTacToe-v0'" in capsys.readouterr().err

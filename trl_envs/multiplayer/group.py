@@ -113,7 +113,8 @@ def check_group(name: str, group_size: int, num_players: int, opponent: Any, sea
         raise ValueError(f"env {name!r}: num_players must be >= 1, got {num_players}")
     if opponent is None and (group_size < num_players or group_size % num_players):
         raise ValueError(f"env {name!r}: in self-play a group is group_size / num_players games, so group_size "
-                         f"(num_generations) must be a multiple of num_players={num_players}; got {group_size}")
+                         f"(num_generations) must be a multiple of num_players={num_players}; got {group_size} (or play a "
+                         "fixed opponent: option opponent='random')")
     if seat is not None and not 0 <= seat < num_players:
         raise ValueError(f"env {name!r}: option 'seat' must be in 0..{num_players - 1}, got {seat!r}")
 
