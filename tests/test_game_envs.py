@@ -222,3 +222,26 @@ def test_trl_envs_play_and_a_mistyped_name_on_the_command_line(tiny_model_path, 
         main(["eval", "--model", tiny_model_path, "--env", "textarena/TicTacToo-v0"])
     assert exit_info.value.code == 2
     assert "did you mean 'textarena/TicTacToe-v0'" in capsys.readouterr().err
+
+
+def test_rows_of_both_libraries_play_in_one_batch_and_builders_pickle(renderer):
+    needs(TEXTARENA)
+    needs(PETTINGZOO)
+    import pickle
+
+    from trl_envs.registry.env_datasets import EnvRowDataset
+
+    rows = [{"env": PETTINGZOO, "seed": 1}, {"env": TEXTARENA, "seed": 2, "opponent": "random", "seat": 1}]
+    builders = EnvRowDataset(rows, renderer, group_size=2, groups_per_batch=2).get_batch(0)
+    builders = [pickle.loads(pickle.dumps(b)) for b in builders]
+
+    def policy(text):
+        name = TEXTARENA if "[GAME]" in text else PETTINGZOO
+        return player(name)(text)
+
+    result = run_rollout_batch(builders, TextPolicySampler(renderer, policy), BUDGET)
+    assert result.error_counts == {} and result.num_valve_flushes == 0
+    pz, ta = result.groups
+    assert len(pz.trajectories) == 2 and sum(pz.group_rewards) <= 0  # one self-play game
+    assert len(ta.trajectories) == 2 and all("[Player 0]" in renderer.tokenizer.decode(t.transitions[0].ob)
+                                            for t in ta.trajectories)  # the model is seat 1: the opponent opened
