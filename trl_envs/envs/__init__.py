@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core.types import RLDatasetBuilder
+from ._builder import BuiltinDataset, BuiltinDatasetBuilder, check_int_option, check_number_option
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .cartpole import CartPoleDatasetBuilder
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
@@ -23,6 +24,7 @@ BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
 }
 
 
-__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "CartPoleDatasetBuilder",
+__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "BuiltinDataset", "BuiltinDatasetBuilder",
+           "CartPoleDatasetBuilder", "check_int_option", "check_number_option",
            "GuessNumberDatasetBuilder", "GuessNumberEnv", "JudgedArithmeticDatasetBuilder", "TicTacToeDatasetBuilder",
            "ToolUseDatasetBuilder"]

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from ..core.message_env import MessageTokenEnv
 from ..core.renderer import Renderer
 from ..core.types import TEST_SEED_OFFSET, Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
-from ..envs._builder import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
+from ..envs import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
 from .game import Opponent, TurnGame
 from .match import GameMatch
 from .player import GamePlayerEnv

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
 from ..core.types import TEST_SEED_OFFSET, EnvGroupBuilder, RLDataset
-from ..envs._builder import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
+from ..envs import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
 from ..registry.names import EnvKind, unknown_prefixed_name
 from .env import PREFIX, ReasoningGymGroupBuilder, procedural_dataset, task_names
 
