@@ -87,9 +87,12 @@ def test_a_mixed_row_dataset_trains_two_grpo_steps_with_per_task_metrics(cpu_grp
     from trl_envs import EnvGRPOTrainer
     from trl_envs.registry.env_datasets import EnvRowDataset
 
-    rows = [{"env": TASK if i % 2 else "reasoning_gym/chain_sum", "index": i, "config": {"size": 20}}
-            for i in range(8)]
-    envs = EnvRowDataset(rows, renderer, group_size=4, groups_per_batch=2)
+    from datasets import Dataset
+
+    rows = [{"env": TASK, "index": i, "config": {"size": 20, "max_terms": 2}} if i % 2 else
+            {"env": "reasoning_gym/chain_sum", "index": i, "config": {"size": 20}} for i in range(8)]
+    # one struct column: chain_sum rows read back {"size": 20, "max_terms": None}, a None the adapter drops
+    envs = EnvRowDataset(Dataset.from_list(rows), renderer, group_size=4, groups_per_batch=2)
     trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(max_steps=2, max_completion_length=6, max_turns=1), envs,
                              processing_class=tokenizer)
     trainer.train()

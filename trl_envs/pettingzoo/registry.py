@@ -80,7 +80,8 @@ def env_kind(name: str) -> EnvKind:
                  illegal_reward: float = -1.0, move_timeout: float = 120.0,
                  invalid_reply_penalty: float = 0.0) -> GameGroupBuilder:
         """One group of the game, started from ``seed``."""
-        make_game = PettingZooGameFactory(game, dict(make_kwargs or {}), api, illegal_reward)  # type: ignore[arg-type]
+        options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}  # a Dataset's struct nulls
+        make_game = PettingZooGameFactory(game, options, api, illegal_reward)  # type: ignore[arg-type]
         probe = make_game(seed)
         probe.close()
         return GameGroupBuilder(make_game, renderer, group_size, probe.num_players, seed, opponent, seat, move_timeout,

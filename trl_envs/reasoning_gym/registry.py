@@ -98,6 +98,12 @@ OWN_OPTIONS = ("batch_size", "group_size", "num_batches", "num_test_batches", "s
 """``--env_kwargs`` keys of this adapter; every other key is the task's reasoning-gym config."""
 
 
+def without_nulls(config: dict | None) -> dict:
+    """``config`` without ``None`` values: a ``datasets.Dataset`` stores a dict column as one struct, so a row's
+    config gets ``None`` for every key another row has and it has not."""
+    return {k: v for k, v in (config or {}).items() if v is not None}
+
+
 def env_kind(name: str) -> EnvKind:
     """The kind of ``reasoning_gym/<task>``; :class:`~trl_envs.registry.names.UnknownEnvError` with the closest task
     names for one reasoning-gym does not have."""
@@ -115,7 +121,8 @@ def env_kind(name: str) -> EnvKind:
         """One problem: entry ``index`` of the task's dataset made with ``config``."""
         if index < 0:
             raise ValueError(f"field 'index' must be >= 0, got {index}")
-        return ReasoningGymGroupBuilder(renderer, task, index, group_size, config, answer_tag, format_coef)
+        return ReasoningGymGroupBuilder(renderer, task, index, group_size, without_nulls(config), answer_tag,
+                                        format_coef)
 
     description = f"reasoning-gym {task}: single turn, scored by its score_answer"
     factory.__doc__ = description

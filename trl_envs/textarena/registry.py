@@ -63,7 +63,8 @@ def env_kind(name: str) -> EnvKind:
                  opponent: str | None = None, seat: int | None = None, make_kwargs: dict | None = None,
                  move_timeout: float = 120.0, invalid_reply_penalty: float = 0.0) -> GameGroupBuilder:
         """One group of the game, started from ``seed``."""
-        return GameGroupBuilder(TextArenaGameFactory(env_id, num_players, dict(make_kwargs or {})), renderer,
+        options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}  # a Dataset's struct nulls
+        return GameGroupBuilder(TextArenaGameFactory(env_id, num_players, options), renderer,
                                 group_size, num_players, seed, opponent, seat, move_timeout, invalid_reply_penalty,
                                 tag=name)
 
