@@ -194,6 +194,8 @@ def test_bad_names_and_options_are_named(renderer):
         get_env("pettingzoo/classic/tictactoe_v2")
     with pytest.raises(ValueError, match="group_size .* must be a multiple of num_players=2; got 3"):
         make_env_dataset(TEXTARENA, renderer, group_size=3)
+    with pytest.raises(ValueError, match=r"no option 'opponnent'; its options are \[.*'opponent'"):
+        make_env_dataset(PETTINGZOO, renderer, opponnent="random")
     with pytest.raises(ValueError, match="option 'api' must be 'aec' or 'parallel'"):
         make_env_dataset(PETTINGZOO, renderer, api="sync")
     with pytest.raises(ValueError, match="option 'opponent' must be 'random'"):

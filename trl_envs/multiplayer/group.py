@@ -107,6 +107,17 @@ class GameGroupBuilder(EnvGroupBuilder):
         return {**self.__dict__, "_matches": []}  # live games stay with the process that plays them
 
 
+def check_options_known(builder_class: type, name: str, options: dict[str, Any], internal: set[str]) -> None:
+    """Raise ``ValueError`` naming ``name`` and the option for an ``--env_kwargs`` key ``builder_class`` (a dataclass)
+    does not take; ``internal`` are fields the adapter sets itself."""
+    from dataclasses import fields
+
+    known = sorted(f.name for f in fields(builder_class) if f.init and f.name not in internal)
+    for key in options:
+        if key not in known:
+            raise ValueError(f"env {name!r}: no option {key!r}; its options are {known}")
+
+
 def check_group(name: str, group_size: int, num_players: int, opponent: Any, seat: int | None) -> None:
     """Raise ``ValueError`` naming ``name`` for a group that cannot be played."""
     if num_players < 1:

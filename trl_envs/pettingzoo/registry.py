@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
-from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder
+from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known
 from ..registry.names import EnvKind, unknown_prefixed_name
 from .game import PettingZooGameFactory
 
@@ -73,6 +73,7 @@ def env_kind(name: str) -> EnvKind:
         raise unknown_prefixed_name(name, "pettingzoo", sorted(env_names()))
 
     def factory(renderer: Renderer, **options: Any) -> PettingZooDatasetBuilder:
+        check_options_known(PettingZooDatasetBuilder, name, options, {"renderer", "name", "game"})
         return PettingZooDatasetBuilder(renderer=renderer, name=name, game=game, **options)
 
     def from_row(renderer: Renderer, group_size: int, *, seed: int = 0, api: str = "aec",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
-from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder
+from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known
 from ..registry.names import EnvKind, unknown_prefixed_name
 from .game import TextArenaGameFactory, import_textarena
 
@@ -57,6 +57,7 @@ def env_kind(name: str) -> EnvKind:
         raise unknown_prefixed_name(name, "textarena", sorted(PREFIX + i for i in registry))
 
     def factory(renderer: Renderer, **options: Any) -> TextArenaDatasetBuilder:
+        check_options_known(TextArenaDatasetBuilder, name, options, {"renderer", "name", "env_id"})
         return TextArenaDatasetBuilder(renderer=renderer, name=name, env_id=env_id, **options)
 
     def from_row(renderer: Renderer, group_size: int, *, seed: int = 0, num_players: int = 2,
