@@ -247,3 +247,27 @@ def test_rows_of_both_libraries_play_in_one_batch_and_builders_pickle(renderer):
     assert len(pz.trajectories) == 2 and sum(pz.group_rewards) <= 0  # one self-play game
     assert len(ta.trajectories) == 2 and all("[Player 0]" in renderer.tokenizer.decode(t.transitions[0].ob)
                                             for t in ta.trajectories)  # the model is seat 1: the opponent opened
+
+
+def test_a_failing_seat_is_retried_with_its_whole_game_and_nothing_hangs(renderer):
+    """Seat 1's first reply raises once: RetryOnFailure replays both seats of that game (coupled envs); the other
+    seat, parked waiting, is woken rather than left to its move_timeout."""
+    needs(PETTINGZOO)
+    from trl_envs import RetryOnFailure
+    from trl_envs.registry import make_env_dataset
+
+    failed = []
+
+    def policy(text):
+        if "player_1 played" in text and not failed:
+            failed.append(text)
+            raise RuntimeError("sampler hiccup")
+        return player(PETTINGZOO)(text)
+
+    train, _ = run_sync(make_env_dataset(PETTINGZOO, renderer, group_size=2, groups_per_batch=1, num_batches=1,
+                                         move_timeout=60.0))
+    result = run_rollout_batch(train.get_batch(0), TextPolicySampler(renderer, policy), BUDGET,
+                               RetryOnFailure(max_retries=2))
+    assert failed and result.wall_seconds < 30
+    assert result.error_counts.get("RuntimeError") == 1 and result.groups[0] is not None
+    assert sorted(result.groups[0].group_rewards) in ([-1.0, 1.0], [0.0, 0.0])
