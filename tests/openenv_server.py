@@ -1,6 +1,6 @@
 """A small OpenEnv env server for the tests, written with OpenEnv's own server API (``Environment``, ``create_app``).
 
-    python tests/openenv_server.py [MAX_CONCURRENT_ENVS]
+    python tests/openenv_server.py [MAX_CONCURRENT_ENVS [WS_PING_INTERVAL_S]]
 
 Binds 127.0.0.1 on a port the OS picks and prints ``PORT <n>`` once it accepts connections. The env: reset with a
 seed asks ``Say <seed % 10>.``; each step rewards 1.0 when the reply contains that digit, 0.0 otherwise, and the
@@ -68,6 +68,7 @@ class SayEnv(Environment):
 
 def main() -> None:
     max_envs = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    ping = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0  # uvicorn's default keepalive: ping every 20 s
     app = create_fastapi_app(SayEnv, SayAction, SayObservation, max_concurrent_envs=max_envs)
 
     @app.get("/test/sessions")
@@ -78,7 +79,8 @@ def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", ws_ping_interval=ping,
+                                           ws_ping_timeout=ping))
     original_startup = server.startup
 
     async def startup(sockets=None):
