@@ -4,7 +4,7 @@
 
 Binds 127.0.0.1 on a port the OS picks and prints ``PORT <n>`` once it accepts connections. The env: reset with a
 seed asks ``Say <seed % 10>.``; each step rewards 1.0 when the reply contains that digit, 0.0 otherwise, and the
-episode ends after two steps. A reply containing ``REJECT`` makes ``step`` raise (the env rejects the action).
+episode ends after two steps. A reply containing ``REJECT`` makes ``step`` raise (the env rejects the action); one containing ``SLOW`` takes a second.
 ``GET /test/sessions`` reports the env instances alive (sessions open) and made so far.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 
 import uvicorn
 from openenv.core.env_server import Action, Environment, Observation, State, create_fastapi_app
@@ -49,6 +50,8 @@ class SayEnv(Environment):
     def step(self, action, timeout_s=None, **kwargs):
         if "REJECT" in action.message:
             raise ValueError(f"cannot say {action.message!r}")
+        if "SLOW" in action.message:
+            time.sleep(1.0)
         self._state.step_count += 1
         done = self._state.step_count >= 2
         reward = 1.0 if str(self.target) in action.message else 0.0

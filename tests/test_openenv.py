@@ -75,6 +75,14 @@ class Server:
         self.proc.stdout.close()
 
 
+@pytest.fixture(scope="module")
+def shared():
+    """One server for the tests that leave it running (each checks its own sessions are closed)."""
+    srv = Server()
+    yield srv
+    srv.stop()
+
+
 @pytest.fixture
 def server():
     servers: list[Server] = []
@@ -100,9 +108,10 @@ def batch(url: str, renderer: Renderer, groups: int = 2, group_size: int = 3, **
     return train.get_batch(0)
 
 
-def test_scripted_episodes_map_observations_actions_and_rewards(server, renderer):
-    srv = server()
+def test_scripted_episodes_map_observations_actions_and_rewards(shared, renderer):
+    srv = shared
     sampler = TextPolicySampler(renderer, digit_policy)
+    made = srv.sessions()["made"]
     result = run_rollout_batch(batch(srv.url, renderer), sampler, RolloutBudget(max_turns=4, max_tokens_per_turn=8))
     for group, seed in zip(result.groups, (5, 6)):
         for traj in group.trajectories:
@@ -114,12 +123,13 @@ def test_scripted_episodes_map_observations_actions_and_rewards(server, renderer
             assert traj.transitions[1].ob[: len(traj.transitions[0].ob)] == traj.transitions[0].ob  # token-exact
             assert traj.transitions[0].logs["metadata"] == {"said": str(seed % 10)}
         assert group.tags == ["openenv"]
-    assert srv.live_sessions_soon() == 0 and srv.sessions()["made"] == 6  # one session per episode, all closed
+    assert srv.live_sessions_soon() == 0 and srv.sessions()["made"] - made == 6  # one session per episode, all closed
     assert io_loop.open_sessions() == []
 
 
-def test_grpo_trains_two_steps_through_the_server_by_name(server, tiny_model_path, tokenizer, cpu_grpo_config):
-    srv = server()
+def test_grpo_trains_two_steps_through_the_server_by_name(shared, tiny_model_path, tokenizer, cpu_grpo_config):
+    srv = shared
+    made = srv.sessions()["made"]
     envs = make_env_dataset("openenv", Renderer(tokenizer), group_size=4, groups_per_batch=2, url=srv.url,
                             system_prompt="Answer with one digit.")
     trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(max_steps=2, max_turns=2), envs,
@@ -128,24 +138,25 @@ def test_grpo_trains_two_steps_through_the_server_by_name(server, tiny_model_pat
     logged = [h for h in trainer.state.log_history if "env/openenv/reward/total" in h]
     assert len(logged) == 2
     assert srv.live_sessions_soon() == 0
-    assert srv.sessions()["made"] == 2 * 2 * 4  # 2 steps x 2 groups x 4 episodes, one session each
+    assert srv.sessions()["made"] - made == 2 * 2 * 4  # 2 steps x 2 groups x 4 episodes, one session each
 
 
-def test_trl_envs_eval_on_the_server(server, tiny_model_path, tmp_path):
+def test_trl_envs_eval_on_the_server(shared, tiny_model_path, tmp_path):
     from trl_envs.cli.commands import main
 
-    srv = server()
+    srv = shared
+    made = srv.sessions()["made"]
     out = tmp_path / "eval.json"
     assert main(["eval", "--model", tiny_model_path, "--env", "openenv", "--env_kwargs", json.dumps({"url": srv.url}),
                  "--num_problems", "2", "--samples_per_problem", "2", "--max_tokens", "4", "--output", str(out),
                  "--no_progress"]) == 0
     result = json.loads(out.read_text())
     assert result["num_episodes"] == 4 and "openenv" in result["per_tag"], result
-    assert srv.live_sessions_soon() == 0 and srv.sessions()["made"] == 4
+    assert srv.live_sessions_soon() == 0 and srv.sessions()["made"] - made == 4
 
 
-def test_row_specs_build_groups_of_the_server(server, renderer):
-    srv = server()
+def test_row_specs_build_groups_of_the_server(shared, renderer):
+    srv = shared
     builder = make_env_group_builder({"env": "openenv", "url": srv.url, "seed": 7}, renderer, group_size=2)
     result = run_rollout_batch([builder], TextPolicySampler(renderer, digit_policy), RolloutBudget(max_turns=4))
     assert [t.step_reward for t in result.groups[0].trajectories] == [2.0, 2.0]
@@ -184,12 +195,13 @@ def test_server_killed_mid_rollout_retry_skips_the_groups(server, renderer):
     assert io_loop.open_sessions() == []
 
 
-def test_rejected_action_is_a_clear_error_and_no_session_leaks(server, renderer):
-    srv = server()
+def test_rejected_action_is_a_clear_error_and_no_session_leaks(shared, renderer):
+    srv = shared
     with pytest.raises(OpenEnvActionError, match="rejected the action .*REJECT"):
         run_rollout_batch(batch(srv.url, renderer), TextPolicySampler(renderer, lambda p: "REJECT"),
                           RolloutBudget(max_turns=4))
-    assert srv.live_sessions_soon() == 0  # the failed episode and its cancelled siblings all closed their sessions
+    # the failed episode and its cancelled siblings all closed their sessions
+    assert srv.live_sessions_soon() == 0 and io_loop.open_sessions() == []
     result = run_rollout_batch(batch(srv.url, renderer, rejected_action_reward=-1.0),
                                TextPolicySampler(renderer, lambda p: "REJECT"), RolloutBudget(max_turns=4))
     traj = result.groups[0].trajectories[0]
@@ -248,8 +260,8 @@ def test_bad_options_fail_before_any_connection(renderer, options, message):
         OpenEnvDatasetBuilder(renderer, **options)
 
 
-def test_action_field_must_be_a_field_of_the_env(server, renderer):
-    srv = server()
+def test_action_field_must_be_a_field_of_the_env(shared, renderer):
+    srv = shared
     with pytest.raises(ValueError, match=r"action_field='text' is not a field .* \['message'\]"):
         OpenEnvDatasetBuilder(renderer, url=srv.url, action_field="text")
 
@@ -261,3 +273,68 @@ def test_importing_trl_envs_imports_no_openenv():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_timed_out_rollouts_close_their_sessions(shared, renderer):
+    from trl_envs import RolloutTimeoutError
+
+    srv = shared
+    with pytest.raises(RolloutTimeoutError):
+        run_rollout_batch(batch(srv.url, renderer), TextPolicySampler(renderer, lambda p: "SLOW"),
+                          RolloutBudget(max_turns=4), FailFast(per_rollout_timeout=0.5))
+    assert srv.live_sessions_soon() == 0 and io_loop.open_sessions() == []
+
+
+INTERRUPTED_RUN = """
+import sys, time
+from transformers import AutoTokenizer
+from trl_envs import Renderer
+from trl_envs.openenv import OpenEnvDatasetBuilder
+from trl_envs.rollout.engine import RolloutBudget, run_rollout_batch, run_sync
+from trl_envs.samplers.text_policy import TextPolicySampler
+
+renderer = Renderer(AutoTokenizer.from_pretrained(sys.argv[2]))
+train, _ = run_sync(OpenEnvDatasetBuilder(renderer, url=sys.argv[1], group_size=3, batch_size=2, num_test_batches=0))
+
+calls = []
+
+def policy(prompt):  # called once per episode of the sampling call
+    if not calls:
+        print("SAMPLING", flush=True)  # every episode has its session open now
+        time.sleep(3)  # a generate call: Ctrl-C cancels the rollout once it returns
+    calls.append(prompt)
+    return "1"
+
+try:
+    run_rollout_batch(train.get_batch(0), TextPolicySampler(renderer, policy), RolloutBudget(max_turns=4))
+except KeyboardInterrupt:  # as in a notebook: the process lives on, so only our cleanup can close the sessions
+    import json, urllib.request
+    deadline = time.monotonic() + 5
+    while True:
+        live = json.loads(urllib.request.urlopen(sys.argv[1] + "/test/sessions").read())["live"]
+        if live == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    from trl_envs.openenv import io_loop
+    print(f"INTERRUPTED, live sessions: {live}, open here: {len(io_loop.open_sessions())}", flush=True)
+"""
+
+
+def test_ctrl_c_mid_rollout_closes_every_session(shared, tiny_model_path):
+    import signal
+
+    srv = shared
+    run = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, srv.url, tiny_model_path], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    try:
+        assert run.stdout.readline().strip() == "SAMPLING", run.stderr.read()
+        assert srv.sessions()["live"] == 6
+        run.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        out, err = run.communicate(timeout=60)
+        assert time.monotonic() - interrupted < 20
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert out.strip() == "INTERRUPTED, live sessions: 0, open here: 0", out + err
