@@ -338,3 +338,31 @@ def test_ctrl_c_mid_rollout_closes_every_session(shared, tiny_model_path):
         if run.poll() is None:
             run.kill()
     assert out.strip() == "INTERRUPTED, live sessions: 0, open here: 0", out + err
+
+
+def test_the_docs_server_example_trains_as_written(renderer):
+    """docs/openenv.md's "A server in a few lines", served by uvicorn in this process, plays through env openenv."""
+    import threading
+
+    import uvicorn
+
+    doc = (Path(__file__).parents[1] / "docs" / "openenv.md").read_text(encoding="utf-8")
+    code = re.findall(r"```python\n(.*?)```", doc.split("## A server in a few lines")[1], re.S)[0]
+    namespace: dict = {}
+    exec(compile(code, "docs/openenv.md", "exec"), namespace)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    uv = uvicorn.Server(uvicorn.Config(namespace["app"], log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not uv.started:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        result = run_rollout_batch(batch(url, renderer), TextPolicySampler(renderer, digit_policy),
+                                   RolloutBudget(max_turns=4))
+        assert [t.step_reward for g in result.groups for t in g.trajectories] == [2.0] * 6
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+        sock.close()
