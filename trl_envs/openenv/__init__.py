@@ -16,7 +16,7 @@ Needs OpenEnv's client (the ``openenv`` package, see :data:`INSTALL`), imported 
 """
 
 INSTALL = ("trl_envs.openenv needs OpenEnv's client. Install it (without gradio, which OpenEnv's client never "
-           "imports):\n  pip install --no-deps openenv==0.10.0\n  pip install fastapi uvicorn websockets "
+           "imports):\n  pip install --no-deps openenv==0.10.0\n  pip install fastapi uvicorn websockets requests "
            "'fastmcp>=3,<4'")
 
 from .dataset import ENV_NAME, OpenEnvDataset, OpenEnvDatasetBuilder, openenv_from_row, start_server  # noqa: E402
