@@ -366,3 +366,20 @@ def test_the_docs_server_example_trains_as_written(renderer):
         uv.should_exit = True
         thread.join(10)
         sock.close()
+
+
+def test_a_connection_dropped_between_steps_is_an_error_not_a_fresh_session(shared, renderer):
+    import asyncio
+
+    from trl_envs.openenv import OpenEnvSession
+
+    async def episode() -> None:
+        async with OpenEnvSession(shared.url) as session:
+            await session.reset(seed=1)
+            await io_loop.call(lambda: session._client._ws.close())  # the connection drops while the model thinks
+            with pytest.raises(OpenEnvConnectionError, match="connection was closed"):
+                await session.step({"message": "1"})  # OpenEnv's client alone would step a new, never-reset session
+
+    made = shared.sessions()["made"]
+    asyncio.run(episode())
+    assert shared.sessions()["made"] - made == 1 and shared.live_sessions_soon() == 0

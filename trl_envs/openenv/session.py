@@ -130,6 +130,11 @@ class OpenEnvSession:
             io_loop.track(client)
             self._client = client
             await client.connect()
+        elif not _connection_open(self._client):
+            # OpenEnv's client would silently open a new session here, whose env was never reset: the episode's
+            # state is gone with the old one, so this is a dropped connection.
+            raise ConnectionError("the session's connection was closed (by the server, the network, or a timed-out "
+                                  "request) and the server dropped its env with it")
         return await send(self._client)
 
     def _translate(self, error: BaseException, what: str, action: dict[str, Any] | None) -> Exception:
@@ -157,6 +162,15 @@ class OpenEnvSession:
         if what == "step" and (code.endswith("VALIDATION_ERROR") or code.endswith("EXECUTION_ERROR")):
             return OpenEnvActionError(f"{where} rejected the action {action!r}: {message} (code {code})")
         return OpenEnvError(f"{where}: {what} failed: {message} (code {code})")
+
+
+def _connection_open(client: Any) -> bool:
+    """Whether OpenEnv's client still holds its session's open WebSocket (its ``_ws``, checked against the
+    ``websockets`` connection states; OpenEnv has no public accessor for it)."""
+    from websockets.protocol import State
+
+    ws = getattr(client, "_ws", None)
+    return ws is not None and ws.state not in (State.CLOSING, State.CLOSED)
 
 
 async def _close_client(client: Any) -> None:
