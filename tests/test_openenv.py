@@ -383,3 +383,10 @@ def test_a_connection_dropped_between_steps_is_an_error_not_a_fresh_session(shar
     made = shared.sessions()["made"]
     asyncio.run(episode())
     assert shared.sessions()["made"] - made == 1 and shared.live_sessions_soon() == 0
+
+
+def test_a_server_slower_than_message_timeout_names_the_timeout(shared, renderer):
+    with pytest.raises(OpenEnvConnectionError, match=r"no reply to step within 0.3 s \(message_timeout_s\)"):
+        run_rollout_batch(batch(shared.url, renderer, message_timeout_s=0.3),
+                          TextPolicySampler(renderer, lambda p: "SLOW"), RolloutBudget(max_turns=4))
+    assert shared.live_sessions_soon() == 0 and io_loop.open_sessions() == []

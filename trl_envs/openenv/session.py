@@ -140,12 +140,12 @@ class OpenEnvSession:
     def _translate(self, error: BaseException, what: str, action: dict[str, Any] | None) -> Exception:
         _, connection_closed = _import_client()
         where = f"OpenEnv server at {self.url}"
+        if isinstance(error, (asyncio.TimeoutError, TimeoutError)):  # before OSError, a base class of TimeoutError
+            return OpenEnvConnectionError(f"{where}: no reply to {what} within {self.message_timeout_s} s "
+                                          "(message_timeout_s)")
         if isinstance(error, (ConnectionError, OSError, connection_closed)):
             return OpenEnvConnectionError(f"{where}: {what} failed, the connection failed or was dropped "
                                           f"({type(error).__name__}: {error}). Is the server running there?")
-        if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
-            return OpenEnvConnectionError(f"{where}: no reply to {what} within {self.message_timeout_s} s "
-                                          "(message_timeout_s)")
         match = _SERVER_ERROR.match(str(error)) if isinstance(error, RuntimeError) else None
         if match is None:
             return OpenEnvError(f"{where}: {what} failed: {type(error).__name__}: {error}")
