@@ -11,6 +11,7 @@ import selectors
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -49,6 +50,9 @@ class Server:
             seen.append(line)
             if match := re.match(r"PORT (\d+)", line):
                 self.url = f"http://127.0.0.1:{match[1]}"
+                self.log = seen
+                # keep reading its output: a full pipe would block the server on its next log line
+                threading.Thread(target=lambda: self.log.extend(self.proc.stdout), daemon=True).start()
                 return
         self.stop()
         raise RuntimeError(f"the test OpenEnv server did not start: {''.join(seen)}")
@@ -72,7 +76,6 @@ class Server:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.kill()
-        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="module")

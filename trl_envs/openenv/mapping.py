@@ -54,7 +54,7 @@ def fetch_schema(url: str, timeout: float = 10.0, *, cached: bool = True) -> dic
     if cached and endpoint in _SCHEMAS:
         return _SCHEMAS[endpoint]
     try:
-        with urllib.request.urlopen(endpoint, timeout=timeout) as response:  # noqa: S310 - the user's server URL
+        with urllib.request.urlopen(endpoint, timeout=timeout) as response:
             schema = json.loads(response.read().decode("utf-8"))
     except urllib.error.HTTPError as e:
         raise OpenEnvError(f"OpenEnv server at {url}: GET {endpoint} answered HTTP {e.code}; is this an OpenEnv "

@@ -18,11 +18,13 @@ sessions still open at interpreter exit are closed then.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from typing import Any
 
 from . import io_loop
 
+logger = logging.getLogger(__name__)
 DEFAULT_MESSAGE_TIMEOUT_S = 60.0
 
 
@@ -48,7 +50,7 @@ class OpenEnvActionError(OpenEnvError):
     """The env rejected an action: it does not fit the env's action type, or the env's ``step`` raised."""
 
 
-_SERVER_ERROR = re.compile(r"^Server error: (?P<message>.*) \(code: (?P<code>[A-Z_.a-z]+)\)$", re.S)
+_SERVER_ERROR = re.compile(r"^Server error: (?P<message>.*) \(code: (?P<code>[A-Z_.a-z]+)\)$", re.DOTALL)
 _CAPACITY = re.compile(r"(\d+)/(\d+) sessions")
 
 
@@ -83,7 +85,7 @@ class OpenEnvSession:
     async def __aenter__(self) -> OpenEnvSession:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def reset(self, **kwargs: Any) -> Any:
@@ -117,7 +119,7 @@ class OpenEnvSession:
             return await io_loop.call(lambda: self._on_io_loop(send))
         except OpenEnvError:
             raise
-        except Exception as e:  # noqa: BLE001 - translated below, the original chained
+        except Exception as e:
             raise self._translate(e, what, action) from e
 
     async def _on_io_loop(self, send: Any) -> Any:
@@ -159,7 +161,7 @@ class OpenEnvSession:
                 "max_concurrent_envs, or set the env option max_sessions to at most that limit so episodes wait for "
                 "a free session (each episode holds one session; a GRPO group of G episodes needs G).",
                 active, limit)
-        if what == "step" and (code.endswith("VALIDATION_ERROR") or code.endswith("EXECUTION_ERROR")):
+        if what == "step" and code.endswith(("VALIDATION_ERROR", "EXECUTION_ERROR")):
             return OpenEnvActionError(f"{where} rejected the action {action!r}: {message} (code {code})")
         return OpenEnvError(f"{where}: {what} failed: {message} (code {code})")
 
@@ -176,7 +178,7 @@ def _connection_open(client: Any) -> bool:
 async def _close_client(client: Any) -> None:
     try:
         await client.close()
-    except Exception:  # noqa: BLE001 - the connection may already be gone; nothing more to release
-        pass
+    except Exception as e:  # noqa: BLE001 - the connection may already be gone; nothing more to release
+        logger.debug("closing an OpenEnv session failed: %s", e)
     finally:
         io_loop.untrack(client)
