@@ -393,3 +393,13 @@ def test_a_server_slower_than_message_timeout_names_the_timeout(shared, renderer
         run_rollout_batch(batch(shared.url, renderer, message_timeout_s=0.3),
                           TextPolicySampler(renderer, lambda p: "SLOW"), RolloutBudget(max_turns=4))
     assert shared.live_sessions_soon() == 0 and io_loop.open_sessions() == []
+
+
+def test_the_sessions_bench_runs_and_counts_what_it_played(tiny_model_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "bench"))
+    import openenv_sessions
+
+    out = openenv_sessions.main(["--steps", "20", "--groups", "2", "--group_size", "3", "--max_sessions", "2"])
+    assert out["step_ms_median"] > 0 and "headline: one OpenEnv step costs" in capsys.readouterr().out
+    for run in (out["unlimited"], out["max_sessions=2"]):
+        assert run["episodes"] == run["sessions"] == 6 and run["mean_reward"] == 2.0
