@@ -269,10 +269,31 @@ def test_action_field_must_be_a_field_of_the_env(shared, renderer):
         OpenEnvDatasetBuilder(renderer, url=srv.url, action_field="text")
 
 
+def test_a_forked_child_opens_its_own_sessions(shared):
+    import multiprocessing
+
+    assert _child_step(shared.url) == 1.0  # the parent's I/O thread is running now
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_child_step, (shared.url,)).get(timeout=60) == 1.0
+
+
+def _child_step(url: str) -> float:
+    import asyncio
+
+    from trl_envs.openenv import OpenEnvSession
+
+    async def one_step() -> float:
+        async with OpenEnvSession(url) as session:
+            await session.reset(seed=4)
+            return (await session.step({"message": "4"})).reward
+
+    return asyncio.run(one_step())
+
+
 def test_importing_trl_envs_imports_no_openenv():
     code = ("import sys, trl_envs, trl_envs.openenv, trl_envs.envs; "
             "from trl_envs.registry import list_envs; assert 'openenv' in list_envs(); "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'openenv', 'websockets', 'fastmcp', 'fastapi'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'openenv', 'openenv_core', 'fastmcp'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -16,6 +16,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -101,4 +102,12 @@ def close_all(timeout: float = 10.0) -> int:
     return len(sessions)
 
 
+def _forget_after_fork() -> None:
+    """A forked child has no I/O thread (and must not touch the parent's connections): it starts its own."""
+    global _loop, _lock
+    _loop, _lock = None, threading.Lock()
+    _open.clear()
+
+
 atexit.register(close_all)
+os.register_at_fork(after_in_child=_forget_after_fork)
