@@ -13,6 +13,7 @@ from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
 from .judged_arithmetic import JudgedArithmeticDatasetBuilder
 from .tic_tac_toe import TicTacToeDatasetBuilder
 from .tool_use import ToolUseDatasetBuilder
+from ..openenv.dataset import OpenEnvDatasetBuilder  # imports nothing of openenv until a session opens
 
 BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "arithmetic": ArithmeticDatasetBuilder,
@@ -21,6 +22,7 @@ BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "judged_arithmetic": JudgedArithmeticDatasetBuilder,
     "tool_use": ToolUseDatasetBuilder,
     "cartpole": CartPoleDatasetBuilder,  # needs gymnasium (pip install "trl-envs[gym]")
+    "openenv": OpenEnvDatasetBuilder,  # an OpenEnv server; needs OpenEnv's client (docs/openenv.md)
 }
 
 

@@ -1,0 +1,31 @@
+"""Train on OpenEnv environments: an env server (a URL, a Docker image or a Hugging Face Space) as trl_envs envs
+(docs/openenv.md).
+
+::
+
+    python scripts/train_grpo.py --env openenv --env_kwargs '{"url": "http://127.0.0.1:8000"}'
+
+or in Python::
+
+    from trl_envs.openenv import OpenEnvDatasetBuilder
+    envs = OpenEnvDatasetBuilder(Renderer(tokenizer), url="http://127.0.0.1:8000", group_size=8)
+    EnvGRPOTrainer(model, args, env_dataset=envs).train()
+
+Needs OpenEnv's client (the ``openenv`` package, see :data:`INSTALL`), imported when the first session opens:
+``import trl_envs`` and ``import trl_envs.openenv`` never import it.
+"""
+
+INSTALL = ("trl_envs.openenv needs OpenEnv's client. Install it (without gradio, which OpenEnv's client never "
+           "imports):\n  pip install --no-deps openenv==0.10.0\n  pip install fastapi uvicorn websockets requests "
+           "'fastmcp>=3,<4'")
+
+from .dataset import ENV_NAME, OpenEnvDataset, OpenEnvDatasetBuilder, openenv_from_row, start_server  # noqa: E402
+from .env import OpenEnvEnv, OpenEnvGroupBuilder  # noqa: E402
+from .mapping import TextMapping, default_observation_text, fetch_schema  # noqa: E402
+from .session import (OpenEnvActionError, OpenEnvCapacityError, OpenEnvConnectionError, OpenEnvError,  # noqa: E402
+                      OpenEnvSession)
+
+__all__ = ["ENV_NAME", "INSTALL", "OpenEnvActionError", "OpenEnvCapacityError", "OpenEnvConnectionError",
+           "OpenEnvDataset", "OpenEnvDatasetBuilder", "OpenEnvEnv", "OpenEnvError", "OpenEnvGroupBuilder",
+           "OpenEnvSession", "TextMapping", "default_observation_text", "fetch_schema", "openenv_from_row",
+           "start_server"]
