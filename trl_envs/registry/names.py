@@ -160,8 +160,13 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
         return _import_kind(name)
     kind = _entry_point_kind(name, rescan=False) or _entry_point_kind(name, rescan=True)
     if kind is None:
-        raise UnknownEnvError(f"unknown env {name!r}; known envs: {sorted(known_env_names())} (built in, registered with "
-                       f"register_env, or installed under the entry-point group {ENTRY_POINT_GROUP!r})")
+        import difflib
+
+        known = sorted(known_env_names())
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UnknownEnvError(f"unknown env {name!r}; {hint}known envs: {known} (built in, registered with "
+                              f"register_env, or installed under the entry-point group {ENTRY_POINT_GROUP!r})")
     return kind
 
 

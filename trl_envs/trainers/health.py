@@ -1,0 +1,100 @@
+"""A run that learns nothing says so: finite-value checks and the training-health watchdog.
+
+* :func:`check_finite_rewards` -- a non-finite reward, or one so large that TRL's float32 group statistics overflow
+  (``|r| > MAX_ABS_REWARD``: the square of the deviation from the group mean no longer fits), is an error naming the
+  env and the step; so is a non-finite loss or gradient norm (:class:`TrainingHealthCallback`).
+* :class:`TrainingHealthCallback` -- each logged training step that cannot teach anything (no group with mixed
+  rewards, every group skipped after errors, a zero gradient, collapsed entropy) warns with
+  :class:`TrainingHealthWarning`; ``patience`` such steps in a row stop the run with
+  :class:`~trl_envs.cli.errors.RunFailed` (the scripts then exit 1 without saving a model or writing a card).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+from transformers import TrainerCallback
+
+from ..cli.errors import RunFailed
+
+MAX_ABS_REWARD = 1e18
+"""Largest reward magnitude whose group statistics stay finite in float32 (TRL's reward tensor): (2e18)^2 < 3.4e38."""
+
+
+class TrainingHealthWarning(UserWarning):
+    """A training step that cannot change the policy usefully (see the module docstring)."""
+
+
+def check_finite_rewards(groups: Sequence, names: Sequence[str], step: int) -> None:
+    """Raise :class:`RunFailed` for the first group (named by ``names``) with a non-finite or overflowing total
+    reward, naming the step."""
+    for name, group in zip(names, groups):
+        if group is None:
+            continue
+        for i, total in enumerate(group.get_total_rewards()):
+            if not math.isfinite(total) or abs(total) > MAX_ABS_REWARD:
+                what = "is not finite" if not math.isfinite(total) else (
+                    f"overflows the group statistics (|reward| > {MAX_ABS_REWARD:g}: the reward std would be inf and "
+                    "every advantage 0)")
+                raise RunFailed(f"step {step}: {name}, episode {i}: total reward {total!r} {what}. Rescale the env's "
+                                "rewards (e.g. to [-1, 1]).")
+
+
+class TrainingHealthCallback(TrainerCallback):
+    """Watch each logged training step (see the module docstring).
+
+    Args:
+        patience: stop after this many unhealthy logged steps in a row (``None``: warn only).
+        min_entropy: a mean token entropy below this is a collapsed policy.
+        envs: how the training envs are named in messages.
+    """
+
+    def __init__(self, patience: int | None = 10, min_entropy: float = 1e-4, envs: str = "the env"):
+        self.patience = patience
+        self.min_entropy = min_entropy
+        self.envs = envs
+        self.unhealthy_in_a_row = 0
+
+    def problems(self, logs: dict) -> list[str]:
+        """What is wrong with one training log (empty: healthy)."""
+        found = []
+        skipped, mixed = logs.get("env/all/skipped_groups"), logs.get("env/all/mixed_rewards")
+        grad, entropy = logs.get("grad_norm"), logs.get("entropy")
+        if isinstance(skipped, (int, float)) and skipped >= 1.0:
+            found.append("every group was skipped after env errors")
+        elif isinstance(mixed, (int, float)) and mixed == 0.0:
+            found.append("no group had mixed rewards, so every advantage is 0")
+        if isinstance(grad, (int, float)) and grad == 0.0:
+            found.append("the gradient is zero")
+        if isinstance(entropy, (int, float)) and entropy < self.min_entropy:
+            found.append(f"the policy's entropy {entropy:.2g} is below {self.min_entropy:g} (collapsed)")
+        return found
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs:  # only training-step logs (not evaluation or the final summary)
+            return
+        step = state.global_step
+        for key in ("loss", "grad_norm"):
+            value = logs.get(key)
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                raise RunFailed(f"step {step} on {self.envs}: the {key.replace('_', ' ')} is {value}; training "
+                                "cannot go on (check the rewards' scale and the learning rate)")
+        found = self.problems(logs)
+        if not found:
+            self.unhealthy_in_a_row = 0
+            return
+        self.unhealthy_in_a_row += 1
+        limit = f"{self.unhealthy_in_a_row}/{self.patience}" if self.patience else str(self.unhealthy_in_a_row)
+        message = (f"step {step} on {self.envs} teaches nothing: {'; '.join(found)} ({limit} such steps in a row; "
+                   "health_patience stops the run)")
+        warnings.warn(message, TrainingHealthWarning, stacklevel=2)
+        if self.patience is not None and self.unhealthy_in_a_row >= self.patience:
+            raise RunFailed(f"stopped at step {step}: {self.unhealthy_in_a_row} steps in a row on {self.envs} could "
+                            f"not teach anything ({'; '.join(found)}). No model was saved and no card written. Check "
+                            "the env's rewards (they must differ within a group), its errors, and the learning rate; "
+                            "raise health_patience, or set it to None to only warn.")
+
+
+__all__ = ["MAX_ABS_REWARD", "TrainingHealthCallback", "TrainingHealthWarning", "check_finite_rewards"]
