@@ -264,4 +264,5 @@ def make_parser(subparsers=None) -> TrlParser:
 
 
 if __name__ == "__main__":  # checks before any model loads; mistakes and signals end in one line, exit != 0
-    sys.exit(run_training_script("train_dpo.py", make_parser, main))
+    if status := run_training_script("train_dpo.py", make_parser, main):
+        sys.exit(status)

@@ -217,7 +217,8 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             raise ValueError(f"EnvDPOTrainer: the {dataset_name} dataset is empty")
         if all(c in first for c in TOKENIZED_COLUMNS):
             _check_tokenized(dataset, dataset_name)
-            dataset = drop_identical_pairs(dataset, dataset_name, ("chosen_ids", "rejected_ids"))
+            if not self._env_mode:  # env-driven pairs differ in reward, so in tokens
+                dataset = drop_identical_pairs(dataset, dataset_name, ("chosen_ids", "rejected_ids"))
             if args.max_length is not None and args.truncation_mode == "keep_start" and not (
                     isinstance(dataset, Dataset) and all(len(p) < args.max_length for p in dataset["prompt_ids"])):
                 dataset = dataset.filter(lambda ex: len(ex["prompt_ids"]) < args.max_length)

@@ -37,8 +37,8 @@ def resolve_checkpoint(value: str | bool | None, output_dir: str | None, option:
         last = last_complete_checkpoint(output_dir) if output_dir and os.path.isdir(output_dir) else None
         if last is None:
             raise CheckpointError(f"{option}={value!r} asks for the last checkpoint of output_dir {output_dir!r}, but "
-                                  "it holds no complete checkpoint-* folder (checkpoints are written with "
-                                  "save_strategy='steps' / 'epoch')")
+                                  "it holds no checkpoint-* folder with its completion marker (checkpoints are "
+                                  "written with save_strategy='steps' / 'epoch')")
         verify_checkpoint(last)
         return last
     path = os.fspath(value)
