@@ -206,13 +206,16 @@ def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = 
                **(defaults or {})}
     accepted = accepted_kwargs(kind.dataset_builder)
     kwargs = {k: v for k, v in offered.items() if v is not None and (accepted is None or k in accepted)}
-    unknown = sorted(set(env_kwargs) - set(accepted)) if accepted is not None else []
-    if unknown:
+    try:
+        out = kind.dataset_builder(renderer=renderer, **{**kwargs, **env_kwargs})
+    except TypeError as e:
         from .env_kwargs import EnvOptionError
 
-        raise EnvOptionError(f"env {name!r} ({kind.source}) takes no option {unknown[0]!r}; its options are "
-                             f"{sorted(accepted - {'renderer'})}")
-    out = kind.dataset_builder(renderer=renderer, **{**kwargs, **env_kwargs})
+        unknown = sorted(set(env_kwargs) - accepted) if accepted is not None else []
+        if unknown and not isinstance(e, EnvOptionError):  # Python's "unexpected keyword argument": say it plainly
+            raise EnvOptionError(f"env {name!r} ({kind.source}) takes no option {unknown[0]!r}; its options are "
+                                 f"{sorted(accepted - {'renderer'})}") from e
+        raise
     if not isinstance(out, (RLDataset, RLDatasetBuilder)):
         raise TypeError(f"env {name!r} ({kind.source}): its factory returned {type(out).__name__}, not an RLDataset "
                         "or RLDatasetBuilder")
