@@ -3,7 +3,6 @@ budgets and early checks, tested on the library functions (in-process, the tiny 
 
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -21,7 +20,6 @@ from trl_envs.trainers.health import TrainingHealthCallback, TrainingHealthWarni
 from trl_envs.trainers.resume import resolve_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
 
 
 def make_checkpoint(folder: Path, step: int, complete: bool = True, settings=None) -> Path:
@@ -77,10 +75,12 @@ def test_resuming_with_other_settings_is_refused_with_every_difference_listed(ca
 
 
 def test_a_second_run_on_the_same_output_dir_is_refused(tmp_path):
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom trl_envs.trainers.checkpoints import hold_output_dir\n"
-         f"with hold_output_dir({str(tmp_path)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    from trl_envs.trainers.checkpoints import LOCK_FILE
+
+    holder = subprocess.Popen(  # another process holding the run's lock, as a running trainer does
+        [sys.executable, "-c", "import time\nfrom filelock import FileLock\n"
+         f"with FileLock({str(tmp_path / LOCK_FILE)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UsageError, match="is in use by another run"):
