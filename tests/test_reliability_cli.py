@@ -122,9 +122,11 @@ def test_a_run_stopped_by_the_health_watchdog_exits_1_without_a_model_card(capsy
     (["eval", "--model", str(REPO / "README.md")], "is a file; give a model folder"),
     (["eval", "--env", "guess_numbr"], "did you mean 'guess_number'?"),
 ])
-def test_trl_envs_mistakes_print_one_line(argv, message, capsys, tiny_model_path, tmp_path):
+def test_trl_envs_mistakes_print_one_line(argv, message, capsys, tiny_model_path, tmp_path, monkeypatch):
     from trl_envs.cli.commands import main
+    from trl_envs.hub import model_loading
 
+    monkeypatch.setattr(model_loading, "load_policy", lambda *a, **k: pytest.fail("the model was loaded first"))
     if "--model" not in argv:
         argv = [*argv, "--model", tiny_model_path]
     code = main([*argv, "--output", ""])

@@ -151,9 +151,13 @@ def _eval(args: argparse.Namespace) -> int:
     from ..hub.model_eval import evaluate_model
     from ..tiny_model import build_tiny_model
 
-    from .preflight import check_model_path
+    from ..registry.names import get_env
+    from .preflight import check_model_path, check_pass_k, check_sampling
 
-    check_model_path(args.model, "--model")
+    check_model_path(args.model, "--model")  # every check that needs no model, before loading it
+    get_env(args.env)
+    check_sampling(args.temperature, args.top_p)
+    check_pass_k(args.pass_k, args.samples_per_problem)
     model = args.model or build_tiny_model()
     result = evaluate_model(
         model, args.env, env_kwargs=args.env_kwargs, split=args.split, num_problems=args.num_problems,

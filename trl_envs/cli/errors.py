@@ -39,7 +39,7 @@ class RunFailed(RuntimeError):
 
 def shorten(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
     """``repr(value)``, cut to about ``limit`` characters with the full length named: safe to put in a message."""
-    text = value if isinstance(value, str) and value.startswith(("'", '"')) else repr(value)
+    text = repr(value)
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text):,} characters)"
