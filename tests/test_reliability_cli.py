@@ -85,7 +85,7 @@ def test_script_mistakes_found_with_the_model_print_one_short_line(capsys, tmp_p
         assert message in err and len(err) < 5000, err[-2000:]  # the 1 MB field is not echoed
 
 
-def test_a_dpo_file_without_rejected_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+def test_dpo_script_mistakes_are_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
     import json
 
     import transformers
@@ -99,10 +99,12 @@ def test_a_dpo_file_without_rejected_is_refused_before_the_model_loads(tmp_path,
     data.write_text(json.dumps({"prompt": "p", "chosen": "a"}) + "\n")
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
                         lambda *a, **k: pytest.fail("a tokenizer was loaded before the mistake was reported"))
-    code = run_training_script("train_dpo.py", train_dpo.make_parser, train_dpo.main,
-                               ["--data_files", str(data), "--output_dir", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert code == 2 and "no 'rejected' column" in err and "Traceback" not in err
+    for argv, message in [(["--data_files", str(data)], "no 'rejected' column"),
+                          (["--env", "arithmetic", "--temperature", "-1"], "--temperature -1.0: must be >= 0")]:
+        code = run_training_script("train_dpo.py", train_dpo.make_parser, train_dpo.main,
+                                   [*argv, "--output_dir", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err, err
 
 
 def test_a_run_stopped_by_the_health_watchdog_exits_1_without_a_model_card(capsys, tmp_path, tiny_model_path):

@@ -42,6 +42,9 @@ class EnvDPOConfig(RolloutArguments, ResumeArguments, DPOConfig):
                                         "on one device (as GRPOConfig's option of the same name)."})
 
     def __post_init__(self):
+        from ..cli.preflight import check_sampling
+
+        check_sampling(self.temperature, self.top_p)
         super().__post_init__()  # TRL's config, then RolloutArguments' checks
         check_count(self, "max_tokens_per_turn", minimum=1)
         if self.num_rounds < 1:
