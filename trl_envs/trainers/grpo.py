@@ -145,7 +145,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
         builders = [self._builder(k) for k in keys]
         result = self._rollout(builders)
         names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
-        check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"))
+        check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"), self.accelerator)
         for name, builder, group in zip(names, builders, result.groups):
             if group is not None and len(group.trajectories) != group_size:
                 raise EnvContractError(f"{name} made {len(group.trajectories)} envs; the trainer's group size "

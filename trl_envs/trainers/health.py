@@ -27,9 +27,9 @@ class TrainingHealthWarning(UserWarning):
     """A training step that cannot change the policy usefully (see the module docstring)."""
 
 
-def check_finite_rewards(groups: Sequence, names: Sequence[str], step: int) -> None:
-    """Raise :class:`RunFailed` for the first group (named by ``names``) with a non-finite or overflowing total
-    reward, naming the step."""
+def bad_reward(groups: Sequence, names: Sequence[str], step: int) -> str | None:
+    """The message for the first group (named by ``names``) with a non-finite or overflowing total reward, naming
+    the step; ``None`` when every reward is fine."""
     for name, group in zip(names, groups):
         if group is None:
             continue
@@ -38,8 +38,25 @@ def check_finite_rewards(groups: Sequence, names: Sequence[str], step: int) -> N
                 what = "is not finite" if not math.isfinite(total) else (
                     f"overflows the group statistics (|reward| > {MAX_ABS_REWARD:g}: the reward std would be inf and "
                     "every advantage 0)")
-                raise RunFailed(f"step {step}: {name}, episode {i}: total reward {total!r} {what}. Rescale the env's "
-                                "rewards (e.g. to [-1, 1]).")
+                return (f"step {step}: {name}, episode {i}: total reward {total!r} {what}. Rescale the env's rewards "
+                        "(e.g. to [-1, 1]).")
+    return None
+
+
+def check_finite_rewards(groups: Sequence, names: Sequence[str], step: int, accelerator=None) -> None:
+    """Raise :class:`RunFailed` with :func:`bad_reward`'s message. With an ``accelerator`` of several processes every
+    process raises when any one saw a bad reward (one gather), so none is left waiting in a collective."""
+    problem = bad_reward(groups, names, step)
+    if accelerator is not None and accelerator.num_processes > 1:
+        import torch
+
+        flag = torch.tensor([float(problem is not None)], device=accelerator.device)
+        if problem is None and bool(accelerator.gather(flag).max() > 0):
+            problem = f"step {step}: another process saw a non-finite or overflowing env reward (see its error)"
+        elif problem is not None:
+            accelerator.gather(flag)
+    if problem is not None:
+        raise RunFailed(problem)
 
 
 class TrainingHealthCallback(TrainerCallback):
@@ -97,4 +114,4 @@ class TrainingHealthCallback(TrainerCallback):
                             "raise health_patience, or set it to None to only warn.")
 
 
-__all__ = ["MAX_ABS_REWARD", "TrainingHealthCallback", "TrainingHealthWarning", "check_finite_rewards"]
+__all__ = ["MAX_ABS_REWARD", "TrainingHealthCallback", "TrainingHealthWarning", "bad_reward", "check_finite_rewards"]
