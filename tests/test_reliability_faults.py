@@ -162,6 +162,26 @@ def test_the_health_watchdog_names_each_kind_of_dead_step(logs, problem):
             callback.on_log(None, state, None, logs=logs)
 
 
+def test_solved_steps_are_not_dead_steps_but_a_fall_back_to_no_signal_is():
+    from types import SimpleNamespace
+
+    callback = TrainingHealthCallback(patience=2)
+    state = SimpleNamespace(global_step=1)
+
+    def log(mixed, reward):
+        callback.on_log(None, state, None, logs={"loss": 0.0, "grad_norm": 0.0 if mixed == 0 else 1.0,
+                                                 "entropy": 0.02, "env/all/mixed_rewards": mixed,
+                                                 "env/all/reward/total": reward})
+
+    log(0.5, 0.8)
+    for _ in range(5):  # every answer right, again and again: success, not a dead run
+        log(0.0, 1.0)
+    assert callback.unhealthy_in_a_row == 0
+    with pytest.raises(RunFailed, match="no group had mixed rewards"), pytest.warns(TrainingHealthWarning):
+        for _ in range(2):  # every answer wrong, every group alike: nothing to learn from
+            log(0.0, 0.0)
+
+
 def test_a_non_finite_loss_stops_the_run():
     from types import SimpleNamespace
 

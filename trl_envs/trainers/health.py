@@ -4,7 +4,8 @@
   (``|r| > MAX_ABS_REWARD``: the square of the deviation from the group mean no longer fits), is an error naming the
   env and the step; so is a non-finite loss or gradient norm (:class:`TrainingHealthCallback`).
 * :class:`TrainingHealthCallback` -- each logged training step that cannot teach anything (no group with mixed
-  rewards, every group skipped after errors, a zero gradient, collapsed entropy) warns with
+  rewards -- unless the step is solved, see :meth:`TrainingHealthCallback.problems` --, every group skipped after
+  errors, a zero gradient, collapsed entropy) warns with
   :class:`TrainingHealthWarning`; ``patience`` such steps in a row stop the run with
   :class:`~trl_envs.cli.errors.RunFailed` (the scripts then exit 1 without saving a model or writing a card).
 """
@@ -73,20 +74,33 @@ class TrainingHealthCallback(TrainerCallback):
         self.min_entropy = min_entropy
         self.envs = envs
         self.unhealthy_in_a_row = 0
+        self.seen_mixed = False  # a step with a mixed-reward group was logged
+        self.best_reward: float | None = None  # the best mean env reward logged so far
 
     def problems(self, logs: dict) -> list[str]:
-        """What is wrong with one training log (empty: healthy)."""
+        """What is wrong with one training log (empty: healthy).
+
+        A step without mixed-reward groups is not counted when it is *solved*: the run has had mixed groups before
+        and this step's mean reward is its best so far (a model that gets every answer right has no advantage left
+        to learn from, and that is success). A zero gradient counts only where groups had mixed rewards (without
+        them it is their consequence, already counted or solved)."""
         found = []
-        skipped, mixed = logs.get("env/all/skipped_groups"), logs.get("env/all/mixed_rewards")
-        grad, entropy = logs.get("grad_norm"), logs.get("entropy")
-        if isinstance(skipped, (int, float)) and skipped >= 1.0:
+        skipped, mixed = _number(logs, "env/all/skipped_groups"), _number(logs, "env/all/mixed_rewards")
+        grad, entropy = _number(logs, "grad_norm"), _number(logs, "entropy")
+        reward = _number(logs, "env/all/reward/total")
+        solved = (mixed == 0.0 and self.seen_mixed and reward is not None and self.best_reward is not None
+                  and reward >= self.best_reward)
+        if skipped is not None and skipped >= 1.0:
             found.append("every group was skipped after env errors")
-        elif isinstance(mixed, (int, float)) and mixed == 0.0:
+        elif mixed == 0.0 and not solved:
             found.append("no group had mixed rewards, so every advantage is 0")
-        if isinstance(grad, (int, float)) and grad == 0.0:
+        if grad == 0.0 and mixed != 0.0:
             found.append("the gradient is zero")
-        if isinstance(entropy, (int, float)) and entropy < self.min_entropy:
+        if entropy is not None and entropy < self.min_entropy:
             found.append(f"the policy's entropy {entropy:.2g} is below {self.min_entropy:g} (collapsed)")
+        self.seen_mixed = self.seen_mixed or bool(mixed)
+        if reward is not None and (skipped is None or skipped < 1.0):
+            self.best_reward = reward if self.best_reward is None else max(self.best_reward, reward)
         return found
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -112,6 +126,11 @@ class TrainingHealthCallback(TrainerCallback):
                             f"not teach anything ({'; '.join(found)}). No model was saved and no card written. Check "
                             "the env's rewards (they must differ within a group), its errors, and the learning rate; "
                             "raise health_patience, or set it to None to only warn.")
+
+
+def _number(logs: dict, key: str) -> float | None:
+    value = logs.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 __all__ = ["MAX_ABS_REWARD", "TrainingHealthCallback", "TrainingHealthWarning", "bad_reward", "check_finite_rewards"]
