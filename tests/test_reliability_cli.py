@@ -143,8 +143,9 @@ def test_cookbook_builder_mistakes_print_one_line(capsys, tmp_path, tiny_model_p
     builder = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
     fields = {"model_name_for_tokenizer": tiny_model_path, "renderer_name": "qwen3_instruct", "n_batches": 2,
               "batch_size": 2, "include_fewshot": False}
-    for options, message in [({**fields, "batch_sizee": 2}, "takes no option 'batch_sizee'"),
-                             ({**fields, "group_size": 3}, "makes groups of 3 envs but EnvGRPOConfig.num_generations=8")]:
+    for options, message in [
+            ({**fields, "batch_sizee": 2}, "takes no option 'batch_sizee'"),
+            ({**fields, "group_size": 3}, "makes groups of 3 envs but EnvGRPOConfig.num_generations=8")]:
         code, err = run_grpo(capsys, "--env", builder, "--env_kwargs", json.dumps(options), "--model_name_or_path",
                              tiny_model_path, "--max_steps", "1", "--output_dir", str(tmp_path / "out"))
         assert code == 2 and message in err and "Traceback" not in err, err[-2000:]
