@@ -17,6 +17,7 @@ evaluation); ``--push_to_hub`` uploads it (docs/hub_and_eval.md).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -29,6 +30,7 @@ from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.trainers.resume import resume_option
+from trl_envs.cli.scripts import run_training_script
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model
 
@@ -172,12 +174,6 @@ def make_parser(subparsers=None) -> TrlParser:
     return parser
 
 
-if __name__ == "__main__":
-    parser = make_parser()
-    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
-    try:  # usage errors, reported before any model is loaded
-        script_args.check()
-        resume_option(training_args)
-    except ValueError as e:
-        parser.error(str(e))
-    main(script_args, training_args, model_args, publish_args)
+if __name__ == "__main__":  # checks before any model loads; mistakes and signals end in one line, exit != 0
+    if status := run_training_script("train_grpo.py", make_parser, main):
+        sys.exit(status)

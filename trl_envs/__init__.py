@@ -39,6 +39,7 @@ from .rollout.engine import (
     RetryOnFailure,
     RolloutBatchResult,
     RolloutBudget,
+    SkipGroupError,
     do_group_rollout,
     do_single_rollout,
     run_rollout_batch,
@@ -113,7 +114,7 @@ __all__ = [
     "HFSampler", "SampleRequest", "Sampler", "TextPolicySampler",
     # rollout/
     "BatchingPolicy", "BatchingSampler", "ContextBudgetError", "EvalResult", "FailFast", "RetryOnFailure", "RolloutBatchResult",
-    "RolloutBudget", "RolloutTimeoutError", "TagStats", "do_group_rollout", "do_single_rollout", "evaluate", "parked", "pass_at_k",
+    "RolloutBudget", "RolloutTimeoutError", "SkipGroupError", "TagStats", "do_group_rollout", "do_single_rollout", "evaluate", "parked", "pass_at_k",
     "run_rollout_batch", "run_rollout_batch_async",
     # training_data/
     "NonExtendingObservationError", "PairStats", "PreferencePair", "TrainingRow", "assemble_training_data",

@@ -26,12 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from ..registry import EnvRowError, UnknownEnvError
+    from .errors import run_command
 
-    try:
-        return args.run(args) or 0
-    except (UnknownEnvError, EnvRowError) as e:  # a user mistake: the message says what to fix, no traceback
-        parser.exit(2, f"trl-envs {args.command}: error: {e}\n")
+    # A user mistake prints one line saying what to fix (no traceback); Ctrl-C and SIGTERM clean up and exit 130 / 143.
+    return run_command(f"trl-envs {args.command}", lambda: args.run(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,6 +153,13 @@ def _eval(args: argparse.Namespace) -> int:
     from ..hub.model_eval import evaluate_model
     from ..tiny_model import build_tiny_model
 
+    from ..registry.names import get_env
+    from .preflight import check_model_path, check_pass_k, check_sampling
+
+    check_model_path(args.model, "--model")  # every check that needs no model, before loading it
+    get_env(args.env)
+    check_sampling(args.temperature, args.top_p)
+    check_pass_k(args.pass_k, args.samples_per_problem)
     model = args.model or build_tiny_model()
     result = evaluate_model(
         model, args.env, env_kwargs=args.env_kwargs, split=args.split, num_problems=args.num_problems,

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import sys
+import threading
 
 from ..core.renderer import Renderer
 from ..rollout.engine import RolloutBudget, do_group_rollout, run_sync
@@ -110,9 +113,29 @@ def play(args: argparse.Namespace) -> TrajectoryGroup:
     train = run_sync(envs)[0] if isinstance(envs, RLDatasetBuilder) else envs
     builder = _problem(train, args.index, args.env)
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
-    group = asyncio.run(do_group_rollout(builder, HumanPolicy(tokenizer, renderer, args.show_tokens), budget))
+    with _interrupt_while_typing():
+        group = asyncio.run(do_group_rollout(builder, HumanPolicy(tokenizer, renderer, args.show_tokens), budget))
     report(group)
     return group
+
+
+@contextlib.contextmanager
+def _interrupt_while_typing():
+    """Ctrl-C stops the episode at once, even while ``input()`` waits. (asyncio's own handler would only cancel the
+    task, which the blocked ``input()`` never sees: the first Ctrl-C would be ignored.)"""
+    if threading.current_thread() is not threading.main_thread() or (
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _problem(dataset: RLDataset, index: int, env: str):
@@ -129,9 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python scripts/play.py [--env ENV] ...``."""
     parser = argparse.ArgumentParser(description="Play an env by hand: you type the model's answers.")
     add_arguments(parser, env_positional=False)
-    from ..registry.names import UnknownEnvError
+    args = parser.parse_args(argv)
+    from .errors import run_command
 
-    try:
-        play(parser.parse_args(argv))
-    except UnknownEnvError as e:
-        parser.error(str(e))
+    raise SystemExit(run_command("play", lambda: play(args) and 0))

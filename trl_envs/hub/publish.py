@@ -69,8 +69,12 @@ class PublishResult:
 def take_over_push(training_args) -> bool:
     """Whether to push at the end (``training_args.push_to_hub``), turning the Trainer's own pushing off.
 
+    With ``push_to_hub`` the Hub repo is created (or found) now, so a bad token, a repo id that is not yours or an
+    unreachable Hub shows before training.
+
     Raises:
-        ValueError: ``--push_to_hub`` in offline mode (``HF_HUB_OFFLINE=1``): said before training, not after.
+        ValueError: ``--push_to_hub`` in offline mode (``HF_HUB_OFFLINE=1``), or the repo cannot be created or reached
+            (:class:`~trl_envs.cli.errors.UsageError`): said before training, not after.
     """
     push = bool(training_args.push_to_hub)
     if push:
@@ -79,6 +83,10 @@ def take_over_push(training_args) -> bool:
         if is_offline_mode():
             raise ValueError("--push_to_hub: huggingface_hub is in offline mode (HF_HUB_OFFLINE=1), nothing could "
                              "be pushed; unset HF_HUB_OFFLINE or drop --push_to_hub")
+        from ..cli.preflight import check_hub_access
+
+        check_hub_access(training_args.hub_model_id or Path(training_args.output_dir).absolute().name,
+                         token=training_args.hub_token, private=training_args.hub_private_repo)
     training_args.push_to_hub = False
     return push
 
@@ -188,7 +196,7 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: s
                   samples_per_problem=publish_args.card_eval_samples, temperature=temperature,
                   max_tokens=budget.max_tokens_per_turn, max_turns=budget.max_turns,
                   max_tokens_per_trajectory=budget.max_tokens_per_trajectory, seed=publish_args.card_eval_seed,
-                  device=str(trainer.accelerator.device))
+                  device=str(trainer.accelerator.device), max_context_tokens=getattr(args, "max_context_tokens", None))
     results = {}
     for name, model in (("before", base_model), ("after", output_dir)):
         results[name] = evaluate_model(model, env, **common)

@@ -7,6 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 
+class EnvOptionError(ValueError, TypeError):
+    """An env option the env does not take, or a required one missing: the message names it and the env's options.
+    (A ``TypeError`` as a wrong keyword argument would be, and a ``ValueError``: a bad input, not a bug.)"""
+
+
 def parse_env_kwargs(value: str | Mapping[str, Any] | None, option: str = "--env_kwargs") -> dict[str, Any]:
     """An env's options as given on a command line (a JSON object) or in a YAML config (a mapping); ``None`` is ``{}``.
 
@@ -24,4 +29,4 @@ def parse_env_kwargs(value: str | Mapping[str, Any] | None, option: str = "--env
     return dict(value)
 
 
-__all__ = ["parse_env_kwargs"]
+__all__ = ["EnvOptionError", "parse_env_kwargs"]

@@ -178,8 +178,13 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
         return _import_kind(name)
     kind = _entry_point_kind(name, rescan=False) or _entry_point_kind(name, rescan=True)
     if kind is None:
-        raise UnknownEnvError(f"unknown env {name!r}; known envs: {sorted(known_env_names())} (built in, registered with "
-                       f"register_env, or installed under the entry-point group {ENTRY_POINT_GROUP!r})")
+        import difflib
+
+        known = sorted(known_env_names())
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UnknownEnvError(f"unknown env {name!r}; {hint}known envs: {known} (built in, registered with "
+                              f"register_env, or installed under the entry-point group {ENTRY_POINT_GROUP!r})")
     return kind
 
 
@@ -228,7 +233,16 @@ def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = 
                **(defaults or {})}
     accepted = accepted_kwargs(kind.dataset_builder)
     kwargs = {k: v for k, v in offered.items() if v is not None and (accepted is None or k in accepted)}
-    out = kind.dataset_builder(renderer=renderer, **{**kwargs, **env_kwargs})
+    try:
+        out = kind.dataset_builder(renderer=renderer, **{**kwargs, **env_kwargs})
+    except TypeError as e:
+        from .env_kwargs import EnvOptionError
+
+        unknown = sorted(set(env_kwargs) - accepted) if accepted is not None else []
+        if unknown and not isinstance(e, EnvOptionError):  # Python's "unexpected keyword argument": say it plainly
+            raise EnvOptionError(f"env {name!r} ({kind.source}) takes no option {unknown[0]!r}; its options are "
+                                 f"{sorted(accepted - {'renderer'})}") from e
+        raise
     if not isinstance(out, (RLDataset, RLDatasetBuilder)):
         raise TypeError(f"env {name!r} ({kind.source}): its factory returned {type(out).__name__}, not an RLDataset "
                         "or RLDatasetBuilder")

@@ -14,6 +14,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+from ..cli.errors import shorten
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder
 from .names import get_env, known_env_names
@@ -43,7 +44,7 @@ def make_env_group_builder(row: Mapping[str, Any], renderer: Renderer, group_siz
     try:
         builder = kind.from_row(renderer, group_size, **fields)
     except Exception as e:
-        raise EnvRowError(f"{_where(index)}: env {name!r} rejected the row {dict(fields)}: {e}") from e
+        raise EnvRowError(f"{_where(index)}: env {name!r} rejected the row {shorten(dict(fields))}: {shorten(str(e), 500)}") from e
     if not isinstance(builder, EnvGroupBuilder):
         raise TypeError(f"env {name!r} ({kind.source}): from_row returned {type(builder).__name__}, not an "
                         "EnvGroupBuilder")
@@ -67,14 +68,14 @@ def validate_row(row: Mapping[str, Any], *, index: int | None = None) -> tuple[s
                           f"kind, e.g. {{'{ENV_FIELD}': 'arithmetic', ...}} (a mixed dataset written with missing "
                           f"'{ENV_FIELD}' values gets nulls there)")
     if name is None:
-        raise EnvRowError(f"{where}: missing field {ENV_FIELD!r} (the env kind); fields present: {sorted(row)}")
+        raise EnvRowError(f"{where}: missing field {ENV_FIELD!r} (the env kind); fields present: {shorten(sorted(row))}")
     if not isinstance(name, str):
-        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: expected an env name (str), got {name!r}")
+        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: expected an env name (str), got {shorten(name)}")
     try:
         kind = get_env(name, allow_import=False)
     except KeyError:
         by_name_only = sorted(known_env_names() - set(row_env_names()))
-        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: unknown env kind {name!r}; env kinds with row specs: "
+        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: unknown env kind {shorten(name)}; env kinds with row specs: "
                           f"{row_env_names()}" + (f" (by name only: {by_name_only})" if by_name_only else "")) from None
     if kind.from_row is None:
         raise EnvRowError(f"{where}, field {ENV_FIELD!r}: env {name!r} ({kind.source}) has no row spec (no from_row), "
@@ -95,7 +96,7 @@ def validate_row(row: Mapping[str, Any], *, index: int | None = None) -> tuple[s
         ok, value = _coerce(value, expected)
         if not ok:
             raise EnvRowError(f"{where}, field {key!r}: env {name!r} expects {_type_name(expected)}, got "
-                              f"{value!r} ({type(value).__name__})")
+                              f"{shorten(value)} ({type(value).__name__})")
         fields[key] = value
     return name, fields
 

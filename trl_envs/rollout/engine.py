@@ -183,6 +183,12 @@ class GroupSkipped(Exception):
     """Raised inside :func:`do_group_rollout` when a :class:`RetryOnFailure` budget runs out."""
 
 
+class SkipGroupError(Exception):
+    """Raised by an env (or its builder) to say its group cannot be played -- e.g. its prompt is already over the
+    token budget. Under every error strategy the group is skipped (``None`` in the batch) and counted, under its own
+    type and as ``GroupSkipped``; it is never retried."""
+
+
 class _GroupRetries:
     """A group's :class:`RetryOnFailure` budget (``None`` strategy: no retries, errors propagate)."""
 
@@ -195,7 +201,7 @@ class _GroupRetries:
     def spend(self, error: BaseException, what: str) -> None:
         """Count ``error`` of ``what``; re-raise it (fail-fast, or a bug) or use one retry (:class:`GroupSkipped` when
         none is left)."""
-        if not self.retry or isinstance(error, EnvContractError):
+        if isinstance(error, SkipGroupError) or not self.retry or isinstance(error, EnvContractError):
             raise error  # a broken env is a bug, not bad luck: retrying would hide it
         is_timeout = isinstance(error, (asyncio.TimeoutError, TimeoutError))
         self.errors["TimeoutError" if is_timeout else type(error).__name__] += 1
@@ -291,6 +297,11 @@ async def _play_group(builder: EnvGroupBuilder, policy: TokenPolicy, budget: Rol
             retries, lambda value: check_group_rewards(builder, value, len(trajectories)))
     except GroupSkipped as e:
         logger.warning("skipping group of %s: %s", type(builder).__name__, e)
+        group_errors["GroupSkipped"] += 1
+        return None
+    except SkipGroupError as e:
+        logger.warning("skipping group of %s: %s", type(builder).__name__, e)
+        group_errors[type(e).__name__] += 1
         group_errors["GroupSkipped"] += 1
         return None
     return TrajectoryGroup(trajectories, rewards, metrics, tags=list(builder.logging_tags()),

@@ -7,12 +7,13 @@ from typing import Any
 from tinker_cookbook.rl import types as tc
 
 from ..core.types import Action, Env, Observation, StepResult, StopCondition
+from ..rollout.engine import SkipGroupError
 from .convert import action_extra_of, stop_condition_of, tokens_of
 
 
-class InitialObservationOverflowError(RuntimeError):
-    """The cookbook env said its prompt is already over its token budget (``InitialObservationOverflow``). The
-    rollout's error strategy decides: ``FailFast`` raises, ``RetryOnFailure`` retries or skips the group."""
+class InitialObservationOverflowError(SkipGroupError, RuntimeError):
+    """The cookbook env said its prompt is already over its token budget (``InitialObservationOverflow``): a sentinel
+    the cookbook means as "skip this group", so the group is skipped and counted under every error strategy."""
 
 
 class TinkerEnv(Env):

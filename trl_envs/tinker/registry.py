@@ -12,6 +12,7 @@ import inspect
 from typing import Any
 
 from ..core.types import ListRLDataset
+from ..registry.env_kwargs import EnvOptionError
 from ..registry.names import EnvKind
 from .dataset import adapt
 from .detect import cookbook_base
@@ -44,11 +45,11 @@ def env_kind(ref: str, obj: Any) -> EnvKind:
             names = [p.name for p in params]
             unknown = sorted(set(kwargs) - set(names))
             if unknown:
-                raise TypeError(f"env {ref!r}: {obj.__name__} takes no option {unknown[0]!r}; its options are "
+                raise EnvOptionError(f"env {ref!r}: {obj.__name__} takes no option {unknown[0]!r}; its options are "
                                 f"{_describe(params)}")
             missing = [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in kwargs]
             if missing:
-                raise TypeError(f"env {ref!r}: {obj.__name__} needs option {missing[0]!r} (--env_kwargs); its options "
+                raise EnvOptionError(f"env {ref!r}: {obj.__name__} needs option {missing[0]!r} (--env_kwargs); its options "
                                 f"are {_describe(params)}")
             if renderer is not None:
                 for name_field in TOKENIZER_FIELDS:

@@ -22,6 +22,8 @@ from ..rollout.lockstep import LockstepSampler
 from ..samplers.base import Sampler
 from ..samplers.hf import HFSampler
 from . import trl_seam
+from .checkpoints import CheckpointMarker, check_resume_settings, run_settings, verify_checkpoint
+from .resume import resolve_checkpoint
 
 
 class EnvTrainerMixin:
@@ -44,6 +46,22 @@ class EnvTrainerMixin:
         trl_seam.check_trl_compatibility()
         self.custom_sampler = sampler
         self.last_rollout = None
+
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+
+    def _mark_checkpoints(self, model, env: str | None) -> None:
+        """Mark each checkpoint complete once saved, with this run's settings (call after the TRL ``__init__``)."""
+        self._run_settings = run_settings(self.args, model, env)
+        self.add_callback(CheckpointMarker(self._run_settings))
+
+    def _checked_checkpoint(self, resume_from_checkpoint) -> str | None:
+        """The checkpoint ``resume_from_checkpoint`` names (complete and readable, see ``resume``), refused when it was
+        written with other settings unless ``args.resume_allow_changes``."""
+        checkpoint = resolve_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        if checkpoint is not None:
+            check_resume_settings(checkpoint, verify_checkpoint(checkpoint), getattr(self, "_run_settings", {}),
+                                  getattr(self.args, "resume_allow_changes", False))
+        return checkpoint
 
     # -- the sampler and the model it generates with ------------------------------------------------------------
 

@@ -37,7 +37,8 @@ from trl.data_utils import is_conversational
 from .dpo_config import EnvDPOConfig
 from . import trl_seam
 from .base import EnvTrainerMixin, frozen_reference_copy, check_single_process_launch, require_chat_template, resolve_env_datasets
-from .resume import resolve_checkpoint, rng_state, set_rng_state
+from .checkpoints import hold_output_dir
+from .resume import rng_state, set_rng_state
 from .trl_seam import dpo_tokens_seen, set_dpo_tokens_seen
 from ..rollout.metrics import rollout_metrics, summarize
 from ..training_data.preference import PAIR_COLUMNS, PairStats, make_preference_pairs
@@ -202,6 +203,7 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
                          compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
                          quantization_config=quantization_config, peft_config=peft_config)
         check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvDPOTrainer")
+        self._mark_checkpoints(model, type(self._train_envs).__name__ if self._env_mode else None)
         if self._env_mode:
             self.add_callback(_NoCheckpointsInsideRounds())
 
@@ -215,6 +217,8 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             raise ValueError(f"EnvDPOTrainer: the {dataset_name} dataset is empty")
         if all(c in first for c in TOKENIZED_COLUMNS):
             _check_tokenized(dataset, dataset_name)
+            if not self._env_mode:  # env-driven pairs differ in reward, so in tokens
+                dataset = drop_identical_pairs(dataset, dataset_name, ("chosen_ids", "rejected_ids"))
             if args.max_length is not None and args.truncation_mode == "keep_start" and not (
                     isinstance(dataset, Dataset) and all(len(p) < args.max_length for p in dataset["prompt_ids"])):
                 dataset = dataset.filter(lambda ex: len(ex["prompt_ids"]) < args.max_length)
@@ -227,6 +231,7 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
                 f"tokenizer {tokenizer.name_or_path!r} has no chat template to render them. Use a chat/instruct "
                 "model, set tokenizer.chat_template, or give prompt/chosen/rejected as plain text.")
         dataset = _check_not_empty(dataset, dataset_name)
+        dataset = drop_identical_pairs(dataset, dataset_name, ("chosen", "rejected"))
         return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
 
     def _set_signature_columns_if_needed(self):
@@ -237,12 +242,13 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs) -> TrainOutput:
         """Offline: ``DPOTrainer.train``. Env mode: ``args.num_rounds`` rounds of sampling and DPO training."""
-        checkpoint = resolve_checkpoint(resume_from_checkpoint, self.args.output_dir)
-        if not self._env_mode:
-            return super().train(resume_from_checkpoint=checkpoint, trial=trial,
-                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
-        first_round = self._load_round_checkpoint(checkpoint) if checkpoint is not None else 0
-        return self._train_rounds(trial, ignore_keys_for_eval, first_round)
+        checkpoint = self._checked_checkpoint(resume_from_checkpoint)
+        with hold_output_dir(self.args.output_dir):
+            if not self._env_mode:
+                return super().train(resume_from_checkpoint=checkpoint, trial=trial,
+                                     ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+            first_round = self._load_round_checkpoint(checkpoint) if checkpoint is not None else 0
+            return self._train_rounds(trial, ignore_keys_for_eval, first_round)
 
     def _train_rounds(self, trial, ignore_keys_for_eval, first_round: int = 0) -> TrainOutput:
         args: EnvDPOConfig = self.args
@@ -562,6 +568,25 @@ def _check_not_empty(dataset, name: str):
         return example
 
     return dataset.map(check)
+
+
+def drop_identical_pairs(dataset, name: str, columns: tuple[str, str]):
+    """``dataset`` without the rows whose chosen and rejected answers are the same (DPO learns nothing from them: the
+    loss stays at log 2), with a warning that counts them; a dataset of nothing else is an error. Streamed datasets
+    drop them as they are read."""
+    chosen, rejected = columns
+    if not isinstance(dataset, Dataset):
+        return dataset.filter(lambda ex: ex[chosen] != ex[rejected])
+    same = [i for i, (c, r) in enumerate(zip(dataset[chosen], dataset[rejected])) if c == r]
+    if not same:
+        return dataset
+    if len(same) == len(dataset):
+        raise ValueError(f"EnvDPOTrainer: in every one of the {len(dataset)} rows of the {name} dataset {chosen!r} "
+                         f"equals {rejected!r}; DPO needs pairs whose answers differ")
+    warnings.warn(f"EnvDPOTrainer: dropped {len(same)} of {len(dataset)} rows of the {name} dataset whose {chosen!r} "
+                  f"equals {rejected!r} (first: row {same[0]}); DPO learns nothing from them", stacklevel=3)
+    keep = set(same)
+    return dataset.select([i for i in range(len(dataset)) if i not in keep])
 
 
 def _check_tokenized(dataset, name: str) -> None:

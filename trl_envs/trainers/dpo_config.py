@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig
 
+from .checkpoints import ResumeArguments
 from .rollout_args import RolloutArguments, check_count
 
 @dataclass
-class EnvDPOConfig(RolloutArguments, DPOConfig):
+class EnvDPOConfig(RolloutArguments, ResumeArguments, DPOConfig):
     """``DPOConfig`` with the settings of env-driven (iterative / online) DPO. Every DPO option keeps its TRL meaning.
 
     On a preference dataset (``train_dataset``) only the ``DPOConfig`` part matters. With envs (``env_dataset``),
@@ -41,6 +42,9 @@ class EnvDPOConfig(RolloutArguments, DPOConfig):
                                         "on one device (as GRPOConfig's option of the same name)."})
 
     def __post_init__(self):
+        from ..cli.preflight import check_sampling
+
+        check_sampling(self.temperature, self.top_p)
         super().__post_init__()  # TRL's config, then RolloutArguments' checks
         check_count(self, "max_tokens_per_turn", minimum=1)
         if self.num_rounds < 1:

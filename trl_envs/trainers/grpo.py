@@ -32,7 +32,9 @@ from ..registry.env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
 from . import trl_seam
 from .base import EnvTrainerMixin, frozen_reference_copy, check_single_process_launch, require_chat_template, resolve_env_datasets
+from .checkpoints import hold_output_dir
 from .group_index import GroupIndex
+from .health import TrainingHealthCallback, check_finite_rewards
 from ..rollout.metrics import rollout_metrics
 from ..rollout.engine import RolloutBatchResult, run_sync
 from ..training_data.row_layout import RowPlan, plan_rows
@@ -120,6 +122,17 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
         check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvGRPOTrainer")
         require_chat_template(trl_seam.tokenizer_of(self), "EnvGRPOTrainer")
         self.eos_token_ids = with_turn_stops(self.eos_token_ids, Renderer(trl_seam.tokenizer_of(self)))
+        env_label = type(self._train_index.builder(self._train_index.key(0))).__name__
+        self._mark_checkpoints(model, env_label)
+        self.add_callback(TrainingHealthCallback(args.health_patience, args.health_min_entropy, envs=env_label))
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """``GRPOTrainer.train`` holding ``output_dir``'s lock; ``resume_from_checkpoint`` (a folder, or ``True`` /
+        ``"last"`` for the newest complete one) is checked first (see :mod:`~trl_envs.trainers.checkpoints`)."""
+        checkpoint = self._checked_checkpoint(resume_from_checkpoint)
+        with hold_output_dir(self.args.output_dir):
+            return super().train(resume_from_checkpoint=checkpoint, trial=trial,
+                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
 
     # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
 
@@ -132,6 +145,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
         builders = [self._builder(k) for k in keys]
         result = self._rollout(builders)
         names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
+        check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"), self.accelerator)
         for name, builder, group in zip(names, builders, result.groups):
             if group is not None and len(group.trajectories) != group_size:
                 raise EnvContractError(f"{name} made {len(group.trajectories)} envs; the trainer's group size "

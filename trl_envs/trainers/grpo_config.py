@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .checkpoints import ResumeArguments
 from .rollout_args import RolloutArguments, check_count
 
 @dataclass
-class EnvGRPOConfig(RolloutArguments, GRPOConfig):
+class EnvGRPOConfig(RolloutArguments, ResumeArguments, GRPOConfig):
     """``GRPOConfig`` with the settings of env rollouts. Every GRPO option keeps its TRL meaning.
 
     ``num_generations`` is the group size: every env group must have exactly that many envs.
@@ -32,8 +33,29 @@ class EnvGRPOConfig(RolloutArguments, GRPOConfig):
         default=False, metadata={"help": "Shuffle env groups. Off by default: an RLDataset's batches are already "
                                          "sampled and often ordered on purpose (curricula, reproducible runs)."})
 
+    health_patience: int | None = field(
+        default=10, metadata={"help": "Training-health watchdog: stop (an error, no model card) after this many "
+                                      "logged steps in a row that cannot teach anything -- no group with mixed "
+                                      "rewards, every group skipped, a zero gradient or collapsed entropy; each such "
+                                      "step warns. None: warn only."})
+    health_min_entropy: float = field(
+        default=1e-4, metadata={"help": "Training-health watchdog: a mean token entropy below this counts as a "
+                                        "collapsed policy."})
+
     def __post_init__(self):
-        super().__post_init__()  # TRL's config, then RolloutArguments' checks
+        from ..cli.preflight import check_group_geometry, check_sampling
+
+        check_sampling(self.temperature, self.top_p)
+        explicit = self.generation_batch_size is not None or self.steps_per_generation is not None
+        try:
+            super().__post_init__()  # TRL's config, then RolloutArguments' checks
+        except ValueError as e:  # TRL names generation_batch_size, a flag the user did not pass: name theirs
+            if explicit or "generation_batch_size" not in str(e):
+                raise
+            check_group_geometry(self.num_generations, self.per_device_train_batch_size,
+                                 self.gradient_accumulation_steps, self.world_size)
+            raise
+        check_count(self, "health_patience", minimum=1, optional=True)
         check_count(self, "max_tokens_per_turn", minimum=1, optional=True)
         if self.training_rows not in ("auto", "trajectory", "turn"):
             raise ValueError(f"EnvGRPOConfig.training_rows must be 'auto', 'trajectory' or 'turn', got "

@@ -1,9 +1,10 @@
 """Resuming runs: which checkpoint ``resume_from_checkpoint`` means, and the random state a checkpoint keeps.
 
 ``resume_from_checkpoint`` (the ``TrainingArguments`` field and the scripts' ``--resume_from_checkpoint``) takes a
-checkpoint folder, or ``True`` / ``"true"`` / ``"last"`` for the newest ``checkpoint-*`` folder of ``output_dir``
-(transformers' ``Trainer.train(resume_from_checkpoint=True)``); ``None`` / ``False`` / ``""`` / ``"false"`` start afresh.
-:func:`resolve_checkpoint` turns that into a folder, or fails before any model is loaded.
+checkpoint folder, or ``True`` / ``"true"`` / ``"last"`` for the newest complete ``checkpoint-*`` folder of
+``output_dir`` (one with its completion marker, see :mod:`~trl_envs.trainers.checkpoints`; incomplete ones are skipped
+and named); ``None`` / ``False`` / ``""`` / ``"false"`` start afresh. :func:`resolve_checkpoint` turns that into a
+folder it has checked, or fails before any model is loaded.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers.trainer_utils import get_last_checkpoint
+
+from .checkpoints import CheckpointError, last_complete_checkpoint, verify_checkpoint
 
 _LAST = ("true", "last")
 _NONE = ("", "false", "none", "no")
@@ -26,19 +28,23 @@ def resolve_checkpoint(value: str | bool | None, output_dir: str | None, option:
 
     Raises:
         ValueError: ``value`` names a folder that does not exist, or asks for the last checkpoint of an ``output_dir``
-            that has none.
+            that has no complete one. CheckpointError (a ``ValueError``): the checkpoint's ``trainer_state.json`` or a
+            ``*.safetensors`` file is missing or corrupted (named).
     """
     if value is None or value is False or (isinstance(value, str) and value.strip().lower() in _NONE):
         return None
     if value is True or (isinstance(value, str) and value.strip().lower() in _LAST):
-        last = get_last_checkpoint(output_dir) if output_dir and os.path.isdir(output_dir) else None
+        last = last_complete_checkpoint(output_dir) if output_dir and os.path.isdir(output_dir) else None
         if last is None:
-            raise ValueError(f"{option}={value!r} asks for the last checkpoint of output_dir {output_dir!r}, but it holds "
-                             "no checkpoint-* folder (checkpoints are written with save_strategy='steps' / 'epoch')")
+            raise CheckpointError(f"{option}={value!r} asks for the last checkpoint of output_dir {output_dir!r}, but "
+                                  "it holds no checkpoint-* folder with its completion marker (checkpoints are "
+                                  "written with save_strategy='steps' / 'epoch')")
+        verify_checkpoint(last)
         return last
     path = os.fspath(value)
     if not os.path.isdir(path):
         raise ValueError(f"{option}={path!r}: no such checkpoint folder")
+    verify_checkpoint(path)
     return path
 
 

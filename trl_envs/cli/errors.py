@@ -1,0 +1,167 @@
+"""Errors for people: how the training scripts and every ``trl-envs`` command end on a mistake or a signal.
+
+:func:`run_command` runs a command's body and turns what ends it into one short line on stderr and an exit status:
+
+* a plain input mistake (:class:`UsageError`, and the ``ValueError`` / ``KeyError`` family the library raises for bad
+  settings, unknown envs and bad rows) prints ``<prog>: error: <message>`` and exits 2 -- no traceback, no usage
+  dump; messages longer than :data:`MAX_MESSAGE_CHARS` are shortened. ``TRL_ENVS_TRACEBACK=1`` shows the traceback.
+* a run stopped on purpose (:class:`RunFailed`: the training-health watchdog, non-finite rewards) prints its message
+  and exits 1;
+* Ctrl-C and ``SIGTERM`` take the same path (see :func:`termination_signals`): the rollouts in flight are cancelled,
+  every env's ``cleanup()`` runs, a line says what stopped the run, and the exit status is 130 (SIGINT) or 143
+  (SIGTERM). A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+MAX_VALUE_CHARS = 200
+"""Longest value (its ``repr``) echoed in a message; longer ones are cut and their length named."""
+MAX_MESSAGE_CHARS = 2000
+"""Longest error message printed by :func:`run_command`."""
+TRACEBACK_ENV = "TRL_ENVS_TRACEBACK"
+
+
+class UsageError(ValueError):
+    """A plain input mistake (a bad flag, path or file): the message says what is wrong and where."""
+
+
+class RunFailed(RuntimeError):
+    """A run that was stopped because it could not produce a result (exit status 1, no model card)."""
+
+
+def shorten(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
+    """``repr(value)``, cut to about ``limit`` characters with the full length named: safe to put in a message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def shorten_message(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``message`` cut to ``limit`` characters (its head and tail kept), with the number of characters left out."""
+    if len(message) <= limit:
+        return message
+    half = limit // 2
+    return f"{message[:half]} [... {len(message) - 2 * half:,} characters left out ...] {message[-half:]}"
+
+
+def is_plain_error(error: BaseException) -> bool:
+    """Whether ``error`` is an input mistake whose message is the whole story (printed without traceback)."""
+    from ..registry import EnvRowError, UnknownEnvError
+
+    if isinstance(error, (UsageError, UnknownEnvError, EnvRowError)):
+        return True
+    if isinstance(error, (ValueError, FileNotFoundError, NotADirectoryError)):
+        return True
+    if isinstance(error, OSError) and "huggingface" in type(error).__module__:  # model/repo not found, offline
+        return True
+    return type(error).__name__ in ("HfHubHTTPError", "RepositoryNotFoundError", "LocalEntryNotFoundError",
+                                    "OfflineModeIsEnabled", "GatedRepoError")
+
+
+class _Signals:
+    """What :func:`termination_signals` saw: the first signal, or ``None``."""
+
+    received: int | None = None
+
+
+def received_signal() -> int | None:
+    """The signal that stopped this run (``signal.SIGINT`` / ``signal.SIGTERM``), or ``None``."""
+    return _Signals.received
+
+
+@contextlib.contextmanager
+def termination_signals() -> Iterator[None]:
+    """Make ``SIGTERM`` take Ctrl-C's path; a second signal exits at once.
+
+    The first ``SIGTERM`` is handed to the current ``SIGINT`` handler (Python's, which raises ``KeyboardInterrupt``,
+    or asyncio's while a rollout runs, which cancels the rollout so every env's ``cleanup()`` runs first). A second
+    ``SIGTERM`` or ``SIGINT`` after it exits at once with status ``128 + signal``. Only in the main thread; restores the
+    previous handlers on exit.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _Signals.received = None
+    previous_term = signal.getsignal(signal.SIGTERM)
+    previous_int = signal.getsignal(signal.SIGINT)
+
+    def on_term(signum, frame):
+        if _Signals.received is not None:
+            _exit_now(signum)
+        _Signals.received = signum
+        handler = signal.getsignal(signal.SIGINT)
+        _arm_second_sigint()
+        if callable(handler):  # Python's raises KeyboardInterrupt; asyncio's cancels the rollout, which then raises it
+            handler(signal.SIGINT, frame)
+            return
+        raise KeyboardInterrupt  # SIGINT ignored or left to the OS: stop anyway
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        with contextlib.suppress(TypeError, ValueError):
+            signal.signal(signal.SIGINT, previous_int)
+
+
+def _arm_second_sigint() -> None:
+    """After the first signal: a Ctrl-C exits at once (asyncio restores only a handler it installed itself)."""
+    signal.signal(signal.SIGINT, lambda signum, frame: _exit_now(signum))
+
+
+def _exit_now(signum: int) -> None:
+    name = signal.Signals(signum).name
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"\n{name} again: exiting at once, without cleanup\n")
+        sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def run_command(prog: str, body: Callable[[], int | None]) -> int:
+    """Run ``body`` (a command's whole work, argument parsing included) and return its exit status, turning input
+    mistakes, stopped runs and signals into one line on stderr (see the module docstring)."""
+    with termination_signals():
+        try:
+            return body() or 0
+        except KeyboardInterrupt:
+            signum = _Signals.received or signal.SIGINT
+            if _Signals.received is None:
+                _Signals.received = signum
+                _arm_second_sigint()
+            name = signal.Signals(signum).name
+            print(f"\n{prog}: stopped by {name} (the rollouts in flight were cancelled and their envs cleaned up; "
+                  "no model saved or card written after this point)", file=sys.stderr, flush=True)
+            return 128 + signum
+        except SystemExit:
+            raise
+        except RunFailed as e:
+            _report(prog, e)
+            return 1
+        except BaseException as e:  # noqa: BLE001 - input mistakes become one line; anything else is re-raised
+            if not is_plain_error(e):
+                raise
+            _report(prog, e)
+            return 2
+
+
+def _report(prog: str, error: BaseException) -> None:
+    if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+        traceback.print_exception(error)
+    message = str(error) or type(error).__name__
+    print(f"{prog}: error: {shorten_message(message)}", file=sys.stderr, flush=True)
+
+
+__all__ = ["MAX_VALUE_CHARS", "RunFailed", "UsageError", "received_signal", "run_command", "shorten",
+           "shorten_message", "termination_signals"]

@@ -1,0 +1,156 @@
+"""Checks that run before any model is loaded, so a mistake costs a second, not a model load or a training run.
+
+Each check raises :class:`~trl_envs.cli.errors.UsageError` naming the flag and the value (shortened) that is wrong;
+:func:`~trl_envs.cli.errors.run_command` prints it as one line. The training scripts and ``trl-envs eval`` call them
+first thing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import UsageError, shorten
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def check_model_path(value: str | None, flag: str = "--model_name_or_path") -> None:
+    """``value`` is an existing model folder, or a Hub id (``org/name``) left to the Hub: a path that does not exist,
+    or that is a file, is refused."""
+    if value is None:
+        return
+    path = os.path.expanduser(value)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise UsageError(f"{flag} {shorten(value)} is a file; give a model folder (holding config.json) or a Hub "
+                             "id such as Qwen/Qwen2.5-0.5B-Instruct")
+        return
+    looks_like_path = (value.startswith((".", "/", "~")) or "\\" in value or value.endswith("/")
+                       or value.count("/") > 1 or not _HUB_ID.match(value) or ".." in value)
+    if looks_like_path:
+        raise UsageError(f"{flag} {shorten(value)}: no such folder (and not a Hub id of the form org/name)")
+
+
+def check_sampling(temperature: float | None, top_p: float | None = None, prefix: str = "--") -> None:
+    """``temperature`` >= 0 (0: greedy) and ``top_p`` in (0, 1]."""
+    if temperature is not None and (not math.isfinite(temperature) or temperature < 0):
+        raise UsageError(f"{prefix}temperature {temperature}: must be >= 0 (0 samples greedily)")
+    if top_p is not None and (not math.isfinite(top_p) or not 0 < top_p <= 1):
+        raise UsageError(f"{prefix}top_p {top_p}: must be in (0, 1]")
+
+
+def check_counts(prefix: str = "--", **counts: int | None) -> None:
+    """Every given count is an integer >= 1 (``None``: not given, or no limit)."""
+    for name, value in counts.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{prefix}{name} {shorten(value)}: must be an integer >= 1")
+
+
+def check_pass_k(ks: Sequence[int] | None, samples_per_problem: int) -> None:
+    """Every k of pass@k is between 1 and the samples per problem."""
+    check_counts(samples_per_problem=samples_per_problem)
+    bad = [k for k in ks or () if not 1 <= k <= samples_per_problem]
+    if bad:
+        raise UsageError(f"--pass_k {' '.join(map(str, bad))}: pass@k needs 1 <= k <= --samples_per_problem "
+                         f"({samples_per_problem}); sample more per problem or ask for a smaller k")
+
+
+def check_data_columns(path: str, required: Sequence[str], flag: str, alternatives: Sequence[Sequence[str]] = ()
+                       ) -> None:
+    """A local JSON / JSONL / CSV / Parquet data file has the ``required`` columns (or one of the ``alternatives``),
+    read from its first row; other paths (Hub ids, folders) are left to the loader."""
+    if not os.path.isfile(path):
+        return
+    columns = _first_row_columns(path)
+    if columns is None:
+        return
+    for wanted in (required, *alternatives):
+        if all(c in columns for c in wanted):
+            return
+    missing = [c for c in required if c not in columns]
+    raise UsageError(f"{flag} {shorten(path)}: no {' and no '.join(map(repr, missing))} column; a preference file "
+                     f"needs {list(required)}; its columns are {sorted(columns)[:20]}")
+
+
+def _first_row_columns(path: str) -> list[str] | None:
+    import json
+
+    lower = path.lower()
+    try:
+        if lower.endswith((".jsonl", ".json")):
+            with open(path, encoding="utf-8") as f:
+                head = f.read(1 << 20).lstrip()
+            if head.startswith("["):
+                rows = json.loads(open(path, encoding="utf-8").read())
+                return list(rows[0]) if rows and isinstance(rows[0], dict) else None
+            first = head.splitlines()[0] if head else ""
+            row = json.loads(first) if first else None
+            return list(row) if isinstance(row, dict) else None
+        if lower.endswith(".csv"):
+            import csv
+
+            with open(path, newline="", encoding="utf-8") as f:
+                return next(csv.reader(f), None)
+        if lower.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(path).names)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read the data file {shorten(path)}: {type(e).__name__}: {shorten(str(e))}") from None
+    return None
+
+
+def check_hub_access(repo_id: str, token: str | None = None, private: bool | None = None) -> str:
+    """Create (or find) the Hub repo ``repo_id`` with ``token`` now, before training, so a bad token, a repo id that
+    is not yours or an unreachable Hub shows at once; returns the repo URL."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.constants import is_offline_mode
+
+    if is_offline_mode():
+        raise UsageError("--push_to_hub: huggingface_hub is in offline mode (HF_HUB_OFFLINE=1), nothing could be "
+                         "pushed; unset HF_HUB_OFFLINE or drop --push_to_hub")
+    try:
+        return str(HfApi(token=token).create_repo(repo_id, private=private, repo_type="model", exist_ok=True))
+    except Exception as e:  # noqa: BLE001 - every failure here means the push at the end would fail too
+        raise UsageError(f"--push_to_hub: cannot create or reach the Hub repo {shorten(repo_id)} before training "
+                         f"({type(e).__name__}: {shorten(str(e), 300)}). Check the network, --hub_token or "
+                         "`hf auth login`, and --hub_model_id") from None
+
+
+def check_group_geometry(num_generations: int, per_device_train_batch_size: int, gradient_accumulation_steps: int,
+                         world_size: int = 1, generation_batch_size: int | None = None,
+                         steps_per_generation: int | None = None) -> None:
+    """The rows of one generation round hold whole groups: named by the flags a user types."""
+    if generation_batch_size is not None or steps_per_generation is not None:
+        return  # set explicitly: TRL's own message names them
+    rows = per_device_train_batch_size * gradient_accumulation_steps * world_size
+    if num_generations >= 1 and rows % num_generations:
+        processes = f" × {world_size} processes" if world_size > 1 else ""
+        raise UsageError(
+            f"--per_device_train_batch_size {per_device_train_batch_size} × --gradient_accumulation_steps "
+            f"{gradient_accumulation_steps}{processes} = {rows} rows per step is not a multiple of --num_generations "
+            f"{num_generations} (the group size): choose a batch size that is a multiple of it, e.g. "
+            f"--per_device_train_batch_size {_next_multiple(per_device_train_batch_size, num_generations)}")
+
+
+def _next_multiple(n: int, k: int) -> int:
+    return max(k, -(-n // k) * k)
+
+
+def check_script_settings(script_args: Any, training_args: Any, model_args: Any) -> None:
+    """Everything the training scripts can check before loading a model."""
+    check_model_path(getattr(model_args, "model_name_or_path", None))
+    check_sampling(getattr(training_args, "temperature", None), getattr(training_args, "top_p", None))
+    check_counts(**{name: getattr(script_args, name) for name in
+                    ("num_env_batches", "groups_per_batch", "groups_per_round", "group_size")
+                    if getattr(script_args, name, None) is not None})
+
+
+__all__ = ["check_counts", "check_data_columns", "check_group_geometry", "check_hub_access", "check_model_path",
+           "check_pass_k", "check_sampling", "check_script_settings"]

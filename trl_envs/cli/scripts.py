@@ -1,0 +1,58 @@
+"""How the training scripts (``scripts/train_grpo.py``, ``scripts/train_dpo.py``) start: parse, check, lock, run.
+
+:func:`run_training_script` parses the command line (or YAML ``--config``), makes every check that needs no model
+(:func:`preflight_training`), holds ``output_dir``'s lock for the whole run (a second run on the same folder is
+refused), then calls the script's ``main``. Input mistakes, stopped runs and signals end as described in
+:mod:`~trl_envs.cli.errors`: one line on stderr and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import run_command
+from .preflight import check_data_columns, check_script_settings
+
+PREFERENCE_COLUMNS = ("chosen", "rejected")
+TOKENIZED_PREFERENCE_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+
+
+def preflight_training(script_args: Any, training_args: Any, model_args: Any) -> None:
+    """Every check a training script can make before loading a model: its own options (``script_args.check()``),
+    the model path, sampling settings, counts, the env name, preference data files' columns, and the checkpoint to
+    resume from (see :func:`~trl_envs.trainers.resume.resume_option`)."""
+    from ..registry.names import get_env
+    from ..trainers.resume import resume_option
+
+    if hasattr(script_args, "check"):
+        script_args.check()
+    check_script_settings(script_args, training_args, model_args)
+    env_name = getattr(script_args, "env_name", None)
+    if env_name:
+        get_env(env_name)  # unknown env: UnknownEnvError with a did-you-mean, before the model loads
+    files = getattr(script_args, "data_files", None) or []
+    dataset_name = getattr(script_args, "dataset_name", None)
+    for flag, paths in (("--data_files", files), ("--dataset_name", [dataset_name] if dataset_name else [])):
+        for path in paths:
+            check_data_columns(path, PREFERENCE_COLUMNS, flag, alternatives=[TOKENIZED_PREFERENCE_COLUMNS])
+    resume_option(training_args)
+
+
+def run_training_script(prog: str, make_parser: Callable[[], Any], main: Callable[..., Any],
+                        argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` with ``make_parser()``, run :func:`preflight_training`, then ``main(*parsed)`` holding the
+    output folder's lock; returns the exit status (see :func:`~trl_envs.cli.errors.run_command`)."""
+    def body() -> None:
+        from ..trainers.checkpoints import hold_output_dir
+
+        parsed = make_parser().parse_args_and_config(args=argv)
+        script_args, training_args, model_args = parsed[:3]
+        preflight_training(script_args, training_args, model_args)
+        with hold_output_dir(training_args.output_dir):
+            main(*parsed)
+
+    return run_command(prog, body)
+
+
+__all__ = ["preflight_training", "run_training_script"]

@@ -1,0 +1,199 @@
+"""Checkpoints you can trust, and one run per output folder.
+
+* A checkpoint counts as complete only once its completion marker (:data:`MARKER`, written by
+  :class:`CheckpointMarker` after the Trainer has written everything else) is in it. :func:`last_complete_checkpoint`
+  (what ``resume_from_checkpoint=True`` / ``"last"`` means) skips folders without one and says which.
+* :func:`verify_checkpoint` reads what a resume needs (``trainer_state.json``, the ``*.safetensors`` headers) and names
+  the file that is bad.
+* The marker holds the run's settings that give a step its meaning (:func:`run_settings`: group size, batch geometry,
+  processes, model, env); :func:`check_resume_settings` refuses to resume with other ones and lists the differences,
+  unless ``resume_allow_changes`` is set.
+* :func:`hold_output_dir` locks ``output_dir`` (``filelock``) for the length of a run: a second run on the same folder
+  is refused at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ..cli.errors import UsageError, shorten
+
+MARKER = "trl_envs_checkpoint.json"
+"""The completion marker of a checkpoint folder: written last, holding :func:`run_settings`."""
+LOCK_FILE = ".trl_envs.lock"
+GEOMETRY = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
+            "world_size")
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+class CheckpointError(UsageError):
+    """A checkpoint that cannot be resumed from: incomplete, corrupted, or of a run with other settings."""
+
+
+@dataclass
+class ResumeArguments:
+    """Resume option of the env trainers' configs."""
+
+    resume_allow_changes: bool = field(default=False, metadata={
+        "help": "Resume from a checkpoint even though the group size, batch geometry, number of processes, model or "
+                "env differ from the run that wrote it (refused by default, with the differences listed)."})
+
+
+def run_settings(args: Any, model: Any = None, env: Any = None) -> dict[str, Any]:
+    """The settings that give a training step its meaning: batch geometry and processes (from ``args``), the model
+    (id or path) and the env (the training dataset's and its first group builder's class names)."""
+    settings: dict[str, Any] = {name: getattr(args, name) for name in GEOMETRY if hasattr(args, name)}
+    if model is not None:
+        settings["model"] = model if isinstance(model, str) else (
+            getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__)
+    if env is not None:
+        settings["env"] = env
+    return settings
+
+
+class CheckpointMarker(TrainerCallback):
+    """Writes :data:`MARKER` into each checkpoint once the Trainer has saved it (main process; atomic rename)."""
+
+    def __init__(self, settings: dict[str, Any]):
+        self.settings = settings
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if os.path.isdir(folder):
+            write_marker(folder, {"global_step": state.global_step, "settings": self.settings})
+
+
+def write_marker(folder: str, content: dict[str, Any]) -> None:
+    """Write ``content`` as ``folder``'s completion marker, atomically (temporary file, fsync, rename)."""
+    tmp = os.path.join(folder, MARKER + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(content, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(folder, MARKER))
+
+
+def last_complete_checkpoint(output_dir: str, report=print) -> str | None:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` that has its completion marker; each newer folder without
+    one is skipped and ``report``-ed by name."""
+    found = []
+    for name in os.listdir(output_dir):
+        m = _CHECKPOINT.match(name)
+        if m and os.path.isdir(os.path.join(output_dir, name)):
+            found.append((int(m.group(1)), name))
+    for _, name in sorted(found, reverse=True):
+        path = os.path.join(output_dir, name)
+        if os.path.isfile(os.path.join(path, MARKER)):
+            return path
+        report(f"[trl_envs] skipping {path}: incomplete (no {MARKER}; its writing was interrupted)")
+    return None
+
+
+def verify_checkpoint(path: str) -> dict[str, Any] | None:
+    """Check that ``path`` can be resumed from and return its marker (``None`` for a folder written without one).
+
+    Raises:
+        CheckpointError: naming the file that is missing or unreadable.
+    """
+    state = os.path.join(path, "trainer_state.json")
+    _read_json(state, f"checkpoint {path}")
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".safetensors"):
+            _check_safetensors(os.path.join(path, name), path)
+    marker = os.path.join(path, MARKER)
+    return _read_json(marker, f"checkpoint {path}") if os.path.exists(marker) else None
+
+
+def _read_json(file: str, what: str) -> Any:
+    try:
+        with open(file, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{what} is incomplete: {file} is missing") from None
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{what} is corrupted: {file} cannot be read ({type(e).__name__}: "
+                              f"{shorten(str(e))})") from None
+
+
+def _check_safetensors(file: str, checkpoint: str) -> None:
+    """The header parses and the data is as long as the header says."""
+    try:
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            size = os.fstat(f.fileno()).st_size
+            if n <= 0 or 8 + n > size:
+                raise ValueError(f"header of {n} bytes in a file of {size} bytes")
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if 8 + n + end > size:
+            raise ValueError(f"the tensors need {8 + n + end} bytes, the file has {size} (truncated)")
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise CheckpointError(f"checkpoint {checkpoint} is corrupted: {file} is not a valid safetensors file "
+                              f"({shorten(str(e))})") from None
+
+
+def check_resume_settings(path: str, marker: dict[str, Any] | None, settings: dict[str, Any],
+                          allow_changes: bool = False, report=print) -> None:
+    """Refuse to resume from ``path`` when its run's settings differ from ``settings`` (listing each difference),
+    unless ``allow_changes`` (then the differences are only reported)."""
+    saved = (marker or {}).get("settings") or {}
+    diffs = [f"{k}: {saved[k]!r} in the checkpoint, {settings[k]!r} now" for k in sorted(set(saved) & set(settings))
+             if saved[k] != settings[k]]
+    if not diffs:
+        return
+    listed = "; ".join(diffs)
+    if allow_changes:
+        report(f"[trl_envs] resuming from {path} with changed settings (resume_allow_changes): {listed}")
+        return
+    raise CheckpointError(f"cannot resume from {path}: the run's settings changed ({listed}). A step would not mean "
+                          "what it meant; resume with the checkpoint's settings, or pass --resume_allow_changes true")
+
+
+_held: dict[str, list] = {}
+
+
+@contextlib.contextmanager
+def hold_output_dir(output_dir: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Hold ``output_dir``'s lock (:data:`LOCK_FILE`) for the block; another process holding it is refused at once
+    with :class:`UsageError`. Re-entrant within a process; only the main process (``RANK`` 0) locks."""
+    if output_dir is None or int(os.environ.get("RANK", "0") or 0) != 0:
+        yield
+        return
+    from filelock import FileLock, Timeout
+
+    key = os.path.realpath(output_dir)
+    if key in _held:
+        _held[key][1] += 1
+        try:
+            yield
+        finally:
+            _held[key][1] -= 1
+        return
+    os.makedirs(key, exist_ok=True)
+    lock = FileLock(os.path.join(key, LOCK_FILE))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UsageError(f"output_dir {shorten(str(output_dir))} is in use by another run (it holds "
+                         f"{os.path.join(key, LOCK_FILE)}); give another --output_dir or wait for that run to "
+                         "end") from None
+    _held[key] = [lock, 1]
+    try:
+        yield
+    finally:
+        del _held[key]
+        lock.release()
+
+
+__all__ = ["CheckpointError", "CheckpointMarker", "MARKER", "ResumeArguments", "check_resume_settings",
+           "hold_output_dir", "last_complete_checkpoint", "run_settings", "verify_checkpoint"]

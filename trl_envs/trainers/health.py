@@ -1,0 +1,136 @@
+"""A run that learns nothing says so: finite-value checks and the training-health watchdog.
+
+* :func:`check_finite_rewards` -- a non-finite reward, or one so large that TRL's float32 group statistics overflow
+  (``|r| > MAX_ABS_REWARD``: the square of the deviation from the group mean no longer fits), is an error naming the
+  env and the step; so is a non-finite loss or gradient norm (:class:`TrainingHealthCallback`).
+* :class:`TrainingHealthCallback` -- each logged training step that cannot teach anything (no group with mixed
+  rewards -- unless the step is solved, see :meth:`TrainingHealthCallback.problems` --, every group skipped after
+  errors, a zero gradient, collapsed entropy) warns with
+  :class:`TrainingHealthWarning`; ``patience`` such steps in a row stop the run with
+  :class:`~trl_envs.cli.errors.RunFailed` (the scripts then exit 1 without saving a model or writing a card).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+from transformers import TrainerCallback
+
+from ..cli.errors import RunFailed
+
+MAX_ABS_REWARD = 1e18
+"""Largest reward magnitude whose group statistics stay finite in float32 (TRL's reward tensor): (2e18)^2 < 3.4e38."""
+
+
+class TrainingHealthWarning(UserWarning):
+    """A training step that cannot change the policy usefully (see the module docstring)."""
+
+
+def bad_reward(groups: Sequence, names: Sequence[str], step: int) -> str | None:
+    """The message for the first group (named by ``names``) with a non-finite or overflowing total reward, naming
+    the step; ``None`` when every reward is fine."""
+    for name, group in zip(names, groups):
+        if group is None:
+            continue
+        for i, total in enumerate(group.get_total_rewards()):
+            if not math.isfinite(total) or abs(total) > MAX_ABS_REWARD:
+                what = "is not finite" if not math.isfinite(total) else (
+                    f"overflows the group statistics (|reward| > {MAX_ABS_REWARD:g}: the reward std would be inf and "
+                    "every advantage 0)")
+                return (f"step {step}: {name}, episode {i}: total reward {total!r} {what}. Rescale the env's rewards "
+                        "(e.g. to [-1, 1]).")
+    return None
+
+
+def check_finite_rewards(groups: Sequence, names: Sequence[str], step: int, accelerator=None) -> None:
+    """Raise :class:`RunFailed` with :func:`bad_reward`'s message. With an ``accelerator`` of several processes every
+    process raises when any one saw a bad reward (one gather), so none is left waiting in a collective."""
+    problem = bad_reward(groups, names, step)
+    if accelerator is not None and accelerator.num_processes > 1:
+        import torch
+
+        flag = torch.tensor([float(problem is not None)], device=accelerator.device)
+        if problem is None and bool(accelerator.gather(flag).max() > 0):
+            problem = f"step {step}: another process saw a non-finite or overflowing env reward (see its error)"
+        elif problem is not None:
+            accelerator.gather(flag)
+    if problem is not None:
+        raise RunFailed(problem)
+
+
+class TrainingHealthCallback(TrainerCallback):
+    """Watch each logged training step (see the module docstring).
+
+    Args:
+        patience: stop after this many unhealthy logged steps in a row (``None``: warn only).
+        min_entropy: a mean token entropy below this is a collapsed policy.
+        envs: how the training envs are named in messages.
+    """
+
+    def __init__(self, patience: int | None = 10, min_entropy: float = 1e-4, envs: str = "the env"):
+        self.patience = patience
+        self.min_entropy = min_entropy
+        self.envs = envs
+        self.unhealthy_in_a_row = 0
+        self.seen_mixed = False  # a step with a mixed-reward group was logged
+        self.best_reward: float | None = None  # the best mean env reward logged so far
+
+    def problems(self, logs: dict) -> list[str]:
+        """What is wrong with one training log (empty: healthy).
+
+        A step without mixed-reward groups is not counted when it is *solved*: the run has had mixed groups before
+        and this step's mean reward is its best so far (a model that gets every answer right has no advantage left
+        to learn from, and that is success). A zero gradient counts only where groups had mixed rewards (without
+        them it is their consequence, already counted or solved)."""
+        found = []
+        skipped, mixed = _number(logs, "env/all/skipped_groups"), _number(logs, "env/all/mixed_rewards")
+        grad, entropy = _number(logs, "grad_norm"), _number(logs, "entropy")
+        reward = _number(logs, "env/all/reward/total")
+        solved = (mixed == 0.0 and self.seen_mixed and reward is not None and self.best_reward is not None
+                  and reward >= self.best_reward)
+        if skipped is not None and skipped >= 1.0:
+            found.append("every group was skipped after env errors")
+        elif mixed == 0.0 and not solved:
+            found.append("no group had mixed rewards, so every advantage is 0")
+        if grad == 0.0 and mixed != 0.0:
+            found.append("the gradient is zero")
+        if entropy is not None and entropy < self.min_entropy:
+            found.append(f"the policy's entropy {entropy:.2g} is below {self.min_entropy:g} (collapsed)")
+        self.seen_mixed = self.seen_mixed or bool(mixed)
+        if reward is not None and (skipped is None or skipped < 1.0):
+            self.best_reward = reward if self.best_reward is None else max(self.best_reward, reward)
+        return found
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs:  # only training-step logs (not evaluation or the final summary)
+            return
+        step = state.global_step
+        for key in ("loss", "grad_norm"):
+            value = logs.get(key)
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                raise RunFailed(f"step {step} on {self.envs}: the {key.replace('_', ' ')} is {value}; training "
+                                "cannot go on (check the rewards' scale and the learning rate)")
+        found = self.problems(logs)
+        if not found:
+            self.unhealthy_in_a_row = 0
+            return
+        self.unhealthy_in_a_row += 1
+        limit = f"{self.unhealthy_in_a_row}/{self.patience}" if self.patience else str(self.unhealthy_in_a_row)
+        message = (f"step {step} on {self.envs} teaches nothing: {'; '.join(found)} ({limit} such steps in a row; "
+                   "health_patience stops the run)")
+        warnings.warn(message, TrainingHealthWarning, stacklevel=2)
+        if self.patience is not None and self.unhealthy_in_a_row >= self.patience:
+            raise RunFailed(f"stopped at step {step}: {self.unhealthy_in_a_row} steps in a row on {self.envs} could "
+                            f"not teach anything ({'; '.join(found)}). No model was saved and no card written. Check "
+                            "the env's rewards (they must differ within a group), its errors, and the learning rate; "
+                            "raise health_patience, or set it to None to only warn.")
+
+
+def _number(logs: dict, key: str) -> float | None:
+    value = logs.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+__all__ = ["MAX_ABS_REWARD", "TrainingHealthCallback", "TrainingHealthWarning", "bad_reward", "check_finite_rewards"]
