@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from ..tiny_model import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES  # the standard library only: cheap to import
+from ..model_names import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES  # names only: the builder is imported when used
 
 EPILOG = "Run 'trl-envs COMMAND --help' for the options of a command."
 
@@ -70,15 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_arguments(p)
     p.set_defaults(run=_eval)
 
-    p = commands.add_parser("build-tiny-model", help="build (or find) the offline tiny chat model; print its path",
-                            description="Build the tiny ChatML chat model used by the tests and the default runs "
-                                        "(about half a minute on a CPU, cached), or reuse the cached build; prints "
-                                        "its directory.")
+    p = commands.add_parser("build-tiny-model", help="build (or find) the offline demo chat model; print its path",
+                            description=f"Build the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
+                                        "default runs, `play` and `eval` (about a minute on a CPU, cached), or reuse "
+                                        "the cached build; prints its directory.")
     p.add_argument("--output_dir", default=None, help="where to build it (default: ~/.cache/trl_envs/<name>, "
                                                       "or $TRL_ENVS_CACHE/<name>)")
-    p.add_argument("--name", default=MODEL_NAME, choices=list(MODEL_NAMES),
-                   help=f"{MODEL_NAME}: the small model of the tests; {DEMO_MODEL_NAME}: the demo model the training "
-                        "scripts default to (default: %(default)s)")
+    p.add_argument("--name", default=DEMO_MODEL_NAME, choices=list(MODEL_NAMES),
+                   help=f"{DEMO_MODEL_NAME}: the demo model; {MODEL_NAME}: the smaller model of the tests "
+                        "(default: %(default)s)")
     p.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_build_tiny_model)
@@ -89,8 +89,8 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     from .play import json_object
     from ..registry.names import list_envs
 
-    p.add_argument("--model", default=None, help="model or adapter: a directory or Hub id (default: the offline "
-                                                 "tiny model)")
+    p.add_argument("--model", default=None, help="model or adapter: a directory or Hub id (default: the demo "
+                                                 f"model {DEMO_MODEL_NAME})")
     p.add_argument("--env", default="arithmetic",
                    help=f"env: {', '.join(list_envs())} or 'package.module:factory' (default: arithmetic)")
     p.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object, e.g. '{\"max_operand\": 3}'")
@@ -143,9 +143,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from .play import play
+    from .play import INTERRUPTED, play
 
-    play(args)
+    try:
+        play(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback, the shell's status for SIGINT
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
     return 0
 
 
@@ -153,7 +157,7 @@ def _eval(args: argparse.Namespace) -> int:
     from ..hub.model_eval import evaluate_model
     from ..tiny_model import build_tiny_model
 
-    model = args.model or build_tiny_model()
+    model = args.model or build_tiny_model(name=DEMO_MODEL_NAME)
     result = evaluate_model(
         model, args.env, env_kwargs=args.env_kwargs, split=args.split, num_problems=args.num_problems,
         samples_per_problem=args.samples_per_problem, ks=args.pass_k, temperature=args.temperature, top_p=args.top_p,

@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> N
         parser.add_argument("--env", default="arithmetic", help=env_help)
     parser.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object")
     parser.add_argument("--model_name_or_path", default=None,
-                        help="whose tokenizer and chat template to use (default: the offline tiny model)")
+                        help="whose tokenizer and chat template to use (default: the demo "
+                             "model, tiny-chat-v5)")
     parser.add_argument("--seed", type=int, default=0, help="dataset seed")
     parser.add_argument("--index", type=int, default=0, help="which problem of the training set to play")
     parser.add_argument("--max_tokens", type=int, default=32, help="token budget of one answer")
@@ -100,18 +101,30 @@ def play(args: argparse.Namespace) -> TrajectoryGroup:
     from transformers import AutoTokenizer
 
     from ..registry.names import make_env_dataset
+    from ..model_names import DEMO_MODEL_NAME
     from ..tiny_model import build_tiny_model
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model())
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model(name=DEMO_MODEL_NAME))
     renderer = Renderer(tokenizer)
     envs = make_env_dataset(args.env, renderer, group_size=1, groups_per_batch=1, num_batches=args.index + 1,
                             defaults={"seed": args.seed}, **(args.env_kwargs or {}))
     train = run_sync(envs)[0] if isinstance(envs, RLDatasetBuilder) else envs
     builder = _problem(train, args.index, args.env)
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
-    group = asyncio.run(do_group_rollout(builder, HumanPolicy(tokenizer, renderer, args.show_tokens), budget))
+    # Not asyncio.run: its SIGINT handler only cancels the task, which a blocking input() does not see, so the first
+    # Ctrl-C would be ignored. Without it, Ctrl-C raises KeyboardInterrupt at once (handled by the commands).
+    loop = asyncio.new_event_loop()
+    try:
+        group = loop.run_until_complete(
+            do_group_rollout(builder, HumanPolicy(tokenizer, renderer, args.show_tokens), budget))
+    finally:
+        loop.close()
     report(group)
     return group
+
+
+INTERRUPTED = "\n(interrupted: episode abandoned)"
+"""What ``play`` prints on Ctrl-C before exiting with status 130."""
 
 
 def _problem(dataset: RLDataset, index: int, env: str):
@@ -134,3 +147,6 @@ def main(argv: list[str] | None = None) -> None:
         play(parser.parse_args(argv))
     except UnknownEnvError as e:
         parser.error(str(e))
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        raise SystemExit(130) from None

@@ -91,7 +91,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
             groups_per_batch=max(args.generation_batch_size // args.num_generations, 1), owner="EnvGRPOTrainer")
         train_envs, eval_envs = resolve_env_datasets(
             env_dataset, eval_env_dataset, "EnvGRPOTrainer",
-            accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows")
+            accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows", seed=args.seed)
         _check_batch_geometry(args, eval_envs is not None)
         _warn_biased_logprob_comparison(args)
         self._train_index = GroupIndex("train", train_envs)
