@@ -45,6 +45,7 @@ from trl_envs.training_data.preference_data import HELD_OUT_ENV_KWARGS, load_pre
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.trainers.resume import resume_option
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
+from trl_envs.run_defaults import parse_run_args
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model
 
 @dataclass
@@ -247,23 +248,36 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -
 
 
 
-def make_parser(subparsers=None) -> TrlParser:
+def make_parser(subparsers=None, demo_defaults: bool = True) -> TrlParser:
     """The command line and YAML ``--config`` parser (script, training, model and publishing arguments), with the CPU
-    defaults above."""
+    defaults above (``demo_defaults=False``: without them; ``parse_args`` adds them for the demo model only)."""
     dataclass_types = (ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments)
     if subparsers is not None:
         parser = subparsers.add_parser("dpo", help="Train with DPO on preferences or an env",
                                        dataclass_types=dataclass_types)
     else:
         parser = TrlParser(dataclass_types)
-    parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
+    parser.set_defaults_with_config(**(CPU_FRIENDLY_DEFAULTS if demo_defaults else {}),
+                                    use_cpu=not torch.cuda.is_available(),
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     return parser
 
 
+def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
+    """Parse the command line (``argv``, default ``sys.argv[1:]``) and ``--config``: the demo model gets the CPU
+    defaults above, any other model TRL's defaults plus, in env mode, the env's token budgets
+    (``trl_envs.run_defaults``). Prints the settings chosen and where each came from; returns
+    ``(parser, (script, training, model, publish args))``."""
+    parser = parser or make_parser(demo_defaults=False)
+    parsed, settings = parse_run_args(
+        parser, CPU_FRIENDLY_DEFAULTS, argv, per_turn_key="max_tokens_per_turn",
+        script_defaults=lambda env: {"output_dir": f"outputs/dpo-{(env or 'preferences').replace('_', '-')}"})
+    print(settings.table(), flush=True)
+    return parser, parsed
+
+
 if __name__ == "__main__":
-    parser = make_parser()
-    script_args, training_args, model_args, publish_args = parser.parse_args_and_config()
+    parser, (script_args, training_args, model_args, publish_args) = parse_args()
     try:  # usage errors, reported before any model is loaded
         script_args.check()
         resume_option(training_args)

@@ -84,10 +84,16 @@ def take_over_push(training_args) -> bool:
 
 
 def save_run(trainer, tokenizer) -> None:
-    """Save the model (or adapter; on every process, as ``save_model`` needs) and, on the main process, the tokenizer
-    and ``log_history.json`` into ``trainer.args.output_dir``: what the scripts do before :func:`publish_run`."""
+    """Save the model (or adapter; on every process, as ``save_model`` needs) and, on the main process, the tokenizer,
+    ``log_history.json``, and what Hugging Face's example scripts write: ``trainer_state.json`` (``save_state``) and
+    the training summary (``train_runtime``, ``train_loss``, ...) as ``train_results.json`` / ``all_results.json``
+    (``save_metrics``), into ``trainer.args.output_dir``: what the scripts do before :func:`publish_run`."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
+    trainer.save_state()  # writes on the main process only
+    summary = next((h for h in reversed(trainer.state.log_history) if "train_runtime" in h), None)
+    if summary is not None:
+        trainer.save_metrics("train", {k: v for k, v in summary.items() if k not in ("step", "epoch")})
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
         with open(os.path.join(output_dir, "log_history.json"), "w") as f:
