@@ -27,7 +27,7 @@ from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
 from trl_envs.registry.env_datasets import load_env_dataset
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
-from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.trainers.progress import RewardProgressCallback, use_step_progress
 from trl_envs.trainers.resume import resume_option
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.run_defaults import parse_run_args
@@ -142,6 +142,7 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
         callbacks=[RewardProgressCallback()],
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per step instead of the full metrics dict
+    use_step_progress(trainer, publish_args.progress)  # step N/total, elapsed, ETA (on a terminal, or --progress true)
     trainer.train(resume_from_checkpoint=checkpoint)
 
     # 4. Save the model (or adapter) and the metrics.

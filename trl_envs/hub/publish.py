@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ CARD_HYPERPARAMETERS = ("learning_rate", "max_steps", "num_train_epochs", "per_d
 
 @dataclass
 class PublishArguments:
-    """Command-line options of the end-of-training evaluation for the model card (``--card_eval ...``)."""
+    """Command-line options of the end-of-training evaluation for the model card (``--card_eval ...``) and of the
+    run's progress display (``--progress``)."""
 
     card_eval: bool = field(default=True, metadata={
         "help": "Evaluate the base model and the trained model on the env's test problems for the model card's "
@@ -52,6 +54,9 @@ class PublishArguments:
     card_eval_temperature: float | None = field(default=None, metadata={
         "help": "Sampling temperature of the card's evaluation (default: the training temperature; 0: greedy)."})
     card_eval_seed: int = field(default=0, metadata={"help": "Sampling seed of the card's evaluation."})
+    progress: bool | None = field(default=None, metadata={
+        "help": "Progress bars (training steps with elapsed time and ETA, the card's evaluations): true, false, or "
+                "unset for 'when stderr is a terminal'."})
 
 
 @dataclass
@@ -196,14 +201,24 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: s
                   max_tokens_per_trajectory=budget.max_tokens_per_trajectory, seed=publish_args.card_eval_seed,
                   device=str(trainer.accelerator.device))
     results = {}
+    episodes = publish_args.card_eval_problems * publish_args.card_eval_samples
+    progress = show_progress(getattr(publish_args, "progress", None))
     for name, model in (("before", base_model), ("after", output_dir)):
-        results[name] = evaluate_model(model, env, **common)
+        print(f"[trl_envs] model card: evaluating the model {name} training on {env} ({publish_args.card_eval_problems} "
+              f"test problems x {publish_args.card_eval_samples} samples = {episodes} episodes; --card_eval false "
+              "skips it)", flush=True)
+        results[name] = evaluate_model(model, env, **common, progress=progress)
         print(f"[trl_envs] {env} test problems, {name} training:\n{results[name].format_table()}")
     with open(os.path.join(output_dir, "eval_results.json"), "w", encoding="utf-8") as f:
         json.dump({"env": env, "env_kwargs": env_kwargs, "settings": settings, "base_model": base_model,
                    **{name: r.to_dict() for name, r in results.items()}}, f, indent=2)
         f.write("\n")
     return results["before"], results["after"], settings
+
+
+def show_progress(asked: bool | None) -> bool:
+    """Whether to draw progress bars: as ``asked``, else (``None``) when stderr is a terminal."""
+    return asked if asked is not None else sys.stderr.isatty()
 
 
 def _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push) -> None:
