@@ -1,9 +1,10 @@
-"""The ``trl-envs`` command: ``list``, ``play``, ``eval``, ``build-tiny-model``.
+"""The ``trl-envs`` command: ``list``, ``play``, ``eval``, ``show``, ``build-tiny-model``.
 
     trl-envs list                                   # the envs you can name
     trl-envs play guess_number                      # play an env by hand, typing the model's answers
     trl-envs eval --model outputs/grpo-arithmetic --env arithmetic --samples_per_problem 8
-    trl-envs build-tiny-model                       # build (or find) the offline tiny chat model; prints its path
+    trl-envs show outputs/grpo-arithmetic           # the episodes a training run traced (terminal + HTML page)
+    trl-envs build-tiny-model                       # build (or find) the offline demo model; prints its path
 
 ``trl-envs COMMAND --help`` explains each command's options.
 """
@@ -69,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "Prints a table and writes the numbers as JSON. Seeded: the same command gives the same numbers.")
     _add_eval_arguments(p)
     p.set_defaults(run=_eval)
+
+    p = commands.add_parser(
+        "show", help="read a run's rollout traces (terminal and an HTML page)",
+        description="Print the episodes a GRPO run traced (OUTPUT_DIR/rollouts/, written every logging_steps): "
+                    "every message with its role, the rewards per turn, the group reward, the total and the row "
+                    "layout; and write them all as one static HTML page.")
+    from .show import add_arguments as add_show_arguments
+
+    add_show_arguments(p)
+    p.set_defaults(run=_show)
 
     p = commands.add_parser("build-tiny-model", help="build (or find) the offline demo chat model; print its path",
                             description=f"Build the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
@@ -173,6 +184,16 @@ def _eval(args: argparse.Namespace) -> int:
         result.to_json(args.output, settings=settings)
         print(f"wrote {args.output}")
     return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .show import show
+
+    try:
+        return show(args)
+    except FileNotFoundError as e:
+        print(f"trl-envs show: error: {e}", file=sys.stderr)
+        return 2
 
 
 def _build_tiny_model(args: argparse.Namespace) -> int:

@@ -120,6 +120,10 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
         check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvGRPOTrainer")
         require_chat_template(trl_seam.tokenizer_of(self), "EnvGRPOTrainer")
         self.eos_token_ids = with_turn_stops(self.eos_token_ids, Renderer(trl_seam.tokenizer_of(self)))
+        if args.rollout_traces:
+            from .trace_callback import RolloutTraceCallback
+
+            self.add_callback(RolloutTraceCallback(self, args.rollout_traces))
 
     # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
 
