@@ -1,4 +1,7 @@
-"""The ``trl-envs`` command: ``list``, ``play``, ``eval``, ``show``, ``build-tiny-model``.
+"""The ``trl-envs`` command: ``grpo``, ``dpo``, ``list``, ``play``, ``eval``, ``show``, ``build-tiny-model``.
+
+    trl-envs grpo --env guess_number                # = python scripts/train_grpo.py --env guess_number
+    trl-envs dpo --config scripts/configs/dpo_env_arithmetic.yaml
 
     trl-envs list                                   # the envs you can name
     trl-envs play guess_number                      # play an env by hand, typing the model's answers
@@ -22,6 +25,15 @@ EPILOG = "Run 'trl-envs COMMAND --help' for the options of a command."
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``trl-envs`` console script; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("grpo", "dpo"):  # the training scripts parse their own (many) options
+        from .train import run
+
+        try:
+            return run(argv[0], argv[1:])
+        except FileNotFoundError as e:
+            print(e, file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -44,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "envs and models.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"trl_envs {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    for name, script in (("grpo", "train_grpo.py"), ("dpo", "train_dpo.py")):
+        commands.add_parser(name, help=f"train with {name.upper()}: scripts/{script} (trl-envs {name} --help)",
+                            add_help=False)
 
     p = commands.add_parser("list", help="list the envs you can name", description="List the envs that "
                             "`play`, `eval` and the training scripts know by name, with a one-line description.")
