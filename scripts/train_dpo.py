@@ -87,7 +87,7 @@ class ScriptArguments:
     num_env_batches: int = field(default=1000, metadata={"help": "Env mode: batches in the training RLDataset."})
     tiny_model: str = field(default=DEMO_MODEL_NAME, metadata={
         "help": f"The offline model built and used when --model_name_or_path is not given: {MODEL_NAME} (small, built "
-                f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, docs/benchmarks.md)."})
+                f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, bench/results/history.md)."})
 
     @property
     def env_mode(self) -> bool:

@@ -63,7 +63,7 @@ class ScriptArguments:
     groups_per_batch: int = field(default=16, metadata={"help": "Env groups per RLDataset batch."})
     tiny_model: str = field(default=DEMO_MODEL_NAME, metadata={
         "help": f"The offline model built and used when --model_name_or_path is not given: {DEMO_MODEL_NAME} (the "
-                f"demo model, docs/benchmarks.md) or {MODEL_NAME} (smaller, built faster; the tests' model)."})
+                f"demo model, bench/results/history.md) or {MODEL_NAME} (smaller, built faster; the tests' model)."})
     num_env_batches: int = field(default=1000, metadata={"help": "Batches in the training RLDataset."})
 
     def check(self) -> None:
@@ -76,7 +76,7 @@ class ScriptArguments:
 
 # The default run is the recipe scripts/configs/arithmetic.yaml (a test keeps the two the same): sums of operands
 # 0..9, a fifth of the questions held out of training for the card's evaluation; the demo model gets them right
-# ~39% of the time sampled before training, ~96% after (docs/benchmarks.md, "Learning").
+# ~39% of the time sampled before training, ~96% after (bench/results/history.md, "Learning").
 DEFAULT_ENV_KWARGS = {"arithmetic": {"max_operand": 9, "held_out_fraction": 0.2}}
 
 # Defaults that make `python scripts/train_grpo.py` a short, visible CPU run. Any of them can be overridden.
