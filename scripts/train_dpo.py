@@ -272,7 +272,7 @@ def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
     parsed, settings = parse_run_args(
         parser, CPU_FRIENDLY_DEFAULTS, argv, per_turn_key="max_tokens_per_turn",
         script_defaults=lambda env: {"output_dir": f"outputs/dpo-{(env or 'preferences').replace('_', '-')}"})
-    print(settings.table(), flush=True)
+    settings.report()
     return parser, parsed
 
 

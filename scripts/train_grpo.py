@@ -183,7 +183,7 @@ def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
     parsed, settings = parse_run_args(
         parser, CPU_FRIENDLY_DEFAULTS, argv, env_default="arithmetic",
         script_defaults=lambda env: {"output_dir": f"outputs/grpo-{(env or 'env').replace('_', '-')}"})
-    print(settings.table(), flush=True)
+    settings.report()
     return parser, parsed
 
 

@@ -83,6 +83,11 @@ class RunSettings:
     sources: dict[str, str] = field(default_factory=dict)
     demo: bool = False
 
+    def report(self) -> None:
+        """Print :meth:`table` once per launch: on the process of rank 0 (``RANK`` unset or 0)."""
+        if os.environ.get("RANK", "0") == "0":
+            print(self.table(), flush=True)
+
     def table(self) -> str:
         """One line per setting: ``name  value  (source)``."""
         width = max(map(len, self.values), default=0)
