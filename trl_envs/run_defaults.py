@@ -74,8 +74,8 @@ class RunSettings:
 
     Attributes:
         values: setting name -> value (as parsed).
-        sources: setting name -> ``command line``, ``config <file>``, ``demo recipe``, ``env <name>`` or
-            ``TRL default``.
+        sources: setting name -> ``command line``, ``config <file>``, ``demo recipe``, ``env <name>``,
+            ``script default``, ``this machine``, ``TRL default`` or ``trl_envs default``.
         demo: whether the demo recipe applied.
     """
 
@@ -159,13 +159,25 @@ def parse_run_args(parser, demo_recipe: dict[str, Any], argv: Sequence[str] | No
         settings.values[name] = getattr(holder, name)
         settings.sources[name] = explicit.get(name) or (
             label if name in added else "script default" if name in common
-            else "this machine" if name in HARDWARE_SETTINGS else "TRL default")
+            else "this machine" if name in HARDWARE_SETTINGS
+            else "TRL default" if _is_upstream_field(holder, name) else "trl_envs default")
     if "env_name" in settings.values and settings.values["env_name"] is None and env_name:
         settings.values["env_name"], settings.sources["env_name"] = env_name, "script default"
     if settings.values.get("model_name_or_path") is None and "model_name_or_path" in settings.values:
         settings.values["model_name_or_path"] = getattr(script_args, "tiny_model", None)
         settings.sources["model_name_or_path"] = "script default (offline demo model)"
     return parsed, settings
+
+
+def _is_upstream_field(obj: Any, name: str) -> bool:
+    """Whether ``name`` is a field of a TRL / transformers dataclass that ``obj``'s class derives from."""
+    import dataclasses
+
+    for cls in type(obj).__mro__:
+        if cls.__module__.split(".")[0] in ("trl", "transformers") and dataclasses.is_dataclass(cls) and \
+                name in {f.name for f in dataclasses.fields(cls)}:
+            return True
+    return False
 
 
 def _find(parsed: Sequence[Any], name: str) -> Any:
