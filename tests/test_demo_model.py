@@ -83,3 +83,26 @@ def test_play_ends_on_the_first_ctrl_c(tiny_model_path):
         proc.kill()
     assert proc.returncode == 130
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_a_long_build_says_it_is_still_building(monkeypatch, tmp_path, capsys):
+    import subprocess as sp
+
+    import trl_envs.tiny_model as tiny_model
+
+    class SlowChild:  # the build child: finishes after two heartbeat intervals
+        returncode = 0
+
+        def __init__(self, *args, **kwargs):
+            self.waits = 0
+
+        def wait(self, timeout=None):
+            self.waits += 1
+            if self.waits <= 2:
+                raise sp.TimeoutExpired("build", timeout)
+            (tmp_path / tiny_model.MARKER_FILE).write_text("{}")
+            return 0
+
+    monkeypatch.setattr(tiny_model.subprocess, "Popen", SlowChild)
+    tiny_model._run_build_subprocess(tmp_path, 0, DEMO_MODEL_NAME)
+    assert capsys.readouterr().err.count("still building (") == 2
