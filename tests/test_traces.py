@@ -98,3 +98,26 @@ def test_html_page_renders_in_a_browser(traced_run, tmp_path):
     assistant = sum(p == (0xE6, 0xF4, 0xEA) for p in pixels)  # .assistant .content background
     user = sum(p == (0xE8, 0xF0, 0xFE) for p in pixels)  # .user .content background
     assert assistant > 1000 and user > 1000, (assistant, user)
+
+
+def test_a_fresh_context_each_turn_is_shown_whole_and_laid_out_per_turn(tokenizer):
+    from trl_envs.core.types import TokensWithLogprobs, Trajectory, Transition, TrajectoryGroup
+    from trl_envs.rollout.traces import trace_records
+
+    def chat(*messages):
+        return tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
+                                             add_generation_prompt=True, tokenize=False)
+
+    def ids(text):
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    first, second = ids(chat(("user", "state 1"))), ids(chat(("user", "state 2")))
+    reply = ids("0<|im_end|>")
+    episode = Trajectory([Transition(first, TokensWithLogprobs(reply), 1.0, False),
+                          Transition(second, TokensWithLogprobs(reply), 1.0, True)], final_ob=second + reply,
+                         observations_extend=False)
+    group = TrajectoryGroup([episode], [0.5], [{}], tags=["cartpole"])
+    (record,) = trace_records([group], tokenizer, step=3)
+    assert [(m["role"], m["content"]) for m in record["messages"]][:2] == [("user", "state 1"), ("assistant", "0")]
+    assert record["messages"][2]["role"] == "observation" and "state 2" in record["messages"][2]["content"]
+    assert record["row_layout"] == "per_turn" and record["total_reward"] == 2.5 and record["tag"] == "cartpole"
