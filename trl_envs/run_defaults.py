@@ -1,6 +1,6 @@
 """Which defaults a training script run gets, and where each setting came from.
 
-The training scripts carry a recipe for the demo model (a 0.13M-parameter model: a high learning rate, large batches
+The training scripts carry a recipe for the demo model (a 0.16M-parameter model: a high learning rate, large batches
 of short answers, a few minutes on a CPU). That recipe is right for the offline tiny models only. Every other model
 gets TRL's defaults plus what the env needs to be played at all: its token budgets (tokens per turn, turns per
 episode), from :data:`ENV_BUDGETS`. Whatever the user sets (command line or ``--config`` YAML) wins over both.
