@@ -136,7 +136,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default=None, help=f"model path (default: the offline {MODEL_NAME}, which learned "
-                        f"CartPole better than the demo model {DEMO_MODEL_NAME}: docs/benchmarks.md)")
+                        f"CartPole better than the demo model {DEMO_MODEL_NAME}: bench/results/history.md)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--check", action="store_true", help="exit 1 when trl_envs misses the target")
     args = parser.parse_args()

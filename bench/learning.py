@@ -113,11 +113,11 @@ ROWS = {
 }
 NOT_RUN = {  # row: (target, why no recipe is run)
     "tic_tac_toe": ("win rate vs random >= 0.7, illegal moves <= 2%",
-                    "random legal games in the warm start did not teach legal moves; best try 0.582, docs/benchmarks.md"),
+                    "random legal games in the warm start did not teach legal moves; best try 0.582, bench/results/history.md"),
     "tool_use": ("correct answers >= 0.5 on large sums through calculator calls",
-                 "the 2-layer demo model did not learn to copy a tool's result in its warm start (docs/benchmarks.md)"),
+                 "the 2-layer demo model did not learn to copy a tool's result in its warm start (bench/results/history.md)"),
     "cartpole": ("greedy return >= 475 over 10 episodes",
-                 "best demo-model try 39.4 greedy (legal replies in the warm start); docs/benchmarks.md"),
+                 "best demo-model try 39.4 greedy (legal replies in the warm start); bench/results/history.md"),
 }
 
 

@@ -47,6 +47,7 @@ from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.trainers.resume import resume_option
 from trl_envs.cli.scripts import run_training_script
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
+from trl_envs.run_defaults import parse_run_args
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model
 
 @dataclass
@@ -88,7 +89,7 @@ class ScriptArguments:
     num_env_batches: int = field(default=1000, metadata={"help": "Env mode: batches in the training RLDataset."})
     tiny_model: str = field(default=DEMO_MODEL_NAME, metadata={
         "help": f"The offline model built and used when --model_name_or_path is not given: {MODEL_NAME} (small, built "
-                f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, docs/benchmarks.md)."})
+                f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, bench/results/history.md)."})
 
     @property
     def env_mode(self) -> bool:
@@ -249,20 +250,34 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -
 
 
 
-def make_parser(subparsers=None) -> TrlParser:
+def make_parser(subparsers=None, demo_defaults: bool = True) -> TrlParser:
     """The command line and YAML ``--config`` parser (script, training, model and publishing arguments), with the CPU
-    defaults above."""
+    defaults above (``demo_defaults=False``: without them; ``parse_args`` adds them for the demo model only)."""
     dataclass_types = (ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments)
     if subparsers is not None:
         parser = subparsers.add_parser("dpo", help="Train with DPO on preferences or an env",
                                        dataclass_types=dataclass_types)
     else:
         parser = TrlParser(dataclass_types)
-    parser.set_defaults_with_config(**CPU_FRIENDLY_DEFAULTS, use_cpu=not torch.cuda.is_available(),
+    parser.set_defaults_with_config(**(CPU_FRIENDLY_DEFAULTS if demo_defaults else {}),
+                                    use_cpu=not torch.cuda.is_available(),
                                     bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     return parser
 
 
+def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
+    """Parse the command line (``argv``, default ``sys.argv[1:]``) and ``--config``: the demo model gets the CPU
+    defaults above, any other model TRL's defaults plus, in env mode, the env's token budgets
+    (``trl_envs.run_defaults``). Prints the settings chosen and where each came from; returns
+    ``(parser, (script, training, model, publish args))``."""
+    parser = parser or make_parser(demo_defaults=False)
+    parsed, settings = parse_run_args(
+        parser, CPU_FRIENDLY_DEFAULTS, argv, per_turn_key="max_tokens_per_turn",
+        script_defaults=lambda env: {"output_dir": f"outputs/dpo-{(env or 'preferences').replace('_', '-')}"})
+    settings.report()
+    return parser, parsed
+
+
 if __name__ == "__main__":  # checks before any model loads; mistakes and signals end in one line, exit != 0
-    if status := run_training_script("train_dpo.py", make_parser, main):
+    if status := run_training_script("train_dpo.py", lambda argv: parse_args(argv)[1], main):
         sys.exit(status)

@@ -41,7 +41,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RUN_DOCS = ["docs/tutorial_first_rl.md", "docs/custom_envs.md", "docs/hyperparameters.md", "docs/zh/README.md",
             "docs/envs_as_datasets.md",
-            "docs/gymnasium.md"]
+            "docs/gymnasium.md", "docs/traces.md"]
 SAME_CODE_AS = {"docs/zh/tutorial_first_rl.md": "docs/tutorial_first_rl.md"}
 LEARN_DOCS = RUN_DOCS + list(SAME_CODE_AS)
 SHELL = {"bash", "sh", "shell"}
@@ -120,7 +120,9 @@ def python_code(block: Block) -> str:
 def child_env(workdir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TRL_EXPERIMENTAL_SILENCE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
+               # experiment trackers offline, their files in the doc's working directory
+               TRACKIO_DIR=str(workdir / "trackio"), WANDB_MODE="offline", WANDB_DIR=str(workdir), WANDB_SILENT="true")
     return env
 
 

@@ -27,7 +27,7 @@ def grpo_parser():
 def run_grpo(capsys, *argv) -> tuple[int, str]:
     script = grpo_parser()
     capsys.readouterr()
-    code = run_training_script("train_grpo.py", script.make_parser, script.main, list(argv))
+    code = run_training_script("train_grpo.py", lambda a: script.parse_args(a)[1], script.main, list(argv))
     return code, capsys.readouterr().err
 
 
@@ -101,7 +101,7 @@ def test_dpo_script_mistakes_are_refused_before_the_model_loads(tmp_path, capsys
                         lambda *a, **k: pytest.fail("a tokenizer was loaded before the mistake was reported"))
     for argv, message in [(["--data_files", str(data)], "no 'rejected' column"),
                           (["--env", "arithmetic", "--temperature", "-1"], "--temperature -1.0: must be >= 0")]:
-        code = run_training_script("train_dpo.py", train_dpo.make_parser, train_dpo.main,
+        code = run_training_script("train_dpo.py", lambda a: train_dpo.parse_args(a)[1], train_dpo.main,
                                    [*argv, "--output_dir", str(tmp_path / "out")])
         err = capsys.readouterr().err
         assert code == 2 and message in err and "Traceback" not in err, err

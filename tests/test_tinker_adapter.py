@@ -230,7 +230,8 @@ def test_train_script_and_eval_cli_take_a_cookbook_builder(tiny_model_path, tmp_
     result = tmp_path / "eval.json"
     from trl_envs.cli.commands import main as trl_envs_cli
 
-    assert trl_envs_cli(["eval", "--env", ARITHMETIC, "--env_kwargs", eval_kwargs, "--split", "train",
+    assert trl_envs_cli(["eval", "--model", tiny_model_path, "--env", ARITHMETIC, "--env_kwargs", eval_kwargs,
+                         "--split", "train",
                          "--num_problems", "2", "--samples_per_problem", "3", "--max_tokens", "4",
                          "--output", str(result), "--no_progress"]) == 0
     data = json.loads(result.read_text())

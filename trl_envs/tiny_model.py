@@ -1,21 +1,27 @@
-"""A tiny ChatML chat model, built offline on a CPU in about half a minute, for tests, examples and smoke runs.
+"""Tiny ChatML chat models, built offline on a CPU in about a minute, for tests, examples and smoke runs.
 
 :func:`build_tiny_model` returns the directory of a Hugging Face model that loads with
-``AutoTokenizer.from_pretrained`` / ``AutoModelForCausalLM.from_pretrained``:
+``AutoTokenizer.from_pretrained`` / ``AutoModelForCausalLM.from_pretrained``. Two recipes, by name:
 
-* a byte-level BPE tokenizer trained on the spot (a few hundred tokens; every digit is its own token) with the
-  special tokens ``<|im_start|>``, ``<|im_end|>`` (EOS, end of turn) and ``<|endoftext|>`` (padding), and a Qwen-style
-  ChatML chat template (``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, generation prompt
-  ``<|im_start|>assistant\\n``, no default system message);
-* a randomly initialised two-layer ``Qwen2ForCausalLM`` (float32, tied embeddings), warm-started with TRL's
-  ``SFTTrainer`` on demonstrations of the built-in ``arithmetic`` and ``guess_number`` envs, just enough that, sampled
-  at temperature 1, it answers with a bare number and ``<|im_end|>`` and is right only some of the time: reinforcement
-  learning gets a signal and still has room to improve.
+* ``tiny-chat-v5`` (:data:`DEMO_MODEL_NAME`), the demo model of the scripts, ``trl-envs play`` / ``eval`` /
+  ``build-tiny-model``: a randomly initialised two-layer ``Qwen2ForCausalLM`` (float32, output layer untied from the
+  embeddings) warm-started by :mod:`trl_envs.warm_start` on weighted demonstrations of ``arithmetic`` (bare and worked
+  sums) and ``guess_number`` (including halving games), so that its greedy answer to every sum with operands 0..9 is
+  right while, sampled at temperature 1, it is right only about a third of the time: GRPO has a signal on every
+  question;
+* ``tiny-chat-v1`` (:data:`MODEL_NAME`), the tests' model and this function's default: smaller and faster to build,
+  tied embeddings, warm-started with TRL's ``SFTTrainer`` just enough that it answers with a bare number and
+  ``<|im_end|>`` and is right only some of the time.
+
+Both have a byte-level BPE tokenizer trained on the spot (a few hundred tokens; every digit is its own token) with the
+special tokens ``<|im_start|>``, ``<|im_end|>`` (EOS, end of turn) and ``<|endoftext|>`` (padding), and a Qwen-style
+ChatML chat template (``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message, generation prompt
+``<|im_start|>assistant\\n``, no default system message).
 
 The build is cached: a finished directory holds a ``BUILD_COMPLETE`` marker (JSON: seed, build time, warm-start
 evaluation), written last, and later calls return it at once. Several processes may call :func:`build_tiny_model`
-at the same time (e.g. every rank of ``accelerate launch``): one builds, under an exclusive ``fcntl`` lock on a file
-next to the directory, into a temporary sibling that is renamed into place; the others wait on the lock and reuse it.
+at the same time (e.g. every rank of ``accelerate launch``): one builds, under an exclusive lock on a file next to the
+directory (``filelock``, on every platform), into a temporary sibling that is renamed into place; the others wait on the lock and reuse it.
 
 The warm start runs in a child Python process with a clean environment, so it never joins (or hangs) the caller's
 ``torch.distributed`` job, never touches the caller's ``accelerate`` state, and always runs on the CPU.
@@ -27,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -39,15 +44,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-MODEL_NAME = "tiny-chat-v1"
-"""Name of the default build directory (the small, fast model the tests use); bump the version when the recipe
-changes so old caches are not reused."""
-
-DEMO_MODEL_NAME = "tiny-chat-v5"
-"""The demo model the training scripts default to: a larger model warm-started by :mod:`trl_envs.warm_start` so that
-GRPO visibly improves it in a few minutes on a CPU (docs/benchmarks.md, "Learning")."""
-
-MODEL_NAMES = (MODEL_NAME, DEMO_MODEL_NAME)
+from .model_names import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES  # noqa: F401 (re-exported)
 
 MARKER_FILE = "BUILD_COMPLETE"
 """Written last into a build; a directory holding it is a finished model."""
@@ -179,18 +176,24 @@ def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed
 
 @contextlib.contextmanager
 def _exclusive_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing, never deleted) for the ``with`` block."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """Hold an exclusive lock on ``path`` (``filelock.FileLock``; the file is created if missing) for the ``with``
+    block."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path))
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log(f"waiting for another process to finish building (lock: {path})")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        lock.acquire(timeout=0)
+    except Timeout:
+        _log(f"waiting for another process to finish building (lock: {path})")
+        lock.acquire()
+    try:
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        lock.release()
 
+
+HEARTBEAT_SECONDS = 10.0
+"""How often a build in progress says it is still building."""
 
 _STAGING, _RETIRED = "building", "old"  # infixes of the scratch directories next to the target
 
@@ -225,7 +228,20 @@ def _run_build_subprocess(directory: Path, seed: int, name: str = MODEL_NAME) ->
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     command = [sys.executable, "-m", "trl_envs.tiny_model", "--_build_into", str(directory), "--seed", str(seed), "--name", name]
     # The child's stdout is pointed at its stderr (see `main`), so nothing but our own result reaches stdout.
-    result = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, check=False)
+    start = time.monotonic()
+    child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+    try:
+        while True:
+            try:
+                child.wait(timeout=HEARTBEAT_SECONDS)
+                break
+            except subprocess.TimeoutExpired:  # a heartbeat, so a long build is never silent
+                _log(f"still building ({time.monotonic() - start:.0f}s elapsed)")
+    except BaseException:  # Ctrl-C or an error here: do not leave the child running
+        child.kill()
+        child.wait()
+        raise
+    result = child
     if result.returncode != 0 or not is_built(directory):
         raise RuntimeError(f"build_tiny_model: building the tiny model failed (exit code {result.returncode}); "
                            "see the messages above")
@@ -452,10 +468,10 @@ def _is_integer(text: str | None) -> bool:
 def main(argv: list[str] | None = None) -> None:
     """``python -m trl_envs.tiny_model [--output_dir DIR] [--force] [--seed N]``: build or reuse; print the path."""
     parser = argparse.ArgumentParser(prog="python -m trl_envs.tiny_model", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output_dir", default=None, help=f"default: {default_tiny_model_path()}")
+    parser.add_argument("--output_dir", default=None, help=f"default: {default_tiny_model_path(DEMO_MODEL_NAME)}")
     parser.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--name", default=MODEL_NAME, choices=MODEL_NAMES, help="the recipe (default: %(default)s)")
+    parser.add_argument("--name", default=DEMO_MODEL_NAME, choices=MODEL_NAMES, help="the recipe (default: %(default)s)")
     parser.add_argument("--_build_into", default=None, help=argparse.SUPPRESS)  # internal: the child process
     args = parser.parse_args(argv)
     if args._build_into is not None:

@@ -1,9 +1,13 @@
-"""The ``trl-envs`` command: ``list``, ``play``, ``eval``, ``build-tiny-model``.
+"""The ``trl-envs`` command: ``grpo``, ``dpo``, ``list``, ``play``, ``eval``, ``show``, ``build-tiny-model``.
+
+    trl-envs grpo --env guess_number                # = python scripts/train_grpo.py --env guess_number
+    trl-envs dpo --config scripts/configs/dpo_env_arithmetic.yaml
 
     trl-envs list                                   # the envs you can name
     trl-envs play guess_number                      # play an env by hand, typing the model's answers
     trl-envs eval --model outputs/grpo-arithmetic --env arithmetic --samples_per_problem 8
-    trl-envs build-tiny-model                       # build (or find) the offline tiny chat model; prints its path
+    trl-envs show outputs/grpo-arithmetic           # the episodes a training run traced (terminal + HTML page)
+    trl-envs build-tiny-model                       # build (or find) the offline demo model; prints its path
 
 ``trl-envs COMMAND --help`` explains each command's options.
 """
@@ -14,13 +18,22 @@ import argparse
 import json
 import sys
 
-from ..tiny_model import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES  # the standard library only: cheap to import
+from ..model_names import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES  # names only: the builder is imported when used
 
 EPILOG = "Run 'trl-envs COMMAND --help' for the options of a command."
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``trl-envs`` console script; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("grpo", "dpo"):  # the training scripts parse their own (many) options
+        from .train import run
+
+        try:
+            return run(argv[0], argv[1:])
+        except FileNotFoundError as e:
+            print(e, file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -41,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "envs and models.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"trl_envs {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    for name, script in (("grpo", "train_grpo.py"), ("dpo", "train_dpo.py")):
+        commands.add_parser(name, help=f"train with {name.upper()}: scripts/{script} (trl-envs {name} --help)",
+                            add_help=False)
 
     p = commands.add_parser("list", help="list the envs you can name", description="List the envs that "
                             "`play`, `eval` and the training scripts know by name, with a one-line description.")
@@ -68,15 +85,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_arguments(p)
     p.set_defaults(run=_eval)
 
-    p = commands.add_parser("build-tiny-model", help="build (or find) the offline tiny chat model; print its path",
-                            description="Build the tiny ChatML chat model used by the tests and the default runs "
-                                        "(about half a minute on a CPU, cached), or reuse the cached build; prints "
-                                        "its directory.")
+    p = commands.add_parser(
+        "show", help="read a run's rollout traces (terminal and an HTML page)",
+        description="Print the episodes a GRPO run traced (OUTPUT_DIR/rollouts/, written every logging_steps): "
+                    "every message with its role, the rewards per turn, the group reward, the total and the row "
+                    "layout; and write them all as one static HTML page.")
+    from .show import add_arguments as add_show_arguments
+
+    add_show_arguments(p)
+    p.set_defaults(run=_show)
+
+    p = commands.add_parser("build-tiny-model", help="build (or find) the offline demo chat model; print its path",
+                            description=f"Build the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
+                                        "default runs, `play` and `eval` (about a minute on a CPU, cached), or reuse "
+                                        "the cached build; prints its directory.")
     p.add_argument("--output_dir", default=None, help="where to build it (default: ~/.cache/trl_envs/<name>, "
                                                       "or $TRL_ENVS_CACHE/<name>)")
-    p.add_argument("--name", default=MODEL_NAME, choices=list(MODEL_NAMES),
-                   help=f"{MODEL_NAME}: the small model of the tests; {DEMO_MODEL_NAME}: the demo model the training "
-                        "scripts default to (default: %(default)s)")
+    p.add_argument("--name", default=DEMO_MODEL_NAME, choices=list(MODEL_NAMES),
+                   help=f"{DEMO_MODEL_NAME}: the demo model; {MODEL_NAME}: the smaller model of the tests "
+                        "(default: %(default)s)")
     p.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_build_tiny_model)
@@ -87,8 +114,8 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     from .play import json_object
     from ..registry.names import list_envs
 
-    p.add_argument("--model", default=None, help="model or adapter: a directory or Hub id (default: the offline "
-                                                 "tiny model)")
+    p.add_argument("--model", default=None, help="model or adapter: a directory or Hub id (default: the demo "
+                                                 f"model {DEMO_MODEL_NAME})")
     p.add_argument("--env", default="arithmetic",
                    help=f"env: {', '.join(list_envs(prefixed=False))}, "
                         "reasoning_gym/<task>, textarena/<game>, pettingzoo/<family>/<game> or "
@@ -145,7 +172,7 @@ def _list(args: argparse.Namespace) -> int:
 def _play(args: argparse.Namespace) -> int:
     from .play import play
 
-    play(args)
+    play(args)  # Ctrl-C and SIGTERM: one line, no traceback, status 130 / 143 (run_command)
     return 0
 
 
@@ -160,7 +187,7 @@ def _eval(args: argparse.Namespace) -> int:
     get_env(args.env)
     check_sampling(args.temperature, args.top_p)
     check_pass_k(args.pass_k, args.samples_per_problem)
-    model = args.model or build_tiny_model()
+    model = args.model or build_tiny_model(name=DEMO_MODEL_NAME)
     result = evaluate_model(
         model, args.env, env_kwargs=args.env_kwargs, split=args.split, num_problems=args.num_problems,
         samples_per_problem=args.samples_per_problem, ks=args.pass_k, temperature=args.temperature, top_p=args.top_p,
@@ -176,6 +203,16 @@ def _eval(args: argparse.Namespace) -> int:
         result.to_json(args.output, settings=settings)
         print(f"wrote {args.output}")
     return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .show import show
+
+    try:
+        return show(args)
+    except FileNotFoundError as e:
+        print(f"trl-envs show: error: {e}", file=sys.stderr)
+        return 2
 
 
 def _build_tiny_model(args: argparse.Namespace) -> int:

@@ -81,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> N
         parser.add_argument("--env", default="arithmetic", help=env_help)
     parser.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object")
     parser.add_argument("--model_name_or_path", default=None,
-                        help="whose tokenizer and chat template to use (default: the offline tiny model)")
+                        help="whose tokenizer and chat template to use (default: the demo "
+                             "model, tiny-chat-v5)")
     parser.add_argument("--seed", type=int, default=0, help="dataset seed")
     parser.add_argument("--index", type=int, default=0, help="which problem of the training set to play")
     parser.add_argument("--max_tokens", type=int, default=32, help="token budget of one answer")
@@ -104,9 +105,10 @@ def play(args: argparse.Namespace) -> TrajectoryGroup:
     from transformers import AutoTokenizer
 
     from ..registry.names import make_env_dataset
+    from ..model_names import DEMO_MODEL_NAME
     from ..tiny_model import build_tiny_model
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model())
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model(name=DEMO_MODEL_NAME))
     renderer = Renderer(tokenizer)
     envs = make_env_dataset(args.env, renderer, group_size=1, groups_per_batch=1, num_batches=args.index + 1,
                             defaults={"seed": args.seed}, **(args.env_kwargs or {}))

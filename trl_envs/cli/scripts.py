@@ -1,6 +1,7 @@
 """How the training scripts (``scripts/train_grpo.py``, ``scripts/train_dpo.py``) start: parse, check, lock, run.
 
-:func:`run_training_script` parses the command line (or YAML ``--config``), makes every check that needs no model
+:func:`run_training_script` parses the command line (or YAML ``--config``) with the script's parser, which picks the
+defaults for the model (:mod:`trl_envs.run_defaults`), makes every check that needs no model
 (:func:`preflight_training`), holds ``output_dir``'s lock for the whole run (a second run on the same folder is
 refused), then calls the script's ``main``. Input mistakes, stopped runs and signals end as described in
 :mod:`~trl_envs.cli.errors`: one line on stderr and a non-zero exit status.
@@ -39,14 +40,15 @@ def preflight_training(script_args: Any, training_args: Any, model_args: Any) ->
     resume_option(training_args)
 
 
-def run_training_script(prog: str, make_parser: Callable[[], Any], main: Callable[..., Any],
+def run_training_script(prog: str, parse: Callable[[Sequence[str] | None], tuple], main: Callable[..., Any],
                         argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` with ``make_parser()``, run :func:`preflight_training`, then ``main(*parsed)`` holding the
-    output folder's lock; returns the exit status (see :func:`~trl_envs.cli.errors.run_command`)."""
+    """Parse ``argv`` (default: the command line) with ``parse(argv)`` -> the script's parsed dataclasses, run
+    :func:`preflight_training`, then ``main(*parsed)`` holding the output folder's lock; returns the exit status (see
+    :func:`~trl_envs.cli.errors.run_command`)."""
     def body() -> None:
         from ..trainers.checkpoints import hold_output_dir
 
-        parsed = make_parser().parse_args_and_config(args=argv)
+        parsed = parse(argv)
         script_args, training_args, model_args = parsed[:3]
         preflight_training(script_args, training_args, model_args)
         with hold_output_dir(training_args.output_dir):

@@ -53,8 +53,9 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
     """Train and test datasets of ``batch_size`` groups of ``group_size`` envs per batch: ``num_batches`` and
     ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``test_seed + TEST_SEED_OFFSET`` (:data:`trl_envs.core.types.TEST_SEED_OFFSET`).
 
-    ``seed`` picks the training problems and their order (the scripts pass the trainer's seed, so every training
-    seed sees its own sequence); ``test_seed`` picks the held-out problems, which stay the same whatever ``seed``.
+    ``seed`` picks the training problems and their order; left ``None``, a trainer sets it to its own ``seed`` (so
+    every training seed sees its own sequence) and a builder used alone uses 0. ``test_seed`` picks the held-out
+    problems, which stay the same whatever ``seed``.
 
     Subclasses add their own fields (after these; ``seed`` and ``test_seed`` are keyword-only) and define
     :meth:`dataset`; they name themselves in ``env_name`` and list their integer options with their least allowed
@@ -74,7 +75,7 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
     group_size: int = 4
     num_batches: int = 1000
     num_test_batches: int = 2
-    seed: int = field(default=0, kw_only=True)
+    seed: int | None = field(default=None, kw_only=True)
     test_seed: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
@@ -85,16 +86,22 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
         sizes = {"batch_size": 1, "group_size": 1, "num_batches": 1, "num_test_batches": 1}
         for option, minimum in {**sizes, **self.int_options}.items():
             check_int_option(self.env_name, option, getattr(self, option), minimum)
-        check_int_option(self.env_name, "seed", self.seed)
+        if self.seed is not None:
+            check_int_option(self.env_name, "seed", self.seed)
         check_int_option(self.env_name, "test_seed", self.test_seed)
-        if self.seed == self.test_seed + TEST_SEED_OFFSET:
-            raise ValueError(f"{type(self).__name__}: seed={self.seed} is the test set's seed (test_seed + "
+        if self.train_seed == self.test_seed + TEST_SEED_OFFSET:
+            raise ValueError(f"{type(self).__name__}: seed={self.train_seed} is the test set's seed (test_seed + "
                              f"{TEST_SEED_OFFSET}); training would replay the held-out problems. Pick another "
                              "seed.")
+
+    @property
+    def train_seed(self) -> int:
+        """The seed of the training split: ``seed``, or 0 when it was left to the trainer and no trainer set it."""
+        return 0 if self.seed is None else self.seed
 
     def dataset(self, num_batches: int, seed: int) -> RLDataset:
         raise NotImplementedError(f"{type(self).__name__} must define dataset(num_batches, seed)")
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        return (self.dataset(self.num_batches, self.seed),
+        return (self.dataset(self.num_batches, self.train_seed),
                 self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET))

@@ -147,7 +147,7 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
         if not self.held_out_fraction:
             return await super().__call__()
         train, held_out = split_problems(self.max_operand, self.held_out_fraction)
-        return (self.dataset(self.num_batches, self.seed, train),
+        return (self.dataset(self.num_batches, self.train_seed, train),
                 self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, held_out))
 
 

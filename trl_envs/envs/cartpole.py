@@ -65,7 +65,7 @@ def CartPoleDatasetBuilder(renderer: Renderer, group_size: int = 4, batch_size: 
     Why these two: with a random push for an illegal reply, the tiny model learned to reply garbage (a random policy,
     ~22 steps, beats its own first choices); with a penalty of -1 it learned legal replies first and collapsed onto
     one action (~9 steps) before it learned to read the state. A fixed push and a small penalty leave the state as
-    the only thing worth learning (docs/benchmarks.md, CartPole).
+    the only thing worth learning (bench/results/history.md, CartPole).
     """
     for option, value, minimum in (("group_size", group_size, 1), ("batch_size", batch_size, 1),
                                    ("num_batches", num_batches, 1), ("num_test_batches", num_test_batches, 0),

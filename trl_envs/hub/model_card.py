@@ -104,11 +104,12 @@ def write_model_card(output_dir: str | os.PathLike[str], info: ModelCardInfo) ->
 def _base_model_text(base_model: str) -> str:
     if base_model_is_hub_id(base_model):
         return f"[{base_model}](https://huggingface.co/{base_model})"
-    from ..tiny_model import MODEL_NAMES
+    from ..model_names import DEMO_MODEL_NAME, MODEL_NAMES
 
     name = os.path.basename(os.path.normpath(base_model))
     if name in MODEL_NAMES:
-        return f"trl_envs' offline tiny chat model `{name}` (built locally with `trl-envs build-tiny-model`)"
+        command = "trl-envs build-tiny-model" + ("" if name == DEMO_MODEL_NAME else f" --name {name}")
+        return f"trl_envs' offline tiny chat model `{name}` (built locally with `{command}`)"
     return f"the local model `{base_model}`"
 
 

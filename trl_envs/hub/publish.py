@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ CARD_HYPERPARAMETERS = ("learning_rate", "max_steps", "num_train_epochs", "per_d
 
 @dataclass
 class PublishArguments:
-    """Command-line options of the end-of-training evaluation for the model card (``--card_eval ...``)."""
+    """Command-line options of the end-of-training evaluation for the model card (``--card_eval ...``) and of the
+    run's progress display (``--progress``)."""
 
     card_eval: bool = field(default=True, metadata={
         "help": "Evaluate the base model and the trained model on the env's test problems for the model card's "
@@ -52,6 +54,9 @@ class PublishArguments:
     card_eval_temperature: float | None = field(default=None, metadata={
         "help": "Sampling temperature of the card's evaluation (default: the training temperature; 0: greedy)."})
     card_eval_seed: int = field(default=0, metadata={"help": "Sampling seed of the card's evaluation."})
+    progress: bool | None = field(default=None, metadata={
+        "help": "Progress bars (training steps with elapsed time and ETA, the card's evaluations): true, false, or "
+                "unset for 'when stderr is a terminal'."})
 
 
 @dataclass
@@ -92,10 +97,16 @@ def take_over_push(training_args) -> bool:
 
 
 def save_run(trainer, tokenizer) -> None:
-    """Save the model (or adapter; on every process, as ``save_model`` needs) and, on the main process, the tokenizer
-    and ``log_history.json`` into ``trainer.args.output_dir``: what the scripts do before :func:`publish_run`."""
+    """Save the model (or adapter; on every process, as ``save_model`` needs) and, on the main process, the tokenizer,
+    ``log_history.json``, and what Hugging Face's example scripts write: ``trainer_state.json`` (``save_state``) and
+    the training summary (``train_runtime``, ``train_loss``, ...) as ``train_results.json`` / ``all_results.json``
+    (``save_metrics``), into ``trainer.args.output_dir``: what the scripts do before :func:`publish_run`."""
     output_dir = trainer.args.output_dir
     trainer.save_model(output_dir)
+    trainer.save_state()  # writes on the main process only
+    summary = next((h for h in reversed(trainer.state.log_history) if "train_runtime" in h), None)
+    if summary is not None:
+        trainer.save_metrics("train", {k: v for k, v in summary.items() if k not in ("step", "epoch")})
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(output_dir)
         with open(os.path.join(output_dir, "log_history.json"), "w") as f:
@@ -198,14 +209,24 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: s
                   max_tokens_per_trajectory=budget.max_tokens_per_trajectory, seed=publish_args.card_eval_seed,
                   device=str(trainer.accelerator.device), max_context_tokens=getattr(args, "max_context_tokens", None))
     results = {}
+    episodes = publish_args.card_eval_problems * publish_args.card_eval_samples
+    progress = show_progress(getattr(publish_args, "progress", None))
     for name, model in (("before", base_model), ("after", output_dir)):
-        results[name] = evaluate_model(model, env, **common)
+        print(f"[trl_envs] model card: evaluating the model {name} training on {env} ({publish_args.card_eval_problems} "
+              f"test problems x {publish_args.card_eval_samples} samples = {episodes} episodes; --card_eval false "
+              "skips it)", flush=True)
+        results[name] = evaluate_model(model, env, **common, progress=progress)
         print(f"[trl_envs] {env} test problems, {name} training:\n{results[name].format_table()}")
     with open(os.path.join(output_dir, "eval_results.json"), "w", encoding="utf-8") as f:
         json.dump({"env": env, "env_kwargs": env_kwargs, "settings": settings, "base_model": base_model,
                    **{name: r.to_dict() for name, r in results.items()}}, f, indent=2)
         f.write("\n")
     return results["before"], results["after"], settings
+
+
+def show_progress(asked: bool | None) -> bool:
+    """Whether to draw progress bars: as ``asked``, else (``None``) when stderr is a terminal."""
+    return asked if asked is not None else sys.stderr.isatty()
 
 
 def _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push) -> None:

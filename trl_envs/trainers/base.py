@@ -118,12 +118,17 @@ class EnvTrainerMixin:
 
 # -- construction-time helpers ----------------------------------------------------------------------------------------
 
-def resolve_env_datasets(env_dataset, eval_env_dataset, owner: str, accepted: str = "an RLDataset or RLDatasetBuilder"
-                         ) -> tuple[RLDataset, RLDataset | None]:
+def resolve_env_datasets(env_dataset, eval_env_dataset, owner: str, accepted: str = "an RLDataset or RLDatasetBuilder",
+                         seed: int | None = None) -> tuple[RLDataset, RLDataset | None]:
     """The training and evaluation :class:`RLDataset`: an ``RLDatasetBuilder`` is built (its test split becomes the
-    evaluation envs unless ``eval_env_dataset`` is given). Raises ``TypeError`` for anything else, naming ``owner``
-    and what it accepts, and ``ValueError`` for a dataset without batches."""
+    evaluation envs unless ``eval_env_dataset`` is given; with ``seed``, the trainer's seed, a builder whose ``seed`` is
+    unset gets it: :func:`~trl_envs.trainers.dataset_seed.seed_dataset_builder`). Raises ``TypeError`` for anything
+    else, naming ``owner`` and what it accepts, and ``ValueError`` for a dataset without batches."""
     if isinstance(env_dataset, RLDatasetBuilder):
+        if seed is not None:
+            from .dataset_seed import seed_dataset_builder
+
+            env_dataset = seed_dataset_builder(env_dataset, seed, owner)
         train, test = run_sync(env_dataset)
         return train, eval_env_dataset if eval_env_dataset is not None else test
     if isinstance(env_dataset, RLDataset):

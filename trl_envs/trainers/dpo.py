@@ -172,7 +172,8 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
                 raise ValueError("EnvDPOConfig: precompute_ref_log_probs=True cannot be used with env_dataset: the "
                                  "pairs are sampled during training, after the reference would have been computed. "
                                  "Set precompute_ref_log_probs=False.")
-            self._train_envs, self._eval_envs = resolve_env_datasets(env_dataset, eval_env_dataset, "EnvDPOTrainer")
+            self._train_envs, self._eval_envs = resolve_env_datasets(env_dataset, eval_env_dataset, "EnvDPOTrainer",
+                                                                     seed=args.seed)
             train_dataset = _placeholder_pairs()  # DPOTrainer needs a dataset now; each round replaces it
 
         tokenizer = processing_class

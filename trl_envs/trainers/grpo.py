@@ -93,7 +93,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
             groups_per_batch=max(args.generation_batch_size // args.num_generations, 1), owner="EnvGRPOTrainer")
         train_envs, eval_envs = resolve_env_datasets(
             env_dataset, eval_env_dataset, "EnvGRPOTrainer",
-            accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows")
+            accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows", seed=args.seed)
         _check_batch_geometry(args, eval_envs is not None)
         _warn_biased_logprob_comparison(args)
         self._train_index = GroupIndex("train", train_envs)
@@ -125,6 +125,11 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
         env_label = type(self._train_index.builder(self._train_index.key(0))).__name__
         self._mark_checkpoints(model, env_label)
         self.add_callback(TrainingHealthCallback(args.health_patience, args.health_min_entropy, envs=env_label))
+
+        if args.rollout_traces:
+            from .trace_callback import RolloutTraceCallback
+
+            self.add_callback(RolloutTraceCallback(self, args.rollout_traces))
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """``GRPOTrainer.train`` holding ``output_dir``'s lock; ``resume_from_checkpoint`` (a folder, or ``True`` /

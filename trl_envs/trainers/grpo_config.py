@@ -29,6 +29,10 @@ class EnvGRPOConfig(RolloutArguments, ResumeArguments, GRPOConfig):
                                                 "baselined across the group (see docs/credit_assignment.md)."})
     credit_gamma: float = field(default=1.0, metadata={"help": "Discount of later step rewards in the per-turn "
                                                                  "reward-to-go (1.0: undiscounted)."})
+    rollout_traces: int = field(
+        default=4, metadata={"help": "Episodes per env tag written to output_dir/rollouts/ (JSONL) and logged as a "
+                                     "table to the report_to trackers every logging_steps (`trl-envs show "
+                                     "OUTPUT_DIR` renders them); 0: none."})
     shuffle_dataset: bool | None = field(
         default=False, metadata={"help": "Shuffle env groups. Off by default: an RLDataset's batches are already "
                                          "sampled and often ordered on purpose (curricula, reproducible runs)."})
@@ -57,6 +61,7 @@ class EnvGRPOConfig(RolloutArguments, ResumeArguments, GRPOConfig):
             raise
         check_count(self, "health_patience", minimum=1, optional=True)
         check_count(self, "max_tokens_per_turn", minimum=1, optional=True)
+        check_count(self, "rollout_traces", minimum=0)
         if self.training_rows not in ("auto", "trajectory", "turn"):
             raise ValueError(f"EnvGRPOConfig.training_rows must be 'auto', 'trajectory' or 'turn', got "
                              f"{self.training_rows!r}")

@@ -1,10 +1,58 @@
-"""A compact one-line-per-log progress report of env rewards for the Trainer."""
+"""Progress of a training run: a compact one-line-per-log report of env rewards (:class:`RewardProgressCallback`) and
+a step counter with elapsed time and ETA (:class:`StepProgressCallback`)."""
 
 from __future__ import annotations
 
+import sys
 from collections import deque
+from typing import TextIO
 
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
+
+STEP_BAR_FORMAT = "step {n_fmt}/{total_fmt} · {elapsed} elapsed · ETA {remaining}"
+"""The step counter: ``step 12/150 · 00:21 elapsed · ETA 02:30``."""
+
+
+class StepProgressCallback(TrainerCallback):
+    """A tqdm counter of optimizer steps, ``step 12/150 · 00:21 elapsed · ETA 02:30``, on the main process.
+
+    Args:
+        enabled: draw it; ``None`` (default): only when ``file`` is a terminal. Off, the callback does nothing.
+        file: where to draw it (default: ``sys.stderr``).
+
+    It replaces the Trainer's own bar (``transformers.ProgressCallback``): remove that one when adding this one
+    (:func:`use_step_progress` does both).
+    """
+
+    def __init__(self, enabled: bool | None = None, file: TextIO | None = None):
+        self.file = file if file is not None else sys.stderr
+        self.enabled = self.file.isatty() if enabled is None else enabled
+        self.bar: tqdm | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.enabled and state.is_world_process_zero and state.max_steps > 0:
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, bar_format=STEP_BAR_FORMAT,
+                            file=self.file, dynamic_ncols=True, mininterval=0.0, leave=True)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def use_step_progress(trainer, enabled: bool | None = None) -> StepProgressCallback:
+    """Give ``trainer`` a :class:`StepProgressCallback` (``enabled`` as there) instead of its own progress bar."""
+    from transformers import ProgressCallback
+
+    callback = StepProgressCallback(enabled)
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(callback)
+    return callback
 
 
 class RewardProgressCallback(TrainerCallback):
@@ -42,5 +90,6 @@ class RewardProgressCallback(TrainerCallback):
             if key == "env/all/reward/total":
                 self.recent.append(value)
                 parts[-1] += f" (avg {sum(self.recent) / len(self.recent):.3f})"
-        if parts:
-            print(f"[trl_envs] step {state.global_step:>4} | " + " | ".join(parts), flush=True)
+        if parts:  # through tqdm, so that a progress bar on the same terminal is redrawn below the line
+            tqdm.write(f"[trl_envs] step {state.global_step:>4} | " + " | ".join(parts), file=sys.stdout)
+            sys.stdout.flush()

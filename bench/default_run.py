@@ -1,0 +1,91 @@
+"""The README's default run, timed: ``accelerate launch scripts/train_grpo.py`` with no arguments.
+
+    python bench/default_run.py            # runs it in a scratch folder (~2.5-7 min on 2 CPU cores), writes the JSON
+    python bench/default_run.py --summarize OUTPUT_DIR --wall_seconds S   # a run already made, its wall time given
+
+Timed: the whole command, wall clock (``time.monotonic`` around the child process), the demo model cached or not as
+found. Read from the run's files: ``train_runtime`` (``train_results.json``), the model card's held-out evaluation
+before and after training (``eval_results.json``: mean reward, pass@1, pass@8), and the demo model's build time
+(its ``BUILD_COMPLETE`` marker). Writes ``bench/results/default_run.json``, where the README takes its numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_summary(result: dict) -> str:
+    """The README's sentence about a fresh default run, from its JSON summary."""
+    before, after = result["held_out_before"], result["held_out_after"]
+    return (f"{result['wall_seconds']:.0f} s wall clock on {result['machine']} shared with other jobs, the demo model "
+            f"already built (its build: {result['demo_model_build_seconds']:.0f} s), {result['train_runtime_seconds']:.0f} s "
+            f"of it training; held-out pass@1 {before['pass@1']:.3f} → {after['pass@1']:.3f}, pass@8 "
+            f"{before['pass@8']:.3f} → {after['pass@8']:.3f}")
+
+
+RESULT = REPO / "bench" / "results" / "default_run.json"
+
+
+def summarize(output_dir: Path, wall_seconds: float, command: str) -> dict:
+    """The JSON summary of a finished default run in ``output_dir``."""
+    sys.path.insert(0, str(REPO))
+    from trl_envs.tiny_model import DEMO_MODEL_NAME, MARKER_FILE, default_tiny_model_path
+
+    evaluation = json.loads((output_dir / "eval_results.json").read_text())
+    train = json.loads((output_dir / "train_results.json").read_text())
+    marker = Path(default_tiny_model_path(DEMO_MODEL_NAME)) / MARKER_FILE
+    build = json.loads(marker.read_text()) if marker.exists() else {}
+
+    def held_out(name: str) -> dict:
+        r = evaluation[name]
+        return {"mean_reward": round(r["mean_reward"], 3),
+                **{f"pass@{k}": round(v, 3) for k, v in r["pass_at_k"].items()}}
+
+    return {"command": command, "wall_seconds": round(wall_seconds, 1),
+            "train_runtime_seconds": round(train["train_runtime"], 1),
+            "demo_model_build_seconds": build.get("build_seconds"),
+            "held_out_before": held_out("before"), "held_out_after": held_out("after"),
+            "card_eval": evaluation["settings"], "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--summarize", default=None, help="a finished default run's output_dir (no new run)")
+    parser.add_argument("--wall_seconds", type=float, default=None, help="its measured wall time (with --summarize)")
+    parser.add_argument("--output", default=str(RESULT))
+    args = parser.parse_args(argv)
+    command = "accelerate launch scripts/train_grpo.py"
+    if args.summarize:
+        if args.wall_seconds is None:
+            parser.error("--summarize needs --wall_seconds (the run's measured wall time)")
+        output_dir, wall = Path(args.summarize), args.wall_seconds
+    else:
+        work = Path(tempfile.mkdtemp(prefix="default_run-"))
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        start = time.monotonic()
+        subprocess.run(["accelerate", "launch", str(REPO / "scripts" / "train_grpo.py")], cwd=work, env=env,
+                       check=True)
+        wall = time.monotonic() - start
+        output_dir = work / "outputs" / "grpo-arithmetic"
+    result = summarize(output_dir, wall, command)
+    if not args.summarize:
+        result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print(f"wrote {args.output}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The README's numbers come from generated files: the default run's summary and the recipes' estimates."""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bench(name: str):
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
+def test_readme_quotes_the_default_runs_summary():
+    result = json.loads((REPO / "bench" / "results" / "default_run.json").read_text())
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert _bench("default_run").readme_summary(result) in readme, "run python bench/default_run.py, then copy its line"
+
+
+def test_readme_quotes_the_recipe_estimates():
+    estimates = json.loads((REPO / "bench" / "results" / "recipe_estimates.json").read_text())["recipes"]
+    r = estimates["scripts/configs/qwen2.5-0.5b/arithmetic.yaml"]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert f"peak ~{r['peak_memory_gb']} GB, ~{r['minutes']:.0f} min for {r['steps']} steps" in readme
+
+
+def test_no_issue_numbers_or_dates_in_user_docs():
+    import re
+
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    for doc in docs:
+        if doc.name == "DESIGN.md":
+            continue
+        text = doc.read_text()
+        assert not re.search(r"\b[Ii]ssue \d+", text), doc
+        assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), doc

@@ -1,0 +1,104 @@
+"""Every real-model recipe in ``scripts/configs/qwen2.5-*/`` loads through its script and trains one step.
+
+No weights can be downloaded here, so each recipe runs on a randomly initialised ``Qwen2ForCausalLM`` built locally
+from the model's published architecture (``bench/recipe_estimates.py``: widths, heads and the 151,936-token vocabulary
+kept) with **one decoder layer instead of 24 / 28**, and the tiny model's ChatML tokenizer. To take seconds on a CPU
+the test also overrides, on the command line as a user would: ``max_steps=1``, one small group
+(``num_generations=2``, 2 rows, no accumulation), 4 tokens per turn and at most 2 turns, fp32 on the CPU
+(``use_cpu``, no bf16, ``dtype float32``), no gradient checkpointing, no card evaluation, no checkpoints. Everything else (learning rate,
+scheduler, LoRA, env options, reward scaling, ...) is the recipe's own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "scripts" / "configs").glob("qwen2.5-*/*.yaml"))
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / ("bench" if name == "recipe_estimates" else "scripts")
+                                                  / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def shrunk_models(tmp_path_factory, tokenizer):
+    """model id -> a directory with a random one-layer model of that architecture and the tiny tokenizer."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    estimates = _load("recipe_estimates")
+    paths = {}
+    for model_id, arch in estimates.ARCHITECTURES.items():
+        path = tmp_path_factory.mktemp("real") / model_id.split("/")[-1].lower()
+        config = Qwen2Config(**{**arch, "num_hidden_layers": 1}, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id, bos_token_id=None, use_sliding_window=False)
+        with torch.device("meta"):  # no default init: drawing ~400M normal numbers took most of the setup
+            model = Qwen2ForCausalLM(config)
+        model = model.to_empty(device="cpu").to(torch.bfloat16)  # half the bytes to write; loaded as fp32
+        generator = torch.Generator().manual_seed(0)
+        pool = torch.randn(1 << 20, generator=generator) * 0.02  # random weights tiled from one small draw
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.fill_(1.0)
+                else:
+                    offset = int(torch.randint(0, 1 << 19, (1,), generator=generator))
+                    flat = pool[offset:].repeat(param.numel() // (pool.numel() - offset) + 1)[:param.numel()]
+                    param.copy_(flat.view_as(param))
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[model_id] = str(path)
+    return paths
+
+
+def test_there_is_a_recipe_per_model_and_task():
+    names = {(p.parent.name, p.stem) for p in RECIPES}
+    for model in ("qwen2.5-0.5b", "qwen2.5-1.5b"):
+        for task in ("arithmetic", "guess_number", "tool_use", "tic_tac_toe", "dpo_offline"):
+            assert (model, task) in names
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=str)
+def test_recipe_states_its_estimated_needs(recipe):
+    estimates = _load("recipe_estimates")
+    text = (REPO / recipe).read_text()
+    expected = estimates.expects_line(estimates.estimate(yaml.safe_load(text)))
+    assert expected in text.splitlines(), f"{recipe}: run python bench/recipe_estimates.py --write_configs"
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=str)
+def test_recipe_trains_one_step(recipe, shrunk_models, tmp_path, monkeypatch, capsys):
+    config = yaml.safe_load((REPO / recipe).read_text())
+    dpo = recipe.stem.startswith("dpo")
+    script = _load("train_dpo" if dpo else "train_grpo")
+    monkeypatch.setattr(script, "build_tiny_model", lambda *a, **k: pytest.fail("the demo model was built"))
+    out = tmp_path / "run"
+    argv = ["--config", str(REPO / recipe), "--model_name_or_path", shrunk_models[config["model_name_or_path"]],
+            "--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "1", "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
+            "--gradient_checkpointing", "false",
+            "--card_eval", "false", "--save_strategy", "no", "--logging_steps", "1", "--report_to", "none"]
+    if not dpo:
+        argv += ["--num_generations", "2", "--max_completion_length", "4", "--max_turns", "2",
+                 "--max_tokens_per_trajectory", "8", "--per_device_eval_batch_size", "2"]
+    _, parsed = script.parse_args(argv)
+    settings = capsys.readouterr().out
+    assert "demo recipe" not in settings  # a real model never gets the demo model's recipe
+    assert re.search(r"\n  learning_rate +\S+ +\(config ", settings), settings  # the recipe's, and said so
+    script.main(*parsed)
+    history = json.loads((out / "log_history.json").read_text())
+    assert any(h.get("step") == 1 for h in history), history
+    assert (out / "trainer_state.json").exists()

@@ -1,0 +1,188 @@
+"""Which defaults a training script run gets, and where each setting came from.
+
+The training scripts carry a recipe for the demo model (a 0.16M-parameter model: a high learning rate, large batches
+of short answers, a few minutes on a CPU). That recipe is right for the offline tiny models only. Every other model
+gets TRL's defaults plus what the env needs to be played at all: its token budgets (tokens per turn, turns per
+episode), from :data:`ENV_BUDGETS`. Whatever the user sets (command line or ``--config`` YAML) wins over both.
+
+:func:`parse_run_args` does it for a script's ``TrlParser``: it parses once to learn the model and the env, sets the
+defaults that apply, parses again, and returns the parsed dataclasses with a :class:`RunSettings` that says, for the
+settings that matter, the value and where it came from (``command line``, ``config <file>``, ``demo recipe``,
+``env <name>``, ``TRL default``); :meth:`RunSettings.table` prints them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model_names import MODEL_NAMES
+
+ENV_BUDGETS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    # A real model may explain before it answers: room for a short worked answer.
+    "arithmetic": lambda kw: {"max_completion_length": 256, "max_turns": 1},
+    "judged_arithmetic": lambda kw: {"max_completion_length": 256, "max_turns": 1},
+    # One guess per turn, as many turns as the game allows.
+    "guess_number": lambda kw: {"max_completion_length": 32, "max_turns": int(kw.get("max_guesses", 6))},
+    # A tool call is a few dozen tokens of JSON; the answer comes after at most max_tool_calls calls.
+    "tool_use": lambda kw: {"max_completion_length": 128, "max_turns": int(kw.get("max_tool_calls", 4)) + 1},
+    # A move is a square number; X moves at most 5 times.
+    "tic_tac_toe": lambda kw: {"max_completion_length": 32, "max_turns": 5},
+    # One push (0 or 1) per turn, one turn per step of the episode.
+    "cartpole": lambda kw: {"max_completion_length": 8, "max_turns": int(kw.get("max_episode_steps", 500))},
+}
+"""Per built-in env: the token budgets it needs, from its options (``env_kwargs``). ``max_completion_length`` is the
+budget of one turn (GRPO; DPO's env mode calls it ``max_tokens_per_turn``)."""
+
+SHOWN = ("model_name_or_path", "env_name", "output_dir", "learning_rate", "lr_scheduler_type", "warmup_steps",
+         "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_steps",
+         "num_train_epochs", "num_rounds", "max_completion_length", "max_tokens_per_turn", "max_turns", "beta",
+         "temperature", "use_peft", "bf16", "use_cpu", "gradient_checkpointing", "logging_steps", "report_to", "seed")
+"""The settings :meth:`RunSettings.table` lists (those a run has)."""
+
+
+HARDWARE_SETTINGS = ("use_cpu", "bf16")
+"""Settings the scripts default from the machine (a GPU or not, bf16 support)."""
+
+
+def is_demo_model(model_name_or_path: str | None) -> bool:
+    """Whether the run trains an offline tiny model: no model given (the demo model is built), or a path whose last
+    part is a tiny model's name (``tiny-chat-v5``, ``tiny-chat-v1``)."""
+    if not model_name_or_path:
+        return True
+    return os.path.isdir(model_name_or_path) and os.path.basename(os.path.normpath(model_name_or_path)) in MODEL_NAMES
+
+
+def env_budgets(env_name: str | None, env_kwargs: dict[str, Any] | None, *, per_turn_key: str = "max_completion_length"
+                ) -> dict[str, Any]:
+    """The budgets ``env_name`` needs (:data:`ENV_BUDGETS`; ``{}`` for an env it does not know), the per-turn budget
+    under ``per_turn_key``."""
+    budgets = ENV_BUDGETS.get(env_name or "")
+    if budgets is None:
+        return {}
+    values = dict(budgets(env_kwargs or {}))
+    values[per_turn_key] = values.pop("max_completion_length")
+    return values
+
+
+@dataclass
+class RunSettings:
+    """The settings of a run and where each came from.
+
+    Attributes:
+        values: setting name -> value (as parsed).
+        sources: setting name -> ``command line``, ``config <file>``, ``demo recipe``, ``env <name>``,
+            ``script default``, ``this machine``, ``TRL default`` or ``trl_envs default``.
+        demo: whether the demo recipe applied.
+    """
+
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    demo: bool = False
+
+    def report(self) -> None:
+        """Print :meth:`table` once per launch: on the process of rank 0 (``RANK`` unset or 0)."""
+        if os.environ.get("RANK", "0") == "0":
+            print(self.table(), flush=True)
+
+    def table(self) -> str:
+        """One line per setting: ``name  value  (source)``."""
+        width = max(map(len, self.values), default=0)
+        lines = [f"[trl_envs] settings ({'demo recipe: the offline demo model' if self.demo else 'TRL defaults + what the env needs'}):"]
+        for name, value in self.values.items():
+            value = getattr(value, "value", value)
+            lines.append(f"  {name.ljust(width)}  {value!s:<28} ({self.sources[name]})")
+        return "\n".join(lines)
+
+
+def explicit_settings(parser, argv: Sequence[str]) -> dict[str, str]:
+    """Setting name -> ``command line`` or ``config <file>`` for what the user set in ``argv`` (flags, aliases
+    included) or in the ``--config`` YAML file it names."""
+    found: dict[str, str] = {}
+    config = None
+    for i, token in enumerate(argv):
+        if token == "--config" and i + 1 < len(argv):
+            config = argv[i + 1]
+        elif token.startswith("--config="):
+            config = token.split("=", 1)[1]
+    if config:
+        import yaml
+
+        with open(config, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+        found.update({key: f"config {config}" for key in data if key != "env"})  # `env:` sets environment variables
+    flags = {token.split("=", 1)[0] for token in argv if token.startswith("-")}
+    for action in parser._actions:
+        if any(option in flags for option in action.option_strings):
+            found[action.dest] = "command line"
+    return found
+
+
+def parse_run_args(parser, demo_recipe: dict[str, Any], argv: Sequence[str] | None = None, *,
+                   per_turn_key: str = "max_completion_length", env_default: str | None = None,
+                   script_defaults: Callable[[str | None], dict[str, Any]] | None = None) -> tuple[tuple, RunSettings]:
+    """Parse ``argv`` (default ``sys.argv[1:]``) with a script's ``TrlParser`` whose defaults do not include
+    ``demo_recipe``; apply the demo recipe (offline tiny model) or the env's budgets (any other model) as defaults;
+    return the parsed dataclasses and the :class:`RunSettings` of the run.
+
+    ``per_turn_key`` names the trainer's per-turn token budget; ``env_default`` is the env trained on when none is
+    named (the GRPO script's ``arithmetic``; ``None`` when no env is the default, as for offline DPO);
+    ``script_defaults(env_name)`` gives defaults of the script for any model (e.g. an output directory named after the
+    env), under the recipe and the env's budgets."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = parser.parse_args_and_config(args=argv)
+    script_args, model_args = first[0], _find(first, "model_name_or_path")
+    model = getattr(model_args, "model_name_or_path", None)
+    demo = is_demo_model(model)
+    env_name = getattr(script_args, "env_name", None) or (None if getattr(script_args, "env_dataset", None)
+                                                          else env_default)
+    if demo:
+        added, label = dict(demo_recipe), "demo recipe"
+    else:
+        from .registry import parse_env_kwargs
+
+        env_kwargs = parse_env_kwargs(getattr(script_args, "env_kwargs", None)) or {}
+        added, label = env_budgets(env_name, env_kwargs, per_turn_key=per_turn_key), f"env {env_name}"
+    common = {k: v for k, v in (script_defaults(env_name) if script_defaults else {}).items() if k not in added}
+    if common or added:
+        parser.set_defaults_with_config(**{**common, **added})
+    parsed = parser.parse_args_and_config(args=argv)
+    explicit = explicit_settings(parser, argv)
+    settings = RunSettings(demo=demo)
+    for name in SHOWN:
+        holder = _find(parsed, name)
+        if holder is None:
+            continue
+        settings.values[name] = getattr(holder, name)
+        settings.sources[name] = explicit.get(name) or (
+            label if name in added else "script default" if name in common
+            else "this machine" if name in HARDWARE_SETTINGS
+            else "TRL default" if _is_upstream_field(holder, name) else "trl_envs default")
+    if "env_name" in settings.values and settings.values["env_name"] is None and env_name:
+        settings.values["env_name"], settings.sources["env_name"] = env_name, "script default"
+    if settings.values.get("model_name_or_path") is None and "model_name_or_path" in settings.values:
+        settings.values["model_name_or_path"] = getattr(script_args, "tiny_model", None)
+        settings.sources["model_name_or_path"] = "script default (offline demo model)"
+    return parsed, settings
+
+
+def _is_upstream_field(obj: Any, name: str) -> bool:
+    """Whether ``name`` is a field of a TRL / transformers dataclass that ``obj``'s class derives from."""
+    import dataclasses
+
+    for cls in type(obj).__mro__:
+        if cls.__module__.split(".")[0] in ("trl", "transformers") and dataclasses.is_dataclass(cls) and \
+                name in {f.name for f in dataclasses.fields(cls)}:
+            return True
+    return False
+
+
+def _find(parsed: Sequence[Any], name: str) -> Any:
+    """The first of ``parsed`` that has the field ``name``."""
+    for obj in parsed:
+        if hasattr(obj, name):
+            return obj
+    return None
