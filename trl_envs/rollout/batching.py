@@ -366,6 +366,9 @@ class BatchingPolicy:
         self._stall_timer = None
         if not self._episodes:
             return
+        if loop_activity(self._loop_now()) == "ready":  # episodes are about to run (after a long sampler call)
+            self._stall_timer = self._loop_now().call_later(0.01, self._check_stalls)
+            return
         now, limit = self._time(), self.group_stall_timeout_s
         groups: dict[Any, list[EpisodeState]] = {}
         for episode in self._episodes:
