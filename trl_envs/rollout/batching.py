@@ -279,10 +279,15 @@ class BatchingPolicy:
     __call__ = sample
 
     async def wait_idle(self) -> None:
-        """Wait for the sampler calls still running (their results are dropped). A batch that ends early (an error)
-        must not leave ``generate`` running in a worker thread while the caller goes on to train the model."""
+        """Wait for the sampler calls still running (their results are dropped), then stop the batcher's timers. A
+        batch that ends early (an error) must not leave ``generate`` running in a worker thread while the caller goes
+        on to train the model, nor probes and timers on a loop that outlives the batch."""
         while self._in_flight:
             await asyncio.gather(*list(self._in_flight), return_exceptions=True)
+        for handle in (self._probe, self._stall_timer, self._timer):
+            if handle is not None:
+                handle.cancel()
+        self._probe = self._stall_timer = self._timer = None
 
     # -- when to send ------------------------------------------------------------------------------------------------
 
@@ -326,8 +331,8 @@ class BatchingPolicy:
     def _look(self) -> None:
         """Is the loop quiet apart from the pending requests? Sends them if so; else looks again when it may be."""
         self._probe = None
-        if self._busy or not (self._pending or self._maybe_left_waiting):
-            return  # the running call's end looks again
+        if self._busy or not (self._pending or (self._maybe_left_waiting and self._episodes)):
+            return  # nothing to decide (or the running call's end looks again)
         loop = self._loop_now()
         activity = loop_activity(loop, _sampler_threads_busy)
         if activity == "ready":
@@ -463,8 +468,9 @@ def _sampler_threads_busy() -> bool:
     return blocking_calls_in_flight() > 0
 
 
-for _callback in (BatchingPolicy._maybe_flush, BatchingPolicy._look, BatchingPolicy._check_stalls):
-    register_quiet_timer(_callback)
+register_quiet_timer(BatchingPolicy._maybe_flush)  # the valve: it sends requests, which is not an episode's work
+for _callback in (BatchingPolicy._look, BatchingPolicy._check_stalls):
+    register_quiet_timer(_callback, bookkeeping=True)
 
 
 def call_sampler(sampler: Sampler, requests: list[SampleRequest]) -> list[TokensWithLogprobs]:

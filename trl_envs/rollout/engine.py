@@ -420,11 +420,11 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
     """Every env's trajectory, rolled out concurrently; under :class:`RetryOnFailure` failed ones are replaced."""
     name = type(builder).__name__
     units = _retry_units(builder, len(envs))
-    group = Coupling(name)
+    group = Coupling(_own_name(builder, name))
 
     def rollout(i: int, unit: Coupling | None) -> Coroutine[Any, Any, Trajectory]:
         where = f"{name}: rollout {i} ({env_name(envs[i])})"
-        links = EpisodeLinks(group, unit, f"{name}: env {i} ({env_name(envs[i])})")
+        links = EpisodeLinks(group, unit, f"{group.name}: env {i} ({_own_name(envs[i], env_name(envs[i]))})")
         return _linked(links, run_with_deadline(lambda: do_single_rollout(policy, envs[i], budget),
                                                 strategy.per_rollout_timeout, where))
 
@@ -468,6 +468,12 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
 
     await _gather_fail_fast([one(u) for u in units])
     return [t for t in trajectories if t is not None]
+
+
+def _own_name(obj: Any, default: str) -> str:
+    """The name an adapter gives what it wraps (``TinkerEnv.name``: the cookbook env's class), else ``default``."""
+    name = getattr(obj, "name", None)
+    return name if isinstance(name, str) and name else default
 
 
 async def _linked(links: EpisodeLinks, rollout: Coroutine[Any, Any, T]) -> T:

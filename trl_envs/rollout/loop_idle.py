@@ -13,6 +13,7 @@ Windows proactor) it answers ``"unknown"``, and callers then rely on their other
 
 What counts as *quiet* (cannot make progress by itself):
 
+* callbacks queued to run now that only keep the books (another batcher's probe, the watchdog's heartbeat);
 * timers whose callback only ends a wait with a timeout: ``asyncio.timeout`` / ``wait_for`` / ``asyncio.wait``
   deadlines (a ``move_timeout``, a ``rollout_timeout``), and callbacks registered with :func:`register_quiet_timer`
   (the batcher's own valve and probes, the watchdog's heartbeat). A timer of any other kind (``asyncio.sleep``, a
@@ -38,12 +39,17 @@ a worker thread can wake the loop. ``"quiet"``: nothing can (see the module docs
 this module can read."""
 
 _quiet_callbacks: set[Any] = set()
+_bookkeeping_callbacks: set[Any] = set()
 
 
-def register_quiet_timer(callback: Callable[..., Any]) -> None:
+def register_quiet_timer(callback: Callable[..., Any], *, bookkeeping: bool = False) -> None:
     """Count timers that call ``callback`` (a function, or the function behind a bound method) as quiet: they end a
-    wait or watch the loop, they do not do an episode's work."""
-    _quiet_callbacks.add(getattr(callback, "__func__", callback))
+    wait or watch the loop, they do not do an episode's work. ``bookkeeping``: the callback never wakes an episode
+    (a batcher's own probe, the watchdog's beat), so it is not work even when queued to run now."""
+    fn = getattr(callback, "__func__", callback)
+    _quiet_callbacks.add(fn)
+    if bookkeeping:
+        _bookkeeping_callbacks.add(fn)
 
 
 for _fn in (getattr(getattr(asyncio, "timeouts", None), "Timeout", None), getattr(asyncio.tasks, "_release_waiter", None)):
@@ -68,8 +74,9 @@ def loop_activity(loop: asyncio.AbstractEventLoop, threads_busy: Callable[[], bo
     if executor is not None and not hasattr(executor, "calls_in_flight"):
         return "unknown"  # a stdlib pool does not say how many calls run in it
     threads = (executor is not None and executor.calls_in_flight(loop) > 0) or (threads_busy is not None and threads_busy())
-    if any(not h._cancelled for h in ready):
-        return "ready"
+    for handle in ready:
+        if not handle._cancelled and getattr(handle._callback, "__func__", handle._callback) not in _bookkeeping_callbacks:
+            return "ready"
     if threads:
         return "waiting"
     for handle in scheduled:

@@ -343,7 +343,7 @@ class _WaitForTimeout:
         return False
 
 
-register_quiet_timer(LoopWatchdog._heartbeat)  # the watchdog's beat is not an episode's work
+register_quiet_timer(LoopWatchdog._heartbeat, bookkeeping=True)  # the watchdog's beat is not an episode's work
 register_quiet_timer(_WaitForTimeout._expire)  # a deadline only ends a wait
 
 
