@@ -149,6 +149,24 @@ def test_turn_taking_on_a_condition_needs_no_valve():
     assert [[t.stop_reason for t in g.trajectories] for g in result.groups] == [["done", "done"]] * 4
 
 
+def test_two_batches_on_one_loop_both_go_out_when_it_is_quiet():
+    """Each batcher's probe is bookkeeping to the other: neither takes the other for work (no valve, no spinning)."""
+    from trl_envs import run_rollout_batch_async
+
+    async def go():
+        samplers = [CountingSampler(), CountingSampler()]
+        results = await asyncio.gather(*(run_rollout_batch_async([GameBuilder(4) for _ in range(2)], s,
+                                                                 RolloutBudget(max_turns=10), max_wait_s=30)
+                                         for s in samplers))
+        return samplers, results
+
+    start = time.perf_counter()
+    samplers, results = run_sync(go)
+    assert time.perf_counter() - start < 10
+    assert [r.num_valve_flushes for r in results] == [0, 0]
+    assert [s.batch_sizes for s in samplers] == [[2] * 4, [2] * 4]
+
+
 class WorkingEnv(Env):
     """Two turns; env 0's first step does ``work`` (0.3 s), env 1's steps return at once."""
 

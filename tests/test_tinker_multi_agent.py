@@ -23,7 +23,7 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer  # noqa: E402
 from trl_envs import RolloutBudget, run_rollout_batch  # noqa: E402
 from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
 from trl_envs.tinker import SamplerMessageCompleter, adapt  # noqa: E402
-from tinker_cookbook_envs import RENDERER_NAME, SECRET_WORDS, scripted_player  # noqa: E402
+from tinker_cookbook_envs import RENDERER_NAME, SECRET_WORDS  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 

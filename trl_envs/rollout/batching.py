@@ -49,8 +49,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .coupling import EpisodeState, GroupStalledError, describe
-from .coupling import current_links
+from .coupling import EpisodeState, GroupStalledError, current_links, describe
 from .event_loop import blocking_calls_in_flight, run_blocking
 from .loop_idle import loop_activity, register_quiet_timer
 from ..samplers.base import SampleRequest, Sampler
