@@ -337,6 +337,9 @@ class BatchingPolicy:
         if activity == "ready":
             self._probe_delay = 0.0
             self._probe = loop.call_soon(self._look)
+        elif activity == "waiting" and self._pending and self._live - self._parked <= 0:
+            self._probe_delay = 0.0  # requests made outside episodes (group rewards) with no episode left to wait for
+            self._send(valve=False, idle=False)
         elif activity == "waiting":  # a timer, a socket or a thread: look again soon, less often the longer it lasts
             self._probe_delay = min(max(2 * self._probe_delay, 0.001), 0.05)
             self._probe = loop.call_later(self._probe_delay, self._look)
