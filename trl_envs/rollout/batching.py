@@ -189,7 +189,6 @@ class BatchingPolicy:
         self._probe_delay = 0.0
         self._maybe_left_waiting = False  # an episode stopped early since the last quiet look
         self._stall_timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._in_flight: set[asyncio.Task] = set()
         self.num_calls = 0
         self.batch_sizes: list[int] = []
@@ -247,7 +246,6 @@ class BatchingPolicy:
         """Sample one action for ``prompt`` from ``sampler`` (default: the policy); resolves when the batch this
         request joined has been sampled. A request made inside an episode counts as that episode asking."""
         loop = asyncio.get_running_loop()
-        self._loop = loop
         future = loop.create_future()
         clock = rollout_clock.get()
         if clock is not None:
@@ -291,9 +289,7 @@ class BatchingPolicy:
     # -- when to send ------------------------------------------------------------------------------------------------
 
     def _time(self) -> float:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        return self._loop.time()
+        return asyncio.get_running_loop().time()
 
     def _release(self, p: _Pending) -> None:
         if not p.taken:
@@ -323,9 +319,7 @@ class BatchingPolicy:
             self._probe = self._loop_now().call_soon(self._look)
 
     def _loop_now(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        return self._loop
+        return asyncio.get_running_loop()  # every caller runs on the batch's loop (a batcher may serve several loops)
 
     def _look(self) -> None:
         """Is the loop quiet apart from the pending requests? Sends them if so; else looks again when it may be."""
