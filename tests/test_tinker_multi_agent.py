@@ -131,3 +131,22 @@ def test_grpo_step_on_cookbook_text_arena_self_play_is_not_stalled(tiny_model_pa
     elapsed = time.perf_counter() - start
     assert trainer.last_rollout.num_valve_flushes == 0, vars(trainer.last_rollout)
     assert elapsed < 45
+
+
+def test_training_on_text_arena_with_a_player_stopped_by_max_turns_does_not_hang(tiny_model_path, tokenizer, renderer,
+                                                                                  cpu_grpo_config):
+    """Legal moves (a scripted player) and max_turns=1: each game's second player is left waiting on the cookbook's
+    Condition after the first stops. The step completes and the training logs count the ended players."""
+    envs = adapt(TwoPlayerTextArenaDatasetBuilder(batch_size=4, num_train_datapoints=8, num_test_datapoints=2,
+                                                  model_name=tiny_model_path, game_name="TicTacToe-v0",
+                                                  renderer_name=RENDERER_NAME, test_opponent="random"))
+    from trl_envs import EnvGRPOTrainer
+
+    config = cpu_grpo_config(num_generations=2, per_device_train_batch_size=4, max_steps=1, max_turns=1,
+                             max_completion_length=8)
+    trainer = EnvGRPOTrainer(tiny_model_path, config, envs, processing_class=tokenizer,
+                             sampler=Recording(renderer, legal_mover(2)))
+    trainer.train()
+    assert trainer.last_rollout.num_sibling_endings == 2
+    logged = [h for h in trainer.state.log_history if any("SiblingEnded" in k for k in h)]
+    assert logged, sorted(trainer.state.log_history[0])
