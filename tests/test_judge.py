@@ -96,3 +96,22 @@ def test_judged_arithmetic_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_mo
     assert logged and "env/judged_arithmetic/correct" in logged[0]
     for g in trainer.last_rollout.groups:
         assert sum(g.get_total_rewards()) == pytest.approx(0.0)
+
+
+def test_model_judge_of_every_group_of_a_batch_shares_one_call(tokenizer, renderer):
+    """Inside a rollout batch, the groups judged at the same time send their pairs in ONE judge call."""
+    class JudgeModel:
+        calls = []
+
+        def sample(self, requests):
+            self.calls.append(len(requests))
+            ids = tokenizer.encode("A", add_special_tokens=False) + [renderer.end_of_turn_token_id]
+            return [TokensWithLogprobs(list(ids)) for _ in requests]
+
+    judge = ModelJudge(JudgeModel(), renderer, task="3 + 4")
+    builders = [PairwiseJudgeGroupBuilder(QuestionGroupBuilder(renderer, 3, 4, group_size=3), judge, renderer)
+                for _ in range(4)]
+    policy = TextPolicySampler(renderer, lambda text: "7")
+    result = run_rollout_batch(builders, policy)
+    assert JudgeModel.calls == [4 * 3]  # 3 pairs per group, 4 groups: one call, not one per group
+    assert policy.num_calls == 1 and result.num_sampler_calls == 2

@@ -42,6 +42,7 @@ def build(config_class, **fields):
     ("rollout_timeout", -1.5, "rollout_timeout must be a number of seconds > 0"),
     ("rollout_timeout", float("nan"), "rollout_timeout must be a number of seconds > 0"),
     ("sampler_max_wait_s", 0, "sampler_max_wait_s must be a number of seconds > 0"),
+    ("group_stall_timeout_s", -1, "group_stall_timeout_s must be a number of seconds > 0"),
     ("rollout_error_strategy", "ignore", "rollout_error_strategy must be 'fail_fast' or 'retry'"),
 ])
 def test_bad_rollout_field_is_refused_when_the_config_is_built(config_class, field, value, message):

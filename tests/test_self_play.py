@@ -112,15 +112,16 @@ def test_turn_taking_never_waits_for_the_valve(tokenizer, renderer):
     assert 5 <= result.num_sampler_calls <= 9  # all games move together: one call per move number
 
 
-def test_an_unparked_wait_on_a_sibling_does_need_the_valve():
-    """Control for the test above: the valve counter does count stalls."""
+def test_an_unparked_wait_on_a_sibling_needs_no_valve_but_a_thread_at_work_is_waited_for():
+    """A wait on a sibling without parked() is seen from the quiet loop (an idle flush, no valve); a sibling whose
+    work runs in a thread is waited for until the valve (control: the valve counter does count stalls)."""
     class Sampler:
         def sample(self, requests):
             from trl_envs import TokensWithLogprobs
             return [TokensWithLogprobs([1, 2]) for _ in requests]
 
-    async def go(use_parking):
-        batcher = BatchingPolicy(Sampler(), max_wait_s=0.2)
+    async def go(how):
+        batcher = BatchingPolicy(Sampler(), max_wait_s=0.3)
         moved = asyncio.Event()
 
         async def first():
@@ -130,18 +131,21 @@ def test_an_unparked_wait_on_a_sibling_does_need_the_valve():
 
         async def second():
             async with batcher.episode():
-                if use_parking:
+                if how == "parked":
                     async with parked():
                         await moved.wait()
-                else:
+                elif how == "plain":
                     await moved.wait()
+                else:  # busy in a worker thread, longer than the valve
+                    await asyncio.to_thread(time.sleep, 0.6)
                 await batcher.sample([1], [2], 4)
 
         await asyncio.wait_for(asyncio.gather(second(), first()), 10)  # second is live before first samples
-        return batcher.num_valve_flushes
+        return batcher.num_valve_flushes, batcher.num_idle_flushes
 
-    assert run_sync(lambda: go(False)) == 1
-    assert run_sync(lambda: go(True)) == 0
+    assert run_sync(lambda: go("plain")) == (0, 1)
+    assert run_sync(lambda: go("parked")) == (0, 0)
+    assert run_sync(lambda: go("thread")) == (1, 0)
 
 
 # -- failures never leave a player waiting ------------------------------------------------------------------------

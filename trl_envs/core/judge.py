@@ -139,7 +139,8 @@ DEFAULT_JUDGE_INSTRUCTION = ("Compare two responses to the task below and say wh
 class ModelJudge:
     """A judge that asks a chat model which of two responses is better.
 
-    Every pair of a group goes to ``sampler`` in ONE batched call. The model's reply is read as ``A`` (1), ``B``
+    Every pair of a group goes to ``sampler`` in ONE batched call; inside a rollout batch, together with the pairs of
+    every other group judged meanwhile (``trl_envs.rollout.batching.current_batcher``). The model's reply is read as ``A`` (1), ``B``
     (-1) or ``tie`` (0); a reply with none of these counts as a tie and is counted in :attr:`num_unreadable`.
 
     Args:
@@ -163,7 +164,14 @@ class ModelJudge:
     async def judge_many(self, pairs: list[tuple[str, str]]) -> list[float]:
         requests = [SampleRequest(self.prompt(a, b), self.renderer.get_stop_sequences(), self.max_tokens)
                     for a, b in pairs]
-        outs = await asyncio.to_thread(self.sampler.sample, requests)
+        from ..rollout.batching import current_batcher  # the rollout layer, imported when a judge runs in it
+
+        batcher = current_batcher()
+        if batcher is not None:  # inside a rollout batch: one call with every group's pairs asked meanwhile
+            outs = await asyncio.gather(*(batcher.sample(r.prompt, r.stop, r.max_tokens, sampler=self.sampler)
+                                          for r in requests))
+        else:
+            outs = await asyncio.to_thread(self.sampler.sample, requests)
         return [self.read_verdict(self.renderer.parse_response(o.tokens).message["content"]) for o in outs]
 
     def read_verdict(self, text: str) -> float:

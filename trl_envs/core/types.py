@@ -90,7 +90,7 @@ class Transition:
     logs: Logs = field(default_factory=dict)
 
 
-StopReason: TypeAlias = Literal["done", "max_turns", "max_tokens"]
+StopReason: TypeAlias = Literal["done", "max_turns", "max_tokens", "sibling_ended"]
 
 
 @dataclass
@@ -101,7 +101,8 @@ class Trajectory:
         transitions: the turns, in order.
         final_ob: the observation after the last step.
         stop_reason: ``"done"`` when the env ended the episode, ``"max_turns"`` / ``"max_tokens"`` when a rollout
-            budget did.
+            budget did, ``"sibling_ended"`` when the engine ended it because it was left waiting on a sibling env
+            that stopped early (``trl_envs.rollout.coupling``).
     """
 
     transitions: list[Transition]

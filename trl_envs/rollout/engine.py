@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from .batching import BatchingPolicy
+from .coupling import Coupling, EpisodeLinks, EpisodeState, SiblingEndedError, current_links
 from .event_loop import cyclic_gc_paused, run_sync  # run_sync re-exported: the trainers and scripts import it here
 from ..samplers.base import Sampler
 from ..core.types import Env, EnvContractError, EnvGroupBuilder, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
@@ -58,6 +59,10 @@ class RolloutBudget:
             sets it from the model.
         report_blocking_after_s: an env method that blocks the event loop this long is reported by name, once
             (``None``: never; see ``trl_envs.rollout.watchdog``).
+        group_stall_timeout_s: a group none of whose live episodes asked for an action or got one for this long is
+            failed with :class:`~trl_envs.rollout.coupling.GroupStalledError` naming it and what each env was doing
+            (``None``: never). A safety net against hangs; raise it for envs whose single step legitimately takes
+            longer.
     """
 
     max_turns: int | None = 16
@@ -67,6 +72,7 @@ class RolloutBudget:
     context_overflow: Literal["end", "error"] = "end"
     vocab_size: int | None = None
     report_blocking_after_s: float | None = 1.0
+    group_stall_timeout_s: float | None = 600.0
 
     def __post_init__(self) -> None:
         if self.max_tokens_per_turn < 1:
@@ -79,6 +85,8 @@ class RolloutBudget:
                 raise ValueError(f"RolloutBudget.{name} must be >= 1 or None, got {value}")
         if self.context_overflow not in ("end", "error"):
             raise ValueError(f"RolloutBudget.context_overflow must be 'end' or 'error', got {self.context_overflow!r}")
+        if self.group_stall_timeout_s is not None and not self.group_stall_timeout_s > 0:
+            raise ValueError(f"RolloutBudget.group_stall_timeout_s must be > 0 or None, got {self.group_stall_timeout_s}")
         if self.report_blocking_after_s is not None and not self.report_blocking_after_s > 0:
             raise ValueError(f"RolloutBudget.report_blocking_after_s must be > 0 or None, got "
                              f"{self.report_blocking_after_s}")
@@ -89,54 +97,115 @@ async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget
 
     Raises :class:`EnvContractError` naming the env (or the sampler) when it returns something of the wrong shape,
     and :class:`~trl_envs.rollout.validation.ContextBudgetError` when the episode outgrows
-    ``budget.max_context_tokens`` with ``context_overflow="error"``.
+    ``budget.max_context_tokens`` with ``context_overflow="error"``. Under a :class:`BatchingPolicy`, an episode left
+    waiting on a sibling that stopped early ends with stop reason ``"sibling_ended"`` (or raises
+    :class:`~trl_envs.rollout.coupling.SiblingEndedError` before its first action), and one of a group that stopped
+    making progress raises :class:`~trl_envs.rollout.coupling.GroupStalledError` (``trl_envs.rollout.coupling``).
     """
     budget = budget or RolloutBudget()
-    name = env_name(env)
+    scope = policy.episode() if hasattr(policy, "episode") else contextlib.nullcontext()
+    async with scope as episode:
+        if not isinstance(episode, EpisodeState):
+            episode = None
+        state = _EpisodeProgress(env, episode)
+        try:
+            trajectory = await _play(policy, env, budget, state)
+        except asyncio.CancelledError:
+            how = episode.take_ending() if episode is not None else None
+            if how is None:
+                raise
+            return state.ended_by_engine(how)
+        except BaseException as error:
+            how = episode.take_ending() if episode is not None else None
+            if how is not None:  # the env turned the engine's cancellation into an error of its own
+                return state.ended_by_engine(how)
+            if episode is not None:
+                policy.stopped_early(episode, f"{state.label} failed with {type(error).__name__}")
+            raise
+        if trajectory.stop_reason != "done" and episode is not None:
+            policy.stopped_early(episode, f"{state.label} stopped by {trajectory.stop_reason}")
+        return trajectory
+
+
+class _EpisodeProgress:
+    """Where an episode is (for ending it where it waits, and for messages)."""
+
+    def __init__(self, env: Env, episode: Any):
+        self.env, self.episode = env, episode
+        name = env_name(env)
+        self.label = episode.links.label if episode is not None and episode.links is not None else name
+        self.name = name
+        self.ob: list[int] | None = None
+        self.transitions: list[Transition] = []
+        self.stepping: Any = None  # the action whose step has not returned yet
+
+    def doing(self, what: str) -> None:
+        note_activity(what)
+        if self.episode is not None:
+            self.episode.activity = what
+
+    def ended_by_engine(self, how: str | BaseException) -> Trajectory:
+        if isinstance(how, BaseException):
+            raise how
+        transitions = list(self.transitions)
+        if self.stepping is not None:  # its step never returned: the action is the last turn, unrewarded
+            transitions.append(Transition(self.ob, self.stepping, 0.0, False, {}, {"ended": how}))
+        if not transitions:
+            raise SiblingEndedError(f"{self.label} was left waiting in {self.episode.activity} before its first "
+                                    f"action: {how}")
+        logger.info("%s ended: left waiting after %s", self.label, how)
+        final = list(self.ob) + list(self.stepping.tokens) if self.stepping is not None else list(self.ob)
+        return Trajectory(transitions, final, "sibling_ended", _extends(self.env))
+
+
+async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _EpisodeProgress) -> Trajectory:
+    name = state.name
     sampler = sampler_name(policy)
     max_turns, per_turn = budget.max_turns, budget.max_tokens_per_turn
     per_trajectory, context, vocab_size = budget.max_tokens_per_trajectory, budget.max_context_tokens, budget.vocab_size
-    scope = policy.episode() if hasattr(policy, "episode") else contextlib.nullcontext()
-    async with scope:
-        note_activity(f"{name}.initial_observation")
-        ob, stop = check_initial(env, await env.initial_observation())
-        transitions: list[Transition] = []
-        tokens_used = 0
-        # ``observations_extend`` is read when the episode ends: an env may find out mid-episode that its
-        # observations stop extending (the Tinker adapter does) and set it on the instance.
-        while True:
-            turn = len(transitions)
-            max_tokens = per_turn
-            if per_trajectory is not None:
-                max_tokens = min(max_tokens, per_trajectory - tokens_used)
-            if context is not None:
-                room = context - len(ob)
-                if room < 1:
-                    message = (f"{name}: the observation of turn {turn} is {len(ob)} tokens, which leaves no room to "
-                               f"sample under the context budget of {context} tokens "
-                               "(max_context_tokens; a trainer defaults it to the model's maximum positions)")
-                    if turn == 0 or budget.context_overflow == "error":
-                        raise ContextBudgetError(message)
-                    logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
-                    return Trajectory(transitions, ob, "max_tokens", _extends(env))
-                if room < max_tokens:
-                    max_tokens = room
-            note_activity(f"sampling turn {turn} with {sampler}")
-            ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, vocab_size)
-            tokens_used += len(ac.tokens)
-            note_activity(f"{name}.step (turn {turn})")
-            result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
-            check_step_result(env, result, turn)
-            transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
-                                          dict(result.metrics), dict(result.logs)))
-            if result.episode_done:
-                return Trajectory(transitions, list(result.next_observation), "done", _extends(env))
-            ob = check_observation(env, result.next_observation, "step")
-            stop = result.next_stop_condition
-            if max_turns is not None and len(transitions) >= max_turns:
-                return Trajectory(transitions, ob, "max_turns", _extends(env))
-            if per_trajectory is not None and tokens_used >= per_trajectory:
+    state.doing(f"{name}.initial_observation")
+    ob, stop = check_initial(env, await env.initial_observation())
+    state.ob = ob
+    transitions = state.transitions
+    tokens_used = 0
+    # ``observations_extend`` is read when the episode ends: an env may find out mid-episode that its
+    # observations stop extending (the Tinker adapter does) and set it on the instance.
+    while True:
+        turn = len(transitions)
+        max_tokens = per_turn
+        if per_trajectory is not None:
+            max_tokens = min(max_tokens, per_trajectory - tokens_used)
+        if context is not None:
+            room = context - len(ob)
+            if room < 1:
+                message = (f"{name}: the observation of turn {turn} is {len(ob)} tokens, which leaves no room to "
+                           f"sample under the context budget of {context} tokens "
+                           "(max_context_tokens; a trainer defaults it to the model's maximum positions)")
+                if turn == 0 or budget.context_overflow == "error":
+                    raise ContextBudgetError(message)
+                logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
                 return Trajectory(transitions, ob, "max_tokens", _extends(env))
+            if room < max_tokens:
+                max_tokens = room
+        state.doing(f"sampling turn {turn} with {sampler}")
+        ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, vocab_size)
+        tokens_used += len(ac.tokens)
+        state.doing(f"{name}.step (turn {turn})")
+        state.stepping = ac
+        result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
+        state.stepping = None
+        check_step_result(env, result, turn)
+        transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
+                                      dict(result.metrics), dict(result.logs)))
+        if result.episode_done:
+            return Trajectory(transitions, list(result.next_observation), "done", _extends(env))
+        ob = check_observation(env, result.next_observation, "step")
+        state.ob = ob
+        stop = result.next_stop_condition
+        if max_turns is not None and len(transitions) >= max_turns:
+            return Trajectory(transitions, ob, "max_turns", _extends(env))
+        if per_trajectory is not None and tokens_used >= per_trajectory:
+            return Trajectory(transitions, ob, "max_tokens", _extends(env))
 
 
 def _extends(env: Env) -> bool:
@@ -292,6 +361,9 @@ async def _play_group(builder: EnvGroupBuilder, policy: TokenPolicy, budget: Rol
         envs = await _builder_call(builder, "make_envs", builder.make_envs, strategy, retries,
                                    lambda value: _registered(check_envs(builder, value)))
         trajectories = await _rollouts(builder, envs, policy, budget, strategy, retries, after_start)
+        ended = sum(t.stop_reason == "sibling_ended" for t in trajectories)
+        if ended:
+            group_errors["SiblingEnded"] += ended  # recorded: episodes ended because a sibling stopped early
         rewards, metrics = await _builder_call(
             builder, "compute_group_rewards", lambda: builder.compute_group_rewards(trajectories, envs), strategy,
             retries, lambda value: check_group_rewards(builder, value, len(trajectories)))
@@ -358,15 +430,25 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
                     ) -> list[Trajectory]:
     """Every env's trajectory, rolled out concurrently; under :class:`RetryOnFailure` failed ones are replaced."""
     name = type(builder).__name__
+    units = _retry_units(builder, len(envs))
+    group = Coupling(_own_name(builder, name))
 
-    def rollout(i: int) -> Coroutine[Any, Any, Trajectory]:
-        return run_with_deadline(lambda: do_single_rollout(policy, envs[i], budget), strategy.per_rollout_timeout,
-                                 f"{name}: rollout {i} ({env_name(envs[i])})")
+    def rollout(i: int, unit: Coupling | None) -> Coroutine[Any, Any, Trajectory]:
+        where = f"{name}: rollout {i} ({env_name(envs[i])})"
+        links = EpisodeLinks(group, unit, f"{group.name}: env {i} ({_own_name(envs[i], env_name(envs[i]))})")
+        return _linked(links, run_with_deadline(lambda: do_single_rollout(policy, envs[i], budget),
+                                                strategy.per_rollout_timeout, where))
+
+    def play(unit: list[int]) -> list[Coroutine[Any, Any, Trajectory]]:
+        coupling = Coupling(f"{name}: coupled envs {unit}") if len(unit) > 1 else None  # fresh for each attempt
+        return [rollout(i, coupling) for i in unit]
 
     if not retries.retry:
-        return await _gather_fail_fast([rollout(i) for i in range(len(envs))], after_start)
+        order = [i for unit in units for i in unit]
+        results = await _gather_fail_fast([c for unit in units for c in play(unit)], after_start)
+        by_env = dict(zip(order, results))
+        return [by_env[i] for i in range(len(envs))]
 
-    units = _retry_units(builder, len(envs))
     trajectories: list[Trajectory | None] = [None] * len(envs)
     not_started = len(units)
 
@@ -380,7 +462,7 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
         started: Callable[[], None] | None = unit_started
         while True:
             try:
-                results = await _gather_fail_fast([rollout(i) for i in unit], started)
+                results = await _gather_fail_fast(play(unit), started)
                 for i, traj in zip(unit, results):
                     trajectories[i] = traj
                 return
@@ -397,6 +479,18 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
 
     await _gather_fail_fast([one(u) for u in units])
     return [t for t in trajectories if t is not None]
+
+
+def _own_name(obj: Any, default: str) -> str:
+    """The name an adapter gives what it wraps (``TinkerEnv.name``: the cookbook env's class), else ``default``."""
+    name = getattr(obj, "name", None)
+    return name if isinstance(name, str) and name else default
+
+
+async def _linked(links: EpisodeLinks, rollout: Coroutine[Any, Any, T]) -> T:
+    """Await ``rollout`` (one env's episode) with ``links`` as what it is coupled with (``coupling.current_links``)."""
+    current_links.set(links)  # this task's own context: seen by the episode's batcher scope
+    return await rollout
 
 
 def _retry_units(builder: EnvGroupBuilder, n: int) -> list[list[int]]:
@@ -428,6 +522,10 @@ class RolloutBatchResult:
         num_sampler_calls: calls made to the sampler; ``sampler_batch_sizes``: requests in each.
         wall_seconds: wall time of the whole batch; ``sampler_seconds``: the part spent inside the sampler.
         num_valve_flushes: sampler calls forced by the ``max_wait_s`` valve (0 when no episode stalled the batch).
+        num_idle_flushes: sampler calls sent while some episode had not asked because the event loop was quiet (it
+            waited on a sibling: a turn-taking game).
+        num_sibling_endings: episodes ended because a sibling they waited on stopped early (stop reason
+            ``"sibling_ended"``); num_stalled_groups: groups failed by ``RolloutBudget.group_stall_timeout_s``.
     """
 
     groups: list[TrajectoryGroup | None]
@@ -437,25 +535,30 @@ class RolloutBatchResult:
     wall_seconds: float = 0.0
     sampler_seconds: float = 0.0
     num_valve_flushes: int = 0
+    num_idle_flushes: int = 0
+    num_sibling_endings: int = 0
+    num_stalled_groups: int = 0
 
 
 async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: Sampler,
                                   budget: RolloutBudget | None = None, strategy: ErrorStrategy = FailFast(),
                                   max_wait_s: float | None = 30.0) -> RolloutBatchResult:
     """Roll out all ``builders``' groups concurrently, sampling all active episodes together each turn."""
-    batcher = BatchingPolicy(sampler, max_wait_s=max_wait_s)
+    budget = budget or RolloutBudget()
+    batcher = BatchingPolicy(sampler, max_wait_s=max_wait_s, group_stall_timeout_s=budget.group_stall_timeout_s)
     errors: Counter = Counter()
     start = time.perf_counter()
     use_abandonable_threads()  # an env's abandoned asyncio.to_thread call never holds up the end of the batch
     setup = _Participant(batcher)
     try:
-        with LoopWatchdog((budget or RolloutBudget()).report_blocking_after_s):
+        with LoopWatchdog(budget.report_blocking_after_s), batcher.as_current():
             groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors)
                                               for b in builders], setup.release)
     finally:
         await batcher.wait_idle()  # the loop outlives the batch: never leave a generate call running behind it
     return RolloutBatchResult(groups, dict(errors), batcher.num_calls, list(batcher.batch_sizes),
-                              time.perf_counter() - start, batcher.sampler_seconds, batcher.num_valve_flushes)
+                              time.perf_counter() - start, batcher.sampler_seconds, batcher.num_valve_flushes,
+                              batcher.num_idle_flushes, batcher.num_sibling_endings, batcher.num_stalled_groups)
 
 
 def run_rollout_batch(builders: Sequence[EnvGroupBuilder], sampler: Sampler, budget: RolloutBudget | None = None,

@@ -134,11 +134,27 @@ def blocking_executor() -> concurrent.futures.ThreadPoolExecutor:
         return _executor
 
 
+_blocking_in_flight = 0
+_blocking_lock = threading.Lock()
+
+
 async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
     """``await`` ``fn(*args)`` run in :func:`blocking_executor`, in a copy of the caller's ``contextvars`` (as
     ``asyncio.to_thread``, without its per-loop default pool)."""
+    global _blocking_in_flight
     context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(blocking_executor(), context.run, fn, *args)
+    with _blocking_lock:
+        _blocking_in_flight += 1
+    try:
+        return await asyncio.get_running_loop().run_in_executor(blocking_executor(), context.run, fn, *args)
+    finally:
+        with _blocking_lock:
+            _blocking_in_flight -= 1
+
+
+def blocking_calls_in_flight() -> int:
+    """How many :func:`run_blocking` calls have not yet returned to their awaiting coroutine (any loop)."""
+    return _blocking_in_flight
 
 
 def _rollout_loop() -> _RolloutLoop:

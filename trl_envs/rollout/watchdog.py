@@ -31,6 +31,7 @@ from types import CodeType, FrameType
 from typing import Any, TypeVar
 
 from .batching import call_sampler, rollout_clock
+from .loop_idle import register_quiet_timer
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -340,6 +341,10 @@ class _WaitForTimeout:
         if exc_type is asyncio.CancelledError and self._expired:
             raise TimeoutError from exc
         return False
+
+
+register_quiet_timer(LoopWatchdog._heartbeat, bookkeeping=True)  # the watchdog's beat is not an episode's work
+register_quiet_timer(_WaitForTimeout._expire)  # a deadline only ends a wait
 
 
 class _PausableClock:

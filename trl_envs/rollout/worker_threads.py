@@ -38,12 +38,18 @@ class AbandonableThreadPool(concurrent.futures.ThreadPoolExecutor):
         self._lock = threading.Lock()
         self._idle = 0
         self._running: dict[concurrent.futures.Future, str | None] = {}
+        self._loops: dict[concurrent.futures.Future, asyncio.AbstractEventLoop | None] = {}
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         submitted_by = env_method_on_stack(sys._getframe(1))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
         with self._lock:
             self._running[future] = submitted_by
+            self._loops[future] = loop
             start_worker = self._idle == 0
             if not start_worker:
                 self._idle -= 1
@@ -71,7 +77,16 @@ class AbandonableThreadPool(concurrent.futures.ThreadPoolExecutor):
             finally:
                 with self._lock:
                     self._running.pop(future, None)
+                    self._loops.pop(future, None)
                     self._idle += 1
+
+    def calls_in_flight(self, loop: asyncio.AbstractEventLoop | None = None) -> int:
+        """How many calls are queued or running (only those submitted from ``loop``, when given). A call stops
+        counting only after its result was handed to its future (and so to the loop that awaits it)."""
+        with self._lock:
+            if loop is None:
+                return len(self._running)
+            return sum(1 for submitted_from in self._loops.values() if submitted_from is loop)
 
     def abandoned_calls(self) -> list[str]:
         """The env methods whose worker threads are still running (those not waited for at shutdown)."""

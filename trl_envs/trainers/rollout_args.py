@@ -40,7 +40,11 @@ class RolloutArguments:
                                          "max_tokens) or 'error'."})
     sampler_max_wait_s: float | None = field(
         default=30.0, metadata={"help": "Longest wait for all live episodes to ask for a turn before sampling the "
-                                        "requests already pending."})
+                                        "requests already pending (episodes blocked on a sibling are not waited "
+                                        "for: the requests go out once the event loop is quiet)."})
+    group_stall_timeout_s: float | None = field(
+        default=600.0, metadata={"help": "Fail a group none of whose episodes asked for or got an action for this "
+                                         "many seconds, naming it and what each env was doing (None: never)."})
 
     def __post_init__(self):
         # Mixed in first (``class EnvGRPOConfig(RolloutArguments, GRPOConfig)``): TRL's config initialises, then ours
@@ -62,6 +66,7 @@ class RolloutArguments:
         check_count(self, "rollout_max_retries", minimum=0)
         check_seconds(self, "rollout_timeout")
         check_seconds(self, "sampler_max_wait_s")
+        check_seconds(self, "group_stall_timeout_s")
         check_count(self, "max_context_tokens", minimum=1, optional=True)
         if self.context_overflow not in ("end", "error"):
             raise ValueError(f"{type(self).__name__}.context_overflow must be 'end' or 'error', got "
@@ -84,7 +89,8 @@ class RolloutArguments:
         (:meth:`model_limits`)."""
         return RolloutBudget(max_turns=self.max_turns,
                              max_tokens_per_turn=self.max_tokens_per_turn or self.default_max_tokens_per_turn(),
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory, **self.model_limits(model))
+                             max_tokens_per_trajectory=self.max_tokens_per_trajectory,
+                             group_stall_timeout_s=self.group_stall_timeout_s, **self.model_limits(model))
 
     def error_strategy(self) -> ErrorStrategy:
         if self.rollout_error_strategy == "retry":
