@@ -193,5 +193,5 @@ class GameDatasetBuilder(BuiltinDatasetBuilder):
                            tag=self.name)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        return (self.dataset(self.num_batches, self.seed, self.opponent),
+        return (self.dataset(self.num_batches, self.train_seed, self.opponent),
                 self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, self.test_opponent))

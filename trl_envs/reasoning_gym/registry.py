@@ -59,7 +59,7 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
         if self.answer_tag is not None and (not isinstance(self.answer_tag, str) or not self.answer_tag.isidentifier()):
             raise ValueError(f"env {self.env_name!r}: option 'answer_tag' must be a tag name such as 'answer', got "
                              f"{self.answer_tag!r}")
-        procedural_dataset(self.task, self._config(self.seed))  # a bad config fails here, before any model loads
+        procedural_dataset(self.task, self._config(self.train_seed))  # a bad config fails here, before any model loads
 
     def _config(self, seed: int, size: int | None = None) -> dict[str, Any]:
         config = {**self.config, "seed": seed}
@@ -75,7 +75,7 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
 
     def test_dataset(self) -> RLDataset:
         """The held-out split: entries of another seed whose questions the training split does not have."""
-        train = procedural_dataset(self.task, self._config(self.seed))
+        train = procedural_dataset(self.task, self._config(self.train_seed))
         seen = {entry["question"] for entry in train}
         wanted = self.num_test_batches * self.batch_size
         config = self._config(self.test_seed + TEST_SEED_OFFSET, max(wanted * 2, self.config.get("size", 0) or 0))
@@ -90,7 +90,7 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
                                    config, indices, self.answer_tag, self.format_coef, self.test_seed)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        return self.dataset(self.num_batches, self.seed), self.test_dataset()
+        return self.dataset(self.num_batches, self.train_seed), self.test_dataset()
 
 
 OWN_OPTIONS = ("batch_size", "group_size", "num_batches", "num_test_batches", "seed", "test_seed", "answer_tag",
