@@ -35,6 +35,11 @@ logger = logging.getLogger(__name__)
 _ENDED_KEYS_KEPT = 65536
 
 
+def ended_error(reason: str) -> APIError:
+    """The 409 answer to a call of an episode that has ended."""
+    return APIError(409, f"this episode has ended ({reason}); the call was not answered", code="episode_ended")
+
+
 class Call:
     """One chat-completions call waiting for its reply: the checked ``request``, and a future the env resolves with
     ``(status, body)`` (``body`` a JSON-able dict, or ``bytes`` of server-sent events)."""
@@ -84,7 +89,7 @@ class Session:
             return
         self.closed = True
         self.endpoint._end_session(self, reason)
-        error = APIError(409, f"this episode has ended ({reason}); the call was not answered", code="episode_ended")
+        error = ended_error(reason)
         while self.calls:
             self.calls.popleft().refuse(error)
         self.wake()
@@ -228,8 +233,7 @@ class AgentEndpoint:
         if session is not None:
             return session
         if key in self._ended:
-            raise APIError(409, f"this episode has ended ({self._ended[key]}); the call was not answered",
-                           code="episode_ended")
+            raise ended_error(self._ended[key])
         raise APIError(401, "invalid API key: every episode has its own key (the api_key its agent was given)",
                        type="authentication_error", code="invalid_api_key")
 

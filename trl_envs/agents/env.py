@@ -27,7 +27,7 @@ from typing import Any
 
 from ..core.renderer import Renderer
 from ..core.types import Action, Env, EnvContractError, EnvGroupBuilder, Observation, StepResult, StopCondition
-from .endpoint import AgentEndpoint, Call, Session, acquire_endpoint
+from .endpoint import AgentEndpoint, Call, Session, acquire_endpoint, ended_error
 from .openai_format import APIError, assistant_reply, completion_body, finish_reason, stream_body
 from .prompts import PromptBuilder, Turn
 
@@ -128,6 +128,9 @@ class AgentEnv(Env):
     async def aclose(self, reason: str = "the episode ended") -> None:
         """End the episode's side of the endpoint: answer pending calls with 409, cancel the agent if it still runs
         (waiting up to 5 s for it), and release the endpoint. Safe to call more than once."""
+        call, self._call = self._call, None
+        if call is not None:  # taken as an observation but never sampled (a rollout budget ended the episode)
+            call.refuse(ended_error(reason))
         if self._session is not None:
             self._session.close(reason)
         run = self._run
