@@ -107,6 +107,9 @@ ROWS = {
                         side_metric="guesses"),
     "dpo_offline": Row("dpo_offline", "dpo_offline_arithmetic.yaml", "correct",
                        "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain, "dpo"),
+    "calculator_agent": Row("calculator_agent", "calculator_agent.yaml", "correct",
+                            "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain,
+                            side_metric="used_tool"),
 }
 NOT_RUN = {  # row: (target, why no recipe is run)
     "tic_tac_toe": ("win rate vs random >= 0.7, illegal moves <= 2%",

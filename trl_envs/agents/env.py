@@ -115,11 +115,11 @@ class AgentEnv(Env):
             ob = await self._next_observation()
             if ob is not None:
                 return StepResult(0.0, False, ob, self.stop)
-            reward = await self._reward()
+            reward, metrics = await self._reward()
             final = self._ob + action
             await self.aclose("the agent returned")
             return StepResult(reward, True, final, self.stop,
-                              metrics={"agent_calls": float(self._session.num_calls),
+                              metrics={**metrics, "agent_calls": float(self._session.num_calls),
                                        "history_rewrites": float(self._rewrites)})
         except BaseException:
             await self.aclose("the episode failed")
@@ -180,7 +180,7 @@ class AgentEnv(Env):
                 return None
             await session.wait()
 
-    async def _reward(self) -> float:
+    async def _reward(self) -> tuple[float, dict[str, float]]:
         result = self._run.result()
         if self.reward_fn is not None:
             result = self.reward_fn(self.task, result)
@@ -189,10 +189,19 @@ class AgentEnv(Env):
             where = "reward_fn"
         else:
             where = f"agent {self.name!r}"
+        metrics = {}
+        if isinstance(result, dict) and "reward" in result:
+            metrics = result.get("metrics") or {}
+            if not isinstance(metrics, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
+                                                        and not isinstance(v, bool) for k, v in metrics.items()):
+                raise EnvContractError(f"{where}: 'metrics' must be a dict of names to numbers, got "
+                                       f"{_short(metrics)}")
+            result = result["reward"]
         if isinstance(result, bool) or not isinstance(result, (int, float)) or not math.isfinite(result):
             hint = "" if self.reward_fn is not None else " (or give a reward_fn(task, result) that scores it)"
-            raise EnvContractError(f"{where} must return a finite number as the reward, got {_short(result)}{hint}")
-        return float(result)
+            raise EnvContractError(f"{where} must return a finite number as the reward (or {{'reward': number, "
+                                   f"'metrics': {{...}}}}), got {_short(result)}{hint}")
+        return float(result), {k: float(v) for k, v in metrics.items()}
 
 
 def _short(value: Any, limit: int = 120) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ..core.types import RLDatasetBuilder
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
+from .calculator_agent import CalculatorAgentDatasetBuilder
 from .cartpole import CartPoleDatasetBuilder
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
 from .judged_arithmetic import JudgedArithmeticDatasetBuilder
@@ -20,9 +21,10 @@ BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "judged_arithmetic": JudgedArithmeticDatasetBuilder,
     "tool_use": ToolUseDatasetBuilder,
     "cartpole": CartPoleDatasetBuilder,  # needs gymnasium (pip install "trl-envs[gym]")
+    "calculator_agent": CalculatorAgentDatasetBuilder,  # needs pip install "trl-envs[agents]" openai
 }
 
 
-__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "CartPoleDatasetBuilder",
+__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "CalculatorAgentDatasetBuilder", "CartPoleDatasetBuilder",
            "GuessNumberDatasetBuilder", "GuessNumberEnv", "JudgedArithmeticDatasetBuilder", "TicTacToeDatasetBuilder",
            "ToolUseDatasetBuilder"]
