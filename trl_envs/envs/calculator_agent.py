@@ -61,18 +61,20 @@ async def calculator_agent(base_url: str, api_key: str, task: dict[str, Any]) ->
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": reply["content"]})
 
 
-def make_tasks(count: int, seed: str, problem: str, max_operand: int, max_tool_calls: int) -> list[dict[str, Any]]:
-    """``count`` tasks drawn with ``seed``: ``What is a * b + c?`` (``mul_add``, operands 2..max) or ``What is
-    a + b?`` (``add``, operands 0..max)."""
-    rng = random.Random(seed)
+def make_tasks(num_batches: int, batch_size: int, seed: int, problem: str, max_operand: int,
+               max_tool_calls: int) -> list[dict[str, Any]]:
+    """``num_batches * batch_size`` tasks: ``What is a * b + c?`` (``mul_add``, operands 2..max; for a given seed
+    the same questions, batch by batch, as the ``tool_use`` env) or ``What is a + b?`` (``add``, operands 0..max)."""
     tasks = []
-    for _ in range(count):
-        if problem == "mul_add":
-            question, answer = make_problem(rng, max_operand)
-        else:
-            a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-            question, answer = f"What is {a} + {b}?", a + b
-        tasks.append({"question": question, "answer": answer, "max_tool_calls": max_tool_calls})
+    for index in range(num_batches):
+        rng = random.Random(f"tool_use/{seed}/{index}" if problem == "mul_add" else f"calculator_agent/{seed}/{index}")
+        for _ in range(batch_size):
+            if problem == "mul_add":
+                question, answer = make_problem(rng, max_operand)
+            else:
+                a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+                question, answer = f"What is {a} + {b}?", a + b
+            tasks.append({"question": question, "answer": answer, "max_tool_calls": max_tool_calls})
     return tasks
 
 
@@ -99,8 +101,7 @@ class CalculatorAgentDatasetBuilder(BuiltinDatasetBuilder):
         check_int_option(self.env_name, "max_operand", self.max_operand, 2)
 
     def dataset(self, num_batches: int, seed: int) -> AgentDataset:
-        tasks = make_tasks(num_batches * self.batch_size, f"calculator_agent/{seed}", self.problem, self.max_operand,
-                           self.max_tool_calls)
+        tasks = make_tasks(num_batches, self.batch_size, seed, self.problem, self.max_operand, self.max_tool_calls)
         return AgentDataset(calculator_agent, tasks, self.renderer, batch_size=self.batch_size,
                             group_size=self.group_size, num_batches=num_batches, tags=["calculator_agent"])
 
