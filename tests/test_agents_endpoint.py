@@ -324,3 +324,42 @@ def test_agent_env_is_single_use(renderer):
     with pytest.raises(TypeError, match="agent must be callable"):
         AgentEnv("not a function", None, renderer)
     assert env.observations_extend and env.max_tokens_next_turn is None
+
+
+def test_agent_groups_make_dpo_pairs(renderer):
+    from trl_envs.training_data.preference import make_preference_pairs
+
+    replies = iter(["yes", "no", "no", "no"])
+
+    async def agent(base_url, api_key, task):
+        async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+            r = await client.chat.completions.create(model="p", messages=[{"role": "user", "content": task}])
+        return float(r.choices[0].message.content == "yes")
+
+    result, _ = rollout(renderer, agent, ["Say yes"], group_size=4, policy=lambda p: next(replies))
+    pairs, stats = make_preference_pairs(result.groups)
+    assert len(pairs) == 1 and (pairs[0].chosen_reward, pairs[0].rejected_reward) == (1.0, 0.0)
+    yes = renderer.tokenizer.encode("yes", add_special_tokens=False)
+    assert pairs[0].chosen_ids[: len(yes)] == yes and pairs[0].tags == ["agent"]
+
+
+def test_a_timed_out_agent_is_retried_and_cancelled(renderer):
+    calls, cancelled = [], []
+
+    async def hangs_once(base_url, api_key, task):
+        async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+            await client.chat.completions.create(model="p", messages=[{"role": "user", "content": "Hi"}])
+            calls.append(api_key)
+            if len(calls) == 1:
+                try:
+                    await asyncio.sleep(3600)  # stuck in its own work: the rollout timeout replaces it
+                except asyncio.CancelledError:
+                    cancelled.append(api_key)
+                    raise
+        return 1.0
+
+    result, _ = rollout(renderer, hangs_once, ["t"], policy=lambda p: "ok",
+                        strategy=RetryOnFailure(max_retries=1, per_rollout_timeout=1.0))
+    assert result.groups[0].trajectories[0].transitions[-1].reward == 1.0
+    assert len(set(calls)) == 2 and result.error_counts == {"TimeoutError": 1}
+    assert cancelled == calls[:1]  # the stuck run did not outlive its rollout
