@@ -56,6 +56,9 @@ def calculator_policy(prompt: str) -> str:
     return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % expression
 
 
+SLOW_AGENT_S = 0.0
+
+
 async def httpx_agent(base_url: str, api_key: str, task: dict) -> float:
     """The calculator agent over plain HTTP (no client library): what the endpoint alone costs."""
     tools = [CALCULATOR.schema()]
@@ -64,6 +67,7 @@ async def httpx_agent(base_url: str, api_key: str, task: dict) -> float:
         messages = [{"role": "user", "content": task["question"]}]
         for _ in range(task["max_tool_calls"] + 1):
             r = await client.post("/chat/completions", json={"model": "p", "messages": messages, "tools": tools})
+            _common.busy_wait(SLOW_AGENT_S)
             message = r.json()["choices"][0]["message"]
             if not message.get("tool_calls"):
                 return float((message["content"] or "").strip() == str(task["answer"]))
@@ -109,15 +113,20 @@ def show(label: str, r: dict) -> None:
           f"  valve flushes {r['valve']}  calls {r['turns']}  done {r['done']}/{r['episodes']}", flush=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     _common.add_common_args(parser, repeats=5, warmup=1)
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--group_size", type=int, default=4)
     parser.add_argument("--max_tokens", type=int, default=96)
-    args = parser.parse_args()
+    parser.add_argument("--model_path", default=None, help="the tiny model's directory (default: build or load it)")
+    parser.add_argument("--slow_agent_ms", type=float, default=0.0,
+                        help="make the plain-HTTP agent busy-wait this long per call (a check of the bench itself)")
+    args = parser.parse_args(argv)
+    global SLOW_AGENT_S
+    SLOW_AGENT_S = args.slow_agent_ms / 1e3
     _common.setup_torch(args.threads, args.seed)
-    path, tokenizer, model = _common.load_tiny_model()
+    path, tokenizer, model = _common.load_tiny_model(args.model_path)
     renderer = Renderer(tokenizer)
     episodes = args.groups * args.group_size
     print(f"agent endpoint vs MessageEnv: {episodes} concurrent episodes ({args.groups} groups x {args.group_size}), "
@@ -137,6 +146,7 @@ def main() -> None:
                 (tiny[1]["outside"] - tiny[0]["outside"]) / tiny[0]["wall"] <= 0.05)
     targets.add(f"{episodes} concurrent agents complete", all(r["done"] == episodes for r in agents))
     targets.finish(args.check)
+    return {"tiny": tiny, "scripted": scripted}
 
 
 def compare(renderer: Renderer, sampler_factory, args) -> tuple[dict, dict, dict]:
@@ -149,6 +159,7 @@ def compare(renderer: Renderer, sampler_factory, args) -> tuple[dict, dict, dict
     show("openai agent", client)
     for label, r in (("httpx agent", plain), ("openai agent", client)):
         extra = r["outside"] - base["outside"]
+        r["overhead_share"], r["overhead_per_call"] = extra / base["wall"], extra / r["turns"]
         print(f"  {label}: {extra / base['wall'] * 100:+.1f}% of the MessageEnv rollout, {extra / r['turns'] * 1e3:+.2f} ms "
               f"per call ({r['turns']} calls; same episodes as the MessageEnv: {r['turns'] == base['turns']})")
     return base, plain, client
