@@ -19,8 +19,9 @@ minus MessageEnv, as a share of the MessageEnv rollout's wall time and per call.
 of the difference: both ways sample the same prompts, and on a shared machine its run-to-run noise is larger than
 the overhead measured.
 
-Printed per line: wall seconds, sampler seconds, seconds outside the sampler, generate calls per wave (sampler calls / the longest episode's
-turns: 1.00 means every wave of concurrent calls went out as one batch), valve flushes, calls, episodes done.
+Printed per line: wall seconds, sampler seconds, seconds outside the sampler, generate calls per wave (sampler calls
+/ the longest episode's turns: 1.00 means every wave of concurrent calls went out as one batch), valve flushes,
+calls, episodes done.
 Targets: generate calls per wave = 1.00, tiny-model endpoint overhead <= 5% of the rollout, all agents complete.
 ``--check`` exits 1 on a miss.
 
@@ -41,7 +42,7 @@ import httpx  # noqa: E402
 
 from trl_envs import HFSampler, Renderer, RolloutBudget, run_rollout_batch  # noqa: E402
 from trl_envs.agents import AgentDataset  # noqa: E402
-from trl_envs.core.tools import CALCULATOR, parse_tool_calls  # noqa: E402
+from trl_envs.core.tools import CALCULATOR  # noqa: E402
 from trl_envs.envs.calculator_agent import make_tasks  # noqa: E402
 from trl_envs.registry.names import make_env_dataset  # noqa: E402
 from trl_envs.rollout.engine import run_sync  # noqa: E402
@@ -109,7 +110,8 @@ def run(env: str, renderer: Renderer, sampler_factory, args) -> dict:
 
 def show(label: str, r: dict) -> None:
     print(f"  {label:<12} wall {r['wall'] * 1e3:8.1f} ms {_common.spread([w * 1e3 for w in r['walls']], '{:.1f}')}"
-          f"  sampler {r['sampler'] * 1e3:8.1f} ms  outside it {r['outside'] * 1e3:7.1f} ms  generate calls/wave {r['calls_per_wave']:.2f}"
+          f"  sampler {r['sampler'] * 1e3:8.1f} ms  outside it {r['outside'] * 1e3:7.1f} ms"
+          f"  generate calls/wave {r['calls_per_wave']:.2f}"
           f"  valve flushes {r['valve']}  calls {r['turns']}  done {r['done']}/{r['episodes']}", flush=True)
 
 
@@ -160,8 +162,9 @@ def compare(renderer: Renderer, sampler_factory, args) -> tuple[dict, dict, dict
     for label, r in (("httpx agent", plain), ("openai agent", client)):
         extra = r["outside"] - base["outside"]
         r["overhead_share"], r["overhead_per_call"] = extra / base["wall"], extra / r["turns"]
-        print(f"  {label}: {extra / base['wall'] * 100:+.1f}% of the MessageEnv rollout, {extra / r['turns'] * 1e3:+.2f} ms "
-              f"per call ({r['turns']} calls; same episodes as the MessageEnv: {r['turns'] == base['turns']})")
+        print(f"  {label}: {extra / base['wall'] * 100:+.1f}% of the MessageEnv rollout, "
+              f"{extra / r['turns'] * 1e3:+.2f} ms per call ({r['turns']} calls; same episodes as the MessageEnv: "
+              f"{r['turns'] == base['turns']})")
     return base, plain, client
 
 

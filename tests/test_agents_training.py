@@ -29,7 +29,8 @@ def test_train_script_trains_an_openai_client_agent_two_steps(tiny_model_path, t
                           "--card_eval", "false", "--logging_steps", "1"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    logs = [h for h in json.loads((tmp_path / "run" / "log_history.json").read_text()) if "env/calculator/agent_calls" in h]
+    history = json.loads((tmp_path / "run" / "log_history.json").read_text())
+    logs = [h for h in history if "env/calculator/agent_calls" in h]
     assert len(logs) == 2  # two GRPO steps, each rolled out through the endpoint
     assert all(h["env/calculator/agent_calls"] >= 1 for h in logs)
 

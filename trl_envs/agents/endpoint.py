@@ -111,7 +111,6 @@ class AgentEndpoint:
         self._ended: dict[str, str] = {}  # key -> why its episode ended, for a clear error on late calls
         self._users = 0
         self._server = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._starting: asyncio.Task | None = None
 
     # -- lifetime ----------------------------------------------------------------------------------------------
@@ -129,7 +128,7 @@ class AgentEndpoint:
         server = uvicorn.Server(config)
         server.lifespan = config.lifespan_class(config)
         await server.startup()
-        self._server, self._loop = server, asyncio.get_running_loop()
+        self._server = server
         port = server.servers[0].sockets[0].getsockname()[1]
         self.base_url = f"http://127.0.0.1:{port}/v1"
 
@@ -151,8 +150,6 @@ class AgentEndpoint:
             _, pending = await asyncio.wait(tasks, timeout=5.0)
             for t in pending:
                 t.cancel()
-        for s in server.servers:
-            s.close()
         self.base_url = None
 
     @property
