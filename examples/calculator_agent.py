@@ -22,19 +22,19 @@ import re
 import httpx
 import openai
 
+from trl_envs.core.tools import evaluate_expression, format_number
+
 CALCULATOR = {"type": "function", "function": {
-    "name": "calculator", "description": "Evaluate an arithmetic expression (numbers, + - * / and parentheses).",
+    "name": "calculator", "description": "Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
 
 
 def calculate(expression: str) -> str:
-    if not re.fullmatch(r"[\d\s+\-*/().]{1,100}", expression):
-        return "Error: only numbers, + - * / and parentheses"
+    """The tool: the value of an arithmetic expression, or an ``Error:`` the model can read."""
     try:
-        value = eval(expression, {"__builtins__": {}})  # noqa: S307 - checked to be plain arithmetic above
-    except (SyntaxError, ZeroDivisionError) as e:
+        return format_number(evaluate_expression(expression))
+    except (ValueError, ArithmeticError) as e:
         return f"Error: {e}"
-    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
 async def agent(base_url: str, api_key: str, task: dict, model: str = "policy") -> float:
