@@ -110,6 +110,9 @@ ROWS = {
     # needs reasoning-gym (pip install 'trl-envs[reasoning_gym]'); questions never trained on, see the recipe
     "reasoning_gym": Row("reasoning_gym", "reasoning_gym_basic_arithmetic.yaml", "correct",
                          "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain),
+    "calculator_agent": Row("calculator_agent", "calculator_agent.yaml", "correct",
+                            "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain,
+                            side_metric="used_tool"),
 }
 NOT_RUN = {  # row: (target, why no recipe is run)
     "tic_tac_toe": ("win rate vs random >= 0.7, illegal moves <= 2%",

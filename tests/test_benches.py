@@ -68,3 +68,17 @@ def test_vs_env_factory_ratio_follows_a_slowed_side(bench, tiny_model_path, side
     slowed = result["trl_step_s"] if side == "trl" else result["env_step_s"]
     assert slowed >= 1.5
     assert (result["ratio"] > 1.0) if expect_above_one else (result["ratio"] < 1.0), result
+
+
+def test_agent_endpoint_overhead_rises_when_the_agent_is_slowed(bench, tiny_model_path, capsys):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("openai")
+    run = bench("agent_endpoint").main
+    tiny = ["--model_path", tiny_model_path, "--groups", "2", "--group_size", "2", "--repeats", "1", "--warmup", "0",
+            "--max_tokens", "80"]
+    base = run(tiny)
+    slowed = run(tiny + ["--slow_agent_ms", "30"])
+    out = capsys.readouterr().out
+    assert "generate calls/wave 1.00" in out and "done 4/4" in out
+    # 2 scripted calls per agent, 4 agents, 30 ms each, on one event loop: >= 0.2 s more outside the sampler
+    assert slowed["scripted"][1]["overhead_per_call"] > base["scripted"][1]["overhead_per_call"] + 0.02

@@ -136,13 +136,14 @@ def renderer_with_tools(renderer: Renderer, tools: list[Tool]) -> Renderer | Non
     return Renderer(renderer.tokenizer, chat_template_kwargs=kwargs)
 
 
-def tools_system_prompt(tools: list[Tool]) -> str:
-    """A system prompt describing ``tools`` and the ``<tool_call>`` format, for templates without tool support."""
+def tools_system_prompt(tools: list[Tool] | list[dict[str, Any]]) -> str:
+    """A system prompt describing ``tools`` (:class:`Tool` s or OpenAI function schemas) and the ``<tool_call>``
+    format, for templates without tool support."""
     lines = ["You can call tools. To call one, write", "<tool_call>",
              '{"name": <tool name>, "arguments": <arguments as a JSON object>}', "</tool_call>",
              "Each result comes back in a tool message. When you know the answer, reply with just the answer.",
              "Tools:"]
-    lines += [json.dumps(t.schema()["function"]) for t in tools]
+    lines += [json.dumps(t.schema()["function"] if isinstance(t, Tool) else t["function"]) for t in tools]
     return "\n".join(lines)
 
 

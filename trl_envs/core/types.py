@@ -176,6 +176,10 @@ class Env(ABC):
     """
 
     observations_extend: bool = True
+    max_tokens_next_turn: int | None = None
+    """At most this many tokens for the next action, read before each turn (``None``: the rollout budget alone
+    decides; otherwise the lower of the two). An env sets it from ``initial_observation`` / ``step`` when the other
+    side asks for a shorter reply (an agent's ``max_tokens``)."""
 
     @property
     def unwrapped(self) -> Any:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ..core.types import RLDatasetBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder, check_int_option, check_number_option
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
+from .calculator_agent import CalculatorAgentDatasetBuilder
 from .cartpole import CartPoleDatasetBuilder
 from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
 from .judged_arithmetic import JudgedArithmeticDatasetBuilder
@@ -23,10 +24,11 @@ BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "tool_use": ToolUseDatasetBuilder,
     "cartpole": CartPoleDatasetBuilder,  # needs gymnasium (pip install "trl-envs[gym]")
     "openenv": OpenEnvDatasetBuilder,  # an OpenEnv server; needs OpenEnv's client (docs/openenv.md)
+    "calculator_agent": CalculatorAgentDatasetBuilder,  # needs pip install "trl-envs[agents]" openai
 }
 
 
 __all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "BuiltinDataset", "BuiltinDatasetBuilder",
-           "CartPoleDatasetBuilder", "check_int_option", "check_number_option",
+           "CalculatorAgentDatasetBuilder", "CartPoleDatasetBuilder", "check_int_option", "check_number_option",
            "GuessNumberDatasetBuilder", "GuessNumberEnv", "JudgedArithmeticDatasetBuilder", "TicTacToeDatasetBuilder",
            "ToolUseDatasetBuilder"]

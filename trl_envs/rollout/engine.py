@@ -173,6 +173,9 @@ async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _Ep
     while True:
         turn = len(transitions)
         max_tokens = per_turn
+        cap = getattr(env, "max_tokens_next_turn", None)  # an env's own per-turn limit (Env.max_tokens_next_turn)
+        if cap is not None and cap < max_tokens:
+            max_tokens = cap
         if per_trajectory is not None:
             max_tokens = min(max_tokens, per_trajectory - tokens_used)
         if context is not None:

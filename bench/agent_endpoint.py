@@ -1,0 +1,172 @@
+"""Agent endpoint overhead: an agent program behind the OpenAI-compatible endpoint vs the same task as a MessageEnv.
+
+The task: ``What is a * b + c?`` with a calculator tool. Two ways to write it, rolled out on the same problems:
+
+* ``message_env``: the built-in ``tool_use`` env (a :class:`~trl_envs.core.message_env.MessageEnv`, no HTTP);
+* ``agent``: the built-in ``calculator_agent`` (an ``openai``-client loop, each call an HTTP request to the endpoint).
+
+Both render the same prompt (the tools' system prompt + the question) and parse the same ``<tool_call>`` format, so
+with the same sampler they play the same episodes. ``--groups`` x ``--group_size`` episodes (default 16 x 4 = 64
+concurrent agents) per rollout, :func:`trl_envs.run_rollout_batch`, median of ``--repeats`` runs after ``--warmup``:
+
+1. **tiny model**: the offline tiny chat model through :class:`~trl_envs.HFSampler`, greedy (so both ways sample
+   the same tokens whatever the order of the rows).
+2. **scripted**: :class:`~trl_envs.samplers.text_policy.TextPolicySampler` that calls the calculator once, then
+   answers (two calls per agent, no model).
+
+Overhead = the time outside the sampler (``wall_seconds - sampler_seconds``: env, endpoint and agent code), agent
+minus MessageEnv, as a share of the MessageEnv rollout's wall time and per call. The sampler's own time is left out
+of the difference: both ways sample the same prompts, and on a shared machine its run-to-run noise is larger than
+the overhead measured.
+
+Printed per line: wall seconds, sampler seconds, seconds outside the sampler, generate calls per wave (sampler calls
+/ the longest episode's turns: 1.00 means every wave of concurrent calls went out as one batch), valve flushes,
+calls, episodes done.
+Targets: generate calls per wave = 1.00, tiny-model endpoint overhead <= 5% of the rollout, all agents complete.
+``--check`` exits 1 on a miss.
+
+    python bench/agent_endpoint.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import _common
+
+import torch  # noqa: E402
+
+import httpx  # noqa: E402
+
+from trl_envs import HFSampler, Renderer, RolloutBudget, run_rollout_batch  # noqa: E402
+from trl_envs.agents import AgentDataset  # noqa: E402
+from trl_envs.core.tools import CALCULATOR  # noqa: E402
+from trl_envs.envs.calculator_agent import make_tasks  # noqa: E402
+from trl_envs.registry.names import make_env_dataset  # noqa: E402
+from trl_envs.rollout.engine import run_sync  # noqa: E402
+from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
+
+
+def calculator_policy(prompt: str) -> str:
+    turn = prompt.rsplit("<|im_start|>", 2)[-2].split("<|im_end|>")[0]
+    if turn.startswith("tool"):
+        return turn.split("\n", 1)[1]
+    expression = turn.split("\n", 1)[1].removeprefix("What is ").rstrip("?")
+    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % expression
+
+
+SLOW_AGENT_S = 0.0
+
+
+async def httpx_agent(base_url: str, api_key: str, task: dict) -> float:
+    """The calculator agent over plain HTTP (no client library): what the endpoint alone costs."""
+    tools = [CALCULATOR.schema()]
+    async with httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, verify=False,
+                                 timeout=600) as client:
+        messages = [{"role": "user", "content": task["question"]}]
+        for _ in range(task["max_tool_calls"] + 1):
+            r = await client.post("/chat/completions", json={"model": "p", "messages": messages, "tools": tools})
+            _common.busy_wait(SLOW_AGENT_S)
+            message = r.json()["choices"][0]["message"]
+            if not message.get("tool_calls"):
+                return float((message["content"] or "").strip() == str(task["answer"]))
+            messages.append(message)
+            for call in message["tool_calls"]:
+                args = json.loads(call["function"]["arguments"])
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": CALCULATOR.fn(**args)})
+    return 0.0
+
+
+def builders(env: str, renderer: Renderer, args) -> list:
+    if env == "httpx_agent":
+        tasks = make_tasks(1, args.groups, args.seed, "mul_add", 30, 4)
+        return list(AgentDataset(httpx_agent, tasks, renderer, batch_size=args.groups,
+                                 group_size=args.group_size).get_batch(0))
+    dataset = run_sync(make_env_dataset(env, renderer, group_size=args.group_size, groups_per_batch=args.groups,
+                                        num_batches=2, defaults={"seed": args.seed}))[0]
+    return list(dataset.get_batch(0))
+
+
+def run(env: str, renderer: Renderer, sampler_factory, args) -> dict:
+    walls, samplers, outside, result = [], [], [], None
+    for i in range(args.warmup + args.repeats):
+        torch.manual_seed(args.seed)
+        result = run_rollout_batch(builders(env, renderer, args), sampler_factory(),
+                                   RolloutBudget(max_turns=6, max_tokens_per_turn=args.max_tokens))
+        if i >= args.warmup:
+            walls.append(result.wall_seconds)
+            samplers.append(result.sampler_seconds)
+            outside.append(result.wall_seconds - result.sampler_seconds)
+    trajectories = [t for g in result.groups if g is not None for t in g.trajectories]
+    waves = max(len(t.transitions) for t in trajectories)
+    return {"wall": statistics.median(walls), "walls": walls, "sampler": statistics.median(samplers),
+            "outside": statistics.median(outside),
+            "calls_per_wave": result.num_sampler_calls / waves, "valve": result.num_valve_flushes,
+            "turns": sum(len(t.transitions) for t in trajectories),
+            "done": sum(t.stop_reason == "done" for t in trajectories), "episodes": len(trajectories)}
+
+
+def show(label: str, r: dict) -> None:
+    print(f"  {label:<12} wall {r['wall'] * 1e3:8.1f} ms {_common.spread([w * 1e3 for w in r['walls']], '{:.1f}')}"
+          f"  sampler {r['sampler'] * 1e3:8.1f} ms  outside it {r['outside'] * 1e3:7.1f} ms"
+          f"  generate calls/wave {r['calls_per_wave']:.2f}"
+          f"  valve flushes {r['valve']}  calls {r['turns']}  done {r['done']}/{r['episodes']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    _common.add_common_args(parser, repeats=5, warmup=1)
+    parser.add_argument("--groups", type=int, default=16)
+    parser.add_argument("--group_size", type=int, default=4)
+    parser.add_argument("--max_tokens", type=int, default=96)
+    parser.add_argument("--model_path", default=None, help="the tiny model's directory (default: build or load it)")
+    parser.add_argument("--slow_agent_ms", type=float, default=0.0,
+                        help="make the plain-HTTP agent busy-wait this long per call (a check of the bench itself)")
+    args = parser.parse_args(argv)
+    global SLOW_AGENT_S
+    SLOW_AGENT_S = args.slow_agent_ms / 1e3
+    _common.setup_torch(args.threads, args.seed)
+    path, tokenizer, model = _common.load_tiny_model(args.model_path)
+    renderer = Renderer(tokenizer)
+    episodes = args.groups * args.group_size
+    print(f"agent endpoint vs MessageEnv: {episodes} concurrent episodes ({args.groups} groups x {args.group_size}), "
+          f"model {path}, median of {args.repeats} runs after {args.warmup} warm-up, {args.threads} torch thread(s)")
+    targets = _common.Targets()
+
+    print("1. tiny model, greedy (HFSampler)")
+    hf = lambda: HFSampler(model, tokenizer, temperature=0.0)  # noqa: E731
+    tiny = compare(renderer, hf, args)
+
+    print("2. scripted sampler (one calculator call, then the answer; no model)")
+    scripted = compare(renderer, lambda: TextPolicySampler(renderer, calculator_policy), args)
+
+    agents = [r for r in (*tiny[1:], *scripted[1:])]
+    targets.add("generate calls per wave = 1.00 (agents)", all(r["calls_per_wave"] == 1.0 for r in agents))
+    targets.add("endpoint overhead (plain-HTTP agent) <= 5% of the tiny-model rollout",
+                (tiny[1]["outside"] - tiny[0]["outside"]) / tiny[0]["wall"] <= 0.05)
+    targets.add(f"{episodes} concurrent agents complete", all(r["done"] == episodes for r in agents))
+    targets.finish(args.check)
+    return {"tiny": tiny, "scripted": scripted}
+
+
+def compare(renderer: Renderer, sampler_factory, args) -> tuple[dict, dict, dict]:
+    """MessageEnv, plain-HTTP agent, openai-client agent: one line each, then the overheads."""
+    base = run("tool_use", renderer, sampler_factory, args)
+    plain = run("httpx_agent", renderer, sampler_factory, args)
+    client = run("calculator_agent", renderer, sampler_factory, args)
+    show("message_env", base)
+    show("httpx agent", plain)
+    show("openai agent", client)
+    for label, r in (("httpx agent", plain), ("openai agent", client)):
+        extra = r["outside"] - base["outside"]
+        r["overhead_share"], r["overhead_per_call"] = extra / base["wall"], extra / r["turns"]
+        print(f"  {label}: {extra / base['wall'] * 100:+.1f}% of the MessageEnv rollout, "
+              f"{extra / r['turns'] * 1e3:+.2f} ms per call ({r['turns']} calls; same episodes as the MessageEnv: "
+              f"{r['turns'] == base['turns']})")
+    return base, plain, client
+
+
+if __name__ == "__main__":
+    main()
