@@ -27,6 +27,7 @@ import weakref
 from collections import deque
 from typing import Any
 
+from ..rollout.loop_idle import register_quiet_timer
 from .openai_format import APIError, ChatRequest, parse_request
 
 logger = logging.getLogger(__name__)
@@ -125,6 +126,12 @@ class AgentEndpoint:
         config = uvicorn.Config(self._app(), host="127.0.0.1", port=0, log_level="warning", access_log=False,
                                 lifespan="off", timeout_keep_alive=60)
         config.load()
+        # A connection's keep-alive timer only closes an idle connection (it may outlive the server by up to
+        # ``timeout_keep_alive`` when the client reset the connection): not an episode's work, so the batcher's
+        # quiet-loop rule (trl_envs.rollout.loop_idle) may send requests while it is pending.
+        keep_alive = getattr(config.http_protocol_class, "timeout_keep_alive_handler", None)
+        if keep_alive is not None:
+            register_quiet_timer(keep_alive)
         server = uvicorn.Server(config)
         server.lifespan = config.lifespan_class(config)
         await server.startup()
