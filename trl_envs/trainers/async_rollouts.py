@@ -1,0 +1,443 @@
+"""Rollouts that overlap training: bounded-staleness asynchronous GRPO (``EnvGRPOConfig.max_staleness >= 1``).
+
+Contract (docs/async.md):
+
+* A background thread (:data:`THREAD_NAME`, its own event loop) rolls out the trainer's next generation batches (the
+  same groups, in the same order, as the synchronous trainer would roll out) while the trainer trains. It samples
+  with :class:`SamplerWeights`: a copy of the policy's *trainable* parameters (frozen ones, e.g. a LoRA base, are
+  shared, not copied), refreshed from the policy after every ``weight_sync_steps`` optimizer steps. The version of
+  the weights is the optimizer step they were taken at.
+* A batch records the oldest and newest weight version it sampled with. The pipeline starts a batch only once the
+  sampler's weights are at least ``predicted train step - max_staleness``, so every group is trained at most
+  ``max_staleness`` optimizer steps after the weights that sampled its oldest token. A batch found older anyway (a
+  step the schedule did not predict) is re-rolled by the policy itself before training, on every rank together, and
+  counted (``async/rerolled_groups``): stale groups are never trained.
+* Sampling logprobs vs the trained policy's are corrected by TRL's own importance-sampling path
+  (``trl_seam.sampler_importance_sampling``: per-token truncated ratio by default).
+* The pipeline is started at the first training rollout (after a checkpoint was loaded, so a resumed run starts
+  from the checkpoint's weights) and stopped when ``train()`` returns or raises (Ctrl-C, an env error): the running
+  batch is cancelled (its envs' cleanup runs) and the thread is joined.
+* Distributed: the thread makes no collective call (its sampler is a plain module, not the DDP / DeepSpeed wrapper);
+  every collective (the staleness check, metrics) is made by the main thread at the same point on every rank. ZeRO-3
+  and FSDP shard the parameters the copy would need and are refused when training starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import math
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from ..core.types import EnvGroupBuilder
+from ..rollout.engine import RolloutBatchResult, run_rollout_batch_async
+from ..samplers.hf import HFSampler
+from . import trl_seam
+
+THREAD_NAME = "trl_envs-async-rollouts"
+JOIN_TIMEOUT_S = 60.0  # the running batch is cancelled first; an env that ignores cancellation gets this long
+
+
+# -- the sampler's weights ---------------------------------------------------------------------------------------------
+
+class SamplerWeights:
+    """A copy of ``policy`` to sample with while ``policy`` trains, and the optimizer step its weights are from.
+
+    Only trainable parameters are copied (frozen ones, a LoRA base model's, are shared with the policy: they never
+    change); buffers are copied. :meth:`stage` (trainer thread) snapshots the policy's trainable parameters into a
+    staging buffer; :meth:`apply` (sampler thread, between generate calls) moves a newer snapshot into the copy, so a
+    generate call never sees weights change under it and the trainer never waits for one. Memory: two extra copies of
+    the trainable parameters (the sampler's and the staging buffer).
+    """
+
+    def __init__(self, policy: torch.nn.Module, version: int):
+        frozen = {id(p): p for p in policy.parameters() if not p.requires_grad}
+        self.model = copy.deepcopy(policy, memo=dict(frozen))
+        self.model.eval()
+        names = [n for n, p in policy.named_parameters() if p.requires_grad]
+        live = dict(policy.named_parameters())
+        mine = dict(self.model.named_parameters())
+        self._live = [live[n] for n in names]
+        self._mine = [mine[n] for n in names]
+        for p in self._mine:
+            p.requires_grad_(False)
+        self._staged = [p.detach().clone() for p in self._live]
+        self._lock = threading.Lock()
+        self.version = version
+        self.staged_version = version
+
+    @property
+    def num_copied_parameters(self) -> int:
+        return sum(p.numel() for p in self._mine)
+
+    def stage(self, version: int) -> None:
+        """Snapshot the policy's trainable weights as ``version`` (call from the training thread, between steps)."""
+        with self._lock, torch.no_grad():
+            torch._foreach_copy_(self._staged, [p.detach() for p in self._live])
+            self.staged_version = version
+
+    def apply(self) -> int:
+        """Load the latest snapshot into the sampling copy if it is newer; return the copy's version."""
+        with self._lock:
+            if self.staged_version != self.version:
+                with torch.no_grad():
+                    torch._foreach_copy_(self._mine, self._staged)
+                self.version = self.staged_version
+            return self.version
+
+
+class VersionedSampler:
+    """A :class:`~trl_envs.samplers.base.Sampler` on :class:`SamplerWeights` that records the weight version of each
+    call (``versions``; reset by the pipeline per batch)."""
+
+    def __init__(self, sampler: HFSampler, weights: SamplerWeights):
+        self.sampler, self.weights = sampler, weights
+        self.versions: list[int] = []
+        self._lock = threading.Lock()  # a call forced by the batcher's valve may come from another thread
+
+    def sample(self, requests):
+        with self._lock:
+            self.versions.append(self.weights.apply())
+            return self.sampler.sample(requests)
+
+
+# -- the pipeline -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class RolloutJob:
+    """One generation batch to roll out: its group keys and builders, and the oldest weights it may sample with."""
+
+    index: int
+    keys: list[str]
+    builders: list[EnvGroupBuilder]
+    min_version: int
+
+
+@dataclass
+class ReadyBatch:
+    """A finished job: the rollout (or the error it raised) and the weight versions it sampled with."""
+
+    job: RolloutJob
+    result: RolloutBatchResult | None = None
+    error: BaseException | None = None
+    versions: list[int] = field(default_factory=list)
+    sampler_wait_s: float = 0.0
+
+    @property
+    def oldest_version(self) -> int:
+        return min(self.versions) if self.versions else self.job.min_version
+
+
+class RolloutPipeline:
+    """Runs :class:`RolloutJob` s one after another on a background thread with its own event loop.
+
+    Args:
+        sampler: the :class:`VersionedSampler` every batch samples with.
+        rollout_kwargs: budget, strategy and max_wait_s of :func:`~trl_envs.rollout.engine.run_rollout_batch_async`.
+    """
+
+    def __init__(self, sampler: VersionedSampler, rollout_kwargs: dict[str, Any]):
+        self.sampler = sampler
+        self.rollout_kwargs = rollout_kwargs
+        self._cond = threading.Condition()
+        self._jobs: list[RolloutJob] = []
+        self._ready: dict[int, ReadyBatch] = {}
+        self._stop = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._crash: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        self.thread.start()
+
+    # trainer side
+    def submit(self, job: RolloutJob) -> None:
+        with self._cond:
+            self._jobs.append(job)
+            self._cond.notify_all()
+
+    def weights_changed(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def take(self, index: int) -> ReadyBatch:
+        """Block until job ``index`` is done; re-raise its error (or the thread's) in the caller."""
+        with self._cond:
+            while index not in self._ready:
+                if self._crash is not None:
+                    raise RuntimeError(f"{THREAD_NAME} stopped unexpectedly") from self._crash
+                if self._stop or not self.thread.is_alive():
+                    raise RuntimeError(f"{THREAD_NAME} is stopped; batch {index} will not be rolled out")
+                self._cond.wait(0.1)  # a timed wait: Ctrl-C reaches the trainer thread promptly
+            ready = self._ready.pop(index)
+        if ready.error is not None:
+            raise ready.error
+        return ready
+
+    def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """Stop: cancel the running batch (its envs are cleaned up), drop queued jobs, join the thread."""
+        with self._cond:
+            self._stop = True
+            self._jobs.clear()
+            self._cond.notify_all()
+            loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(task.cancel)
+        self.thread.join(timeout_s)
+        if self.thread.is_alive():
+            warnings.warn(f"{THREAD_NAME} did not stop within {timeout_s:.0f} s of being cancelled: an env or sampler "
+                          "call is blocking and ignores cancellation. It is a daemon thread and ends with the process.",
+                          stacklevel=2)
+
+    # sampler-thread side
+    def _next_job(self) -> tuple[RolloutJob | None, float]:
+        start = time.perf_counter()
+        with self._cond:
+            while not self._stop:
+                if self._jobs and self.sampler.weights.staged_version >= self._jobs[0].min_version:
+                    return self._jobs.pop(0), time.perf_counter() - start
+                self._cond.wait()
+        return None, time.perf_counter() - start
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            while True:
+                job, waited = self._next_job()
+                if job is None:
+                    return
+                ready = ReadyBatch(job, sampler_wait_s=waited)
+                self.sampler.versions = ready.versions
+                with self._cond:
+                    if self._stop:
+                        return
+                    self._loop = loop
+                    self._task = loop.create_task(run_rollout_batch_async(job.builders, self.sampler,
+                                                                          **self.rollout_kwargs))
+                try:
+                    ready.result = loop.run_until_complete(self._task)
+                except asyncio.CancelledError:
+                    return
+                except BaseException as error:  # noqa: BLE001 - delivered to the trainer thread by take()
+                    ready.error = error
+                with self._cond:
+                    self._task = None
+                    self._ready[job.index] = ready
+                    self._cond.notify_all()
+        except BaseException as crash:  # noqa: BLE001
+            with self._cond:
+                self._crash = crash
+                self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._loop = None
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+
+# -- the trainer side ---------------------------------------------------------------------------------------------------
+
+class _SyncWeights(TrainerCallback):
+    def __init__(self, state: _AsyncState, every: int):
+        self.state, self.every = state, every
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0:
+            self.state.weights.stage(state.global_step)
+            self.state.pipeline.weights_changed()
+
+
+def lookahead_batches(max_staleness: int, steps_per_batch: float) -> int:
+    """How many generation batches the pipeline is given ahead of the one being trained."""
+    return max(1, math.ceil(max_staleness / steps_per_batch))
+
+
+@dataclass
+class _AsyncState:
+    weights: SamplerWeights
+    pipeline: RolloutPipeline
+    keys: Iterator[list[str]]
+    start_step: int
+    micro_per_batch: int  # micro-steps (training_step calls) per generation batch
+    grad_accum: int
+    lookahead: int
+    submitted: int = 0
+    consumed: int = 0
+    callback: TrainerCallback | None = None
+
+    def train_step_of(self, index: int) -> int:
+        return self.start_step + (index * self.micro_per_batch) // self.grad_accum
+
+
+class AsyncRolloutsMixin:
+    """Bounded-staleness rollouts for ``EnvGRPOTrainer`` (mixed in before ``GRPOTrainer``; module docstring).
+
+    Attributes:
+        async_batches: one record per trained generation batch with ``max_staleness >= 1``: ``step`` (optimizer step
+            it was trained at), ``oldest_version`` / ``newest_version`` (weights it was sampled with; after a re-roll,
+            the current step), ``rerolled`` (it was too stale and was rolled out again).
+    """
+
+    _async: _AsyncState | None = None
+
+    def train(self, *args, **kwargs):
+        if self.args.max_staleness:
+            check_async_supported(self)
+        self.async_batches = []
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self._close_async_rollouts()
+
+    # -- rollouts
+
+    def _async_rollout(self, keys: list[str], builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
+        """The rollout of this generation batch's groups ``keys``, taken from the pipeline (started on first use)."""
+        state = self._async or self._start_async_rollouts()
+        while state.submitted <= state.consumed + state.lookahead:
+            self._submit_next(state)
+        waited = time.perf_counter()
+        ready = state.pipeline.take(state.consumed)
+        waited = time.perf_counter() - waited
+        state.consumed += 1
+        if ready.job.keys != list(keys):
+            raise RuntimeError(f"EnvGRPOTrainer (max_staleness={self.args.max_staleness}): the pipeline rolled out "
+                               f"groups {ready.job.keys} but the trainer asked for {list(keys)}; the data order is "
+                               "not one the pipeline can predict (an IterableDataset with shuffling?). Use "
+                               "max_staleness=0 for this dataset.")
+        step = self.state.global_step
+        staleness = step - ready.oldest_version
+        worst = staleness
+        if self.accelerator.num_processes > 1:
+            worst = int(self.accelerator.gather(torch.tensor([staleness], device=self.accelerator.device)).max())
+        result, rerolled = ready.result, worst > self.args.max_staleness
+        oldest, newest = ready.oldest_version, max(ready.versions, default=ready.oldest_version)
+        if rerolled:  # every rank re-rolls together: the policy's own rollout may be a collective
+            result = self._rollout(builders)
+            staleness, oldest, newest = 0, step, step
+        self.async_batches.append(dict(step=step, oldest_version=oldest, newest_version=newest, rerolled=rerolled))
+        trl_seam.record_mean_metrics(self, "train", {
+            "async/staleness": [staleness], "async/staleness_max": [max(worst, 0) if not rerolled else 0],
+            "async/trainer_wait_s": [waited], "async/sampler_wait_s": [ready.sampler_wait_s],
+            "async/rerolled_groups": [len(builders) if rerolled else 0]})
+        self.last_rollout = result
+        return result
+
+    def _submit_next(self, state: _AsyncState) -> None:
+        keys = next(state.keys)
+        index = state.submitted
+        state.pipeline.submit(RolloutJob(index, keys, [self._builder(k) for k in keys],
+                                         state.train_step_of(index) - self.args.max_staleness))
+        state.submitted += 1
+
+    def _start_async_rollouts(self) -> _AsyncState:
+        args = self.args
+        policy = self.accelerator.unwrap_model(self.model_wrapped)
+        weights = SamplerWeights(policy, self.state.global_step)
+
+        @contextlib.contextmanager
+        def sampling_model():
+            with self.accelerator.autocast():
+                yield weights.model
+
+        sampler = VersionedSampler(HFSampler(weights.model, trl_seam.tokenizer_of(self), model_context=sampling_model,
+                                             **self.sampling_settings()), weights)
+        pipeline = RolloutPipeline(sampler, dict(budget=args.rollout_budget(self.model), strategy=args.error_strategy(),
+                                                 max_wait_s=args.sampler_max_wait_s))
+        micro = args.steps_per_generation * self.num_iterations
+        ga = args.gradient_accumulation_steps
+        state = _AsyncState(weights, pipeline, self._future_group_keys(self.state.global_step * ga, micro),
+                            self.state.global_step, micro, ga, lookahead_batches(args.max_staleness, micro / ga))
+        state.callback = _SyncWeights(state, args.weight_sync_steps)
+        self.add_callback(state.callback)
+        self._async = state
+        return state
+
+    def _future_group_keys(self, skip_micro_batches: int, micro_per_batch: int) -> Iterator[list[str]]:
+        """The group keys of each coming generation batch, read from a second copy of the training dataloader (the
+        same sampler and seed, so the same order as the trainer's), after the micro-batches already trained."""
+        dataloader = self.get_train_dataloader()
+        epoch, position = 0, 0
+        while True:
+            if hasattr(dataloader, "set_epoch"):
+                dataloader.set_epoch(epoch)
+            for batch in dataloader:
+                if position >= skip_micro_batches and (position - skip_micro_batches) % micro_per_batch == 0:
+                    yield [row["prompt"] for row in batch][::self.num_generations]
+                position += 1
+            epoch += 1
+
+    def _close_async_rollouts(self) -> None:
+        state, self._async = self._async, None
+        if state is None:
+            return
+        if state.callback is not None:
+            self.remove_callback(state.callback)
+        state.pipeline.close()
+
+    # -- off-policy correction (TRL's importance-sampling path)
+
+    def _async_correction_on(self) -> bool:
+        return bool(self.args.max_staleness) and self.args.async_importance_sampling != "none"
+
+    def _generate_and_score_completions(self, inputs):
+        if not (self._async_correction_on() and self.model.training):
+            return super()._generate_and_score_completions(inputs)
+        args = self.args
+        with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
+                                                  args.vllm_importance_sampling_clip_min,
+                                                  args.vllm_importance_sampling_clip_max):
+            output = super()._generate_and_score_completions(inputs)
+        ratio = output["importance_sampling_ratio"]
+        mask = output["completion_mask"] * output.get("tool_mask", 1)
+        if ratio.size(1) == 1:  # sequence modes: one ratio per row
+            mask = (mask.sum(1, keepdim=True) > 0).to(mask.dtype)
+        clipped = ratio == 0 if args.async_importance_sampling.endswith("_mask") else (
+            (ratio >= args.vllm_importance_sampling_clip_max) if args.vllm_importance_sampling_clip_max is not None
+            else torch.zeros_like(ratio, dtype=torch.bool))
+        n = float(mask.sum())
+        trl_seam.record_mean_metrics(self, "train", {
+            "async/importance_weight_mean": [float((ratio * mask).sum()) / n] if n else [],
+            "async/importance_weight_clip_fraction": [float((clipped * mask).sum()) / n] if n else []})
+        return output
+
+    def _compute_loss(self, model, inputs):
+        if not (self._async_correction_on() and "importance_sampling_ratio" in inputs):
+            return super()._compute_loss(model, inputs)
+        args = self.args
+        with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
+                                                  args.vllm_importance_sampling_clip_min,
+                                                  args.vllm_importance_sampling_clip_max):
+            return super()._compute_loss(model, inputs)
+
+
+def check_async_supported(trainer) -> None:
+    """Refuse, naming the option, setups the sampler copy cannot follow: ZeRO-3 and FSDP (parameters sharded across
+    ranks), a custom sampler (its weights are not the policy's)."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None and int(plugin.zero_stage) == 3:
+        raise ValueError("EnvGRPOConfig.max_staleness >= 1 is not supported with DeepSpeed ZeRO-3 (zero_stage: 3 in "
+                         "the accelerate/DeepSpeed config): the sampler's copy of the policy would need every "
+                         "parameter gathered. Use ZeRO-2 or DDP, or max_staleness=0 (docs/async.md).")
+    if trainer.is_fsdp_enabled:
+        raise ValueError("EnvGRPOConfig.max_staleness >= 1 is not supported with FSDP (the accelerate config's "
+                         "distributed_type: FSDP / --fsdp): the sampler's copy of the policy would need every parameter "
+                         "gathered. Use DDP or DeepSpeed ZeRO-2, or max_staleness=0 (docs/async.md).")
+    if trainer.custom_sampler is not None:
+        raise ValueError("EnvGRPOConfig.max_staleness >= 1 samples with a copy of the policy; it cannot be combined "
+                         "with a custom sampler (EnvGRPOTrainer(sampler=...)). Use max_staleness=0.")
+
+
+__all__ = ["AsyncRolloutsMixin", "ReadyBatch", "RolloutJob", "RolloutPipeline", "SamplerWeights", "THREAD_NAME",
+           "VersionedSampler", "check_async_supported", "lookahead_batches"]
