@@ -286,7 +286,7 @@ class AsyncRolloutsMixin:
     Attributes:
         async_batches: one record per trained generation batch with ``max_staleness >= 1``: ``step`` (optimizer step
             it was trained at), ``oldest_version`` / ``newest_version`` (weights it was sampled with; after a re-roll,
-            the current step), ``rerolled`` (it was too stale and was rolled out again).
+            the current step), ``rerolled`` (it was too stale and was rolled out again), ``groups`` (its group keys).
     """
 
     _async: _AsyncState | None = None
@@ -326,7 +326,8 @@ class AsyncRolloutsMixin:
         if rerolled:  # every rank re-rolls together: the policy's own rollout may be a collective
             result = self._rollout(builders)
             staleness, oldest, newest = 0, step, step
-        self.async_batches.append(dict(step=step, oldest_version=oldest, newest_version=newest, rerolled=rerolled))
+        self.async_batches.append(dict(step=step, oldest_version=oldest, newest_version=newest, rerolled=rerolled,
+                                       groups=list(keys)))
         trl_seam.record_mean_metrics(self, "train", {
             "async/staleness": [staleness], "async/staleness_max": [max(worst, 0) if not rerolled else 0],
             "async/trainer_wait_s": [waited], "async/sampler_wait_s": [ready.sampler_wait_s],
