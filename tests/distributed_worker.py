@@ -46,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="directory for rank<k>.json")
     p.add_argument("--scenarios", nargs="+", default=["guess_number:group"],
                    help="ENV[:SCALE_REWARDS] runs, one trainer each, in this order, in the same processes; ENV is "
-                        "guess_number, arithmetic or uneven; SCALE_REWARDS is group (default), batch or none")
+                        "guess_number, arithmetic or uneven; SCALE_REWARDS is group (default), batch or none; a third "
+                        "part asyncK trains with max_staleness=K (ENV:SCALE:asyncK)")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--num_generations", type=int, default=4)
     p.add_argument("--per_device_batch", type=int, default=8, help="per_device_train_batch_size (rows)")
@@ -221,6 +222,8 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
     from trl_envs import make_env_dataset
 
     env, _, scale = spec.partition(":")
+    scale, _, asynchronous = scale.partition(":")  # ENV:SCALE:asyncK trains with max_staleness=K
+    max_staleness = int(asynchronous.removeprefix("async")) if asynchronous else args.max_staleness
     name = spec.replace(":", "_")
     per_turn = {}
     if env == "uneven_turns":
@@ -235,7 +238,7 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
         per_device_train_batch_size=args.per_device_batch, per_device_eval_batch_size=args.per_device_batch,
         max_steps=args.steps, max_completion_length=args.max_completion_length, max_turns=args.max_turns, learning_rate=1e-3,
         logging_steps=1, save_strategy="no", seed=args.seed, beta=0.0, scale_rewards=scale or "group",
-        disable_tqdm=True, ddp_timeout=600, max_staleness=args.max_staleness, **vllm, **per_turn,
+        disable_tqdm=True, ddp_timeout=600, max_staleness=max_staleness, **vllm, **per_turn,
     )
     world_size = config.world_size
     groups_per_batch = args.per_device_batch * world_size // args.num_generations
