@@ -40,6 +40,7 @@ from transformers import TrainerCallback
 
 from ..core.types import EnvGroupBuilder
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch_async
+from ..rollout.event_loop import cyclic_gc_paused
 from ..samplers.hf import HFSampler
 from . import trl_seam
 
@@ -95,17 +96,88 @@ class SamplerWeights:
             return self.version
 
 
+class ComputeTurn:
+    """The device's compute, taken in turns by the trainer (a whole ``training_step``: scoring, forward, backward) and
+    the sampler (one ``generate`` call), the sampler first: a waiting or announced (:meth:`reserve`) ``generate`` call
+    goes before the trainer's next step. What overlaps is everything else: env time (tool calls, judges, env servers)
+    runs while the trainer computes. Both sides computing at once on one device made each slower than taking turns
+    (measured on CPU: bench/async_rollouts.py, docs/async.md). The sampler is at most ``max_staleness`` batches ahead,
+    so its priority cannot starve the trainer."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._holder: int | None = None
+        self._sampler_waiting = 0
+        self._reserved = False
+
+    def reserve(self) -> None:
+        """Announce that the sampler is about to start a batch: the trainer lets it generate first."""
+        with self._cond:
+            self._reserved = True
+
+    def unreserve(self) -> None:
+        with self._cond:
+            self._reserved = False
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def sampler(self) -> Iterator[None]:
+        with self._cond:
+            self._sampler_waiting += 1
+            try:
+                while self._holder is not None:
+                    self._cond.wait()
+            finally:
+                self._sampler_waiting -= 1
+            self._holder, self._reserved = threading.get_ident(), False
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextlib.contextmanager
+    def trainer(self) -> Iterator[None]:
+        self._trainer_acquire()
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextlib.contextmanager
+    def yielded(self) -> Iterator[None]:
+        """Let the sampler compute while this thread waits (a no-op where this thread does not hold the turn)."""
+        if self._holder != threading.get_ident():
+            yield
+            return
+        self._release()
+        try:
+            yield
+        finally:
+            self._trainer_acquire()
+
+    def _trainer_acquire(self) -> None:
+        with self._cond:
+            while self._holder is not None or self._sampler_waiting or self._reserved:
+                self._cond.wait(0.05)  # timed: a reservation whose batch made no generate call must not block
+            self._holder = threading.get_ident()
+
+    def _release(self) -> None:
+        with self._cond:
+            self._holder = None
+            self._cond.notify_all()
+
+
 class VersionedSampler:
     """A :class:`~trl_envs.samplers.base.Sampler` on :class:`SamplerWeights` that records the weight version of each
-    call (``versions``; reset by the pipeline per batch)."""
+    call (``versions``; reset by the pipeline per batch) and takes its :class:`ComputeTurn` for each call."""
 
-    def __init__(self, sampler: HFSampler, weights: SamplerWeights):
-        self.sampler, self.weights = sampler, weights
+    def __init__(self, sampler: HFSampler, weights: SamplerWeights, turn: ComputeTurn):
+        self.sampler, self.weights, self.turn = sampler, weights, turn
         self.versions: list[int] = []
         self._lock = threading.Lock()  # a call forced by the batcher's valve may come from another thread
 
     def sample(self, requests):
-        with self._lock:
+        with self._lock, self.turn.sampler():
             self.versions.append(self.weights.apply())
             return self.sampler.sample(requests)
 
@@ -189,6 +261,7 @@ class RolloutPipeline:
             self._jobs.clear()
             self._cond.notify_all()
             loop, task = self._loop, self._task
+        self.sampler.turn.unreserve()
         if loop is not None and task is not None:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(task.cancel)
@@ -225,13 +298,18 @@ class RolloutPipeline:
                     self._task = loop.create_task(run_rollout_batch_async(job.builders, self.sampler,
                                                                           **self.rollout_kwargs))
                 try:
-                    ready.result = loop.run_until_complete(self._task)
+                    with cyclic_gc_paused():  # as the synchronous rollout does (see cyclic_gc_paused)
+                        ready.result = loop.run_until_complete(self._task)
                 except asyncio.CancelledError:
                     return
                 except BaseException as error:  # noqa: BLE001 - delivered to the trainer thread by take()
                     ready.error = error
+                finally:
+                    self.sampler.turn.unreserve()
                 with self._cond:
                     self._task = None
+                    if self._jobs and self.sampler.weights.staged_version >= self._jobs[0].min_version:
+                        self.sampler.turn.reserve()  # the next batch's first generate goes before the next step
                     self._ready[job.index] = ready
                     self._cond.notify_all()
         except BaseException as crash:  # noqa: BLE001
@@ -265,6 +343,7 @@ def lookahead_batches(max_staleness: int, steps_per_batch: float) -> int:
 
 @dataclass
 class _AsyncState:
+    turn: ComputeTurn
     weights: SamplerWeights
     pipeline: RolloutPipeline
     keys: Iterator[list[str]]
@@ -300,6 +379,13 @@ class AsyncRolloutsMixin:
         finally:
             self._close_async_rollouts()
 
+    def training_step(self, *args, **kwargs):
+        state = self._async
+        if state is None or not self.model.training:
+            return super().training_step(*args, **kwargs)
+        with state.turn.trainer():  # the sampler generates between training steps, and while the trainer waits for it
+            return super().training_step(*args, **kwargs)
+
     # -- rollouts
 
     def _async_rollout(self, keys: list[str], builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
@@ -308,7 +394,8 @@ class AsyncRolloutsMixin:
         while state.submitted <= state.consumed + state.lookahead:
             self._submit_next(state)
         waited = time.perf_counter()
-        ready = state.pipeline.take(state.consumed)
+        with state.turn.yielded():
+            ready = state.pipeline.take(state.consumed)
         waited = time.perf_counter() - waited
         state.consumed += 1
         if ready.job.keys != list(keys):
@@ -352,13 +439,14 @@ class AsyncRolloutsMixin:
             with self.accelerator.autocast():
                 yield weights.model
 
+        turn = ComputeTurn()
         sampler = VersionedSampler(HFSampler(weights.model, trl_seam.tokenizer_of(self), model_context=sampling_model,
-                                             **self.sampling_settings()), weights)
+                                             **self.sampling_settings()), weights, turn)
         pipeline = RolloutPipeline(sampler, dict(budget=args.rollout_budget(self.model), strategy=args.error_strategy(),
                                                  max_wait_s=args.sampler_max_wait_s))
         micro = args.steps_per_generation * self.num_iterations
         ga = args.gradient_accumulation_steps
-        state = _AsyncState(weights, pipeline, self._future_group_keys(self.state.global_step * ga, micro),
+        state = _AsyncState(turn, weights, pipeline, self._future_group_keys(self.state.global_step * ga, micro),
                             self.state.global_step, micro, ga, lookahead_batches(args.max_staleness, micro / ga))
         state.callback = _SyncWeights(state, args.weight_sync_steps)
         self.add_callback(state.callback)
@@ -390,37 +478,83 @@ class AsyncRolloutsMixin:
     # -- off-policy correction (TRL's importance-sampling path)
 
     def _async_correction_on(self) -> bool:
-        return bool(self.args.max_staleness) and self.args.async_importance_sampling != "none"
+        return bool(self.args.max_staleness) and self.args.async_importance_sampling != "none" and self.model.training
+
+    def _ratio_in_loss(self) -> bool:
+        """One optimizer pass per generation batch: TRL keeps no ``old_per_token_logps`` (they would equal the loss
+        forward's), so the ratio is taken from the loss forward instead of an extra scoring pass."""
+        return self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations) == 0
 
     def _generate_and_score_completions(self, inputs):
-        if not (self._async_correction_on() and self.model.training):
+        if not self._async_correction_on() or self._ratio_in_loss():
             return super()._generate_and_score_completions(inputs)
         args = self.args
         with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
                                                   args.vllm_importance_sampling_clip_min,
                                                   args.vllm_importance_sampling_clip_max):
             output = super()._generate_and_score_completions(inputs)
-        ratio = output["importance_sampling_ratio"]
-        mask = output["completion_mask"] * output.get("tool_mask", 1)
+        self._record_importance_weights(output["importance_sampling_ratio"], _trained_mask(output))
+        return output
+
+    def _compute_loss(self, model, inputs):
+        if not self._async_correction_on():
+            return super()._compute_loss(model, inputs)
+        args = self.args
+        if "importance_sampling_ratio" in inputs:  # computed by TRL's scoring
+            with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
+                                                      args.vllm_importance_sampling_clip_min,
+                                                      args.vllm_importance_sampling_clip_max):
+                return super()._compute_loss(model, inputs)
+        if "sampling_per_token_logps" not in inputs:
+            raise RuntimeError("EnvGRPOTrainer (max_staleness >= 1): the batch has no sampling logprobs to correct with")
+
+        def make_ratio(policy_logps: torch.Tensor) -> torch.Tensor:
+            mask = _trained_mask(inputs)
+            ratio = importance_ratio(policy_logps, inputs["sampling_per_token_logps"], mask,
+                                     args.async_importance_sampling, args.vllm_importance_sampling_clip_min,
+                                     args.vllm_importance_sampling_clip_max)
+            self._record_importance_weights(ratio, mask)
+            return ratio
+
+        with trl_seam.ratio_from_loss_logprobs(self, inputs, make_ratio):
+            return super()._compute_loss(model, inputs)
+
+    def _record_importance_weights(self, ratio: torch.Tensor, mask: torch.Tensor) -> None:
+        args = self.args
         if ratio.size(1) == 1:  # sequence modes: one ratio per row
             mask = (mask.sum(1, keepdim=True) > 0).to(mask.dtype)
-        clipped = ratio == 0 if args.async_importance_sampling.endswith("_mask") else (
-            (ratio >= args.vllm_importance_sampling_clip_max) if args.vllm_importance_sampling_clip_max is not None
-            else torch.zeros_like(ratio, dtype=torch.bool))
+        if args.async_importance_sampling.endswith("_mask"):
+            clipped = ratio == 0
+        elif args.vllm_importance_sampling_clip_max is not None:
+            clipped = ratio >= args.vllm_importance_sampling_clip_max
+        else:
+            clipped = torch.zeros_like(ratio, dtype=torch.bool)
         n = float(mask.sum())
         trl_seam.record_mean_metrics(self, "train", {
             "async/importance_weight_mean": [float((ratio * mask).sum()) / n] if n else [],
             "async/importance_weight_clip_fraction": [float((clipped * mask).sum()) / n] if n else []})
-        return output
 
-    def _compute_loss(self, model, inputs):
-        if not (self._async_correction_on() and "importance_sampling_ratio" in inputs):
-            return super()._compute_loss(model, inputs)
-        args = self.args
-        with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
-                                                  args.vllm_importance_sampling_clip_min,
-                                                  args.vllm_importance_sampling_clip_max):
-            return super()._compute_loss(model, inputs)
+
+def _trained_mask(batch: dict) -> torch.Tensor:
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+
+def importance_ratio(policy_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor, mode: str,
+                     clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+    """TRL's importance-sampling ratio of the policy vs the sampler (``GRPOTrainer._generate_and_score_completions``
+    with ``vllm_importance_sampling_correction``): ``exp(policy - sampling)`` on trained tokens (1 elsewhere and where
+    a sampling logprob is NaN), per token or summed per sequence (``mode`` ``token_*`` / ``sequence_*``), truncated
+    to ``[clip_min, clip_max]`` (``*_truncate``) or zeroed outside it (``*_mask``). Shape (B, T) or (B, 1)."""
+    diff = torch.nan_to_num((policy_logps - sampling_logps) * mask, nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("_truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = clip_min if clip_min is not None else -math.inf
+    high = clip_max if clip_max is not None else math.inf
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
 def check_async_supported(trainer) -> None:
@@ -441,4 +575,4 @@ def check_async_supported(trainer) -> None:
 
 
 __all__ = ["AsyncRolloutsMixin", "ReadyBatch", "RolloutJob", "RolloutPipeline", "SamplerWeights", "THREAD_NAME",
-           "VersionedSampler", "check_async_supported", "lookahead_batches"]
+           "VersionedSampler", "check_async_supported", "importance_ratio", "lookahead_batches"]

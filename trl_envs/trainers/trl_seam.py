@@ -125,6 +125,9 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("self.use_vllm and self.vllm_importance_sampling_correction", "trl.GRPOTrainer",
                 "the condition under which scoring computes old_per_token_logps and the importance-sampling ratio of "
                 "the rollout's sampling logprobs, and _compute_loss applies it", check="source"),
+    PrivateName("_get_per_token_logps_and_entropies", "trl.GRPOTrainer",
+                "(model, input_ids, attention_mask, logits_to_keep, ...) -> (per-token logprobs, entropies, aux loss); "
+                "_compute_loss calls it once for the policy before it reads inputs['importance_sampling_ratio']"),
     PrivateName("You are using 'rollout_func'", "trl.GRPOTrainer",
                 "the start of the experimental-feature warning GRPOTrainer.__init__ gives for rollout_func, silenced "
                 "by its text", check="source"),
@@ -289,6 +292,32 @@ def sampler_importance_sampling(trainer, mode: str, clip_min: float | None, clip
                 setattr(trainer, name, value)
 
 
+@contextlib.contextmanager
+def ratio_from_loss_logprobs(trainer, inputs: dict, make_ratio) -> Iterator[None]:
+    """While active, ``_compute_loss`` gets ``inputs['importance_sampling_ratio'] = make_ratio(policy logprobs)``
+    from the policy logprobs of its own forward pass (detached) and applies it (see :func:`sampler_importance_sampling`,
+    whose flags are set too). Equal to TRL's ratio whenever TRL's ``old_per_token_logps`` would be the policy's
+    logprobs at that very step (one optimizer pass per generation batch), without TRL's extra scoring forward pass.
+
+    TRL 1.16 behaviour relied on: ``_compute_loss`` computes the policy's per-token logprobs with
+    ``self._get_per_token_logps_and_entropies`` (its first call) before it reads ``inputs['importance_sampling_ratio']``.
+    """
+    original = trainer._get_per_token_logps_and_entropies
+
+    def with_ratio(*args, **kwargs):
+        logps, entropies, aux = original(*args, **kwargs)
+        if "importance_sampling_ratio" not in inputs:
+            inputs["importance_sampling_ratio"] = make_ratio(logps.detach())
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = with_ratio  # an instance attribute over the method
+    try:
+        with sampler_importance_sampling(trainer, "token_truncate", None, None):
+            yield
+    finally:
+        del trainer._get_per_token_logps_and_entropies
+
+
 def dpo_tokens_seen(trainer) -> int:
     """The running token count behind the ``num_tokens`` metric of a ``DPOTrainer``.
 
@@ -329,4 +358,4 @@ def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float
 
 __all__ = ["PreferenceCollator", "PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES",
            "check_trl_compatibility", "distributed_backend", "dpo_tokens_seen", "grpo_reference_model", "keep_columns", "log_generation_metric",
-           "logged_metrics", "record_mean_metrics", "model_tags", "rollout_func_warning_silenced", "sampler_importance_sampling", "set_dpo_tokens_seen", "tokenizer_of"]
+           "logged_metrics", "ratio_from_loss_logprobs", "record_mean_metrics", "model_tags", "rollout_func_warning_silenced", "sampler_importance_sampling", "set_dpo_tokens_seen", "tokenizer_of"]
