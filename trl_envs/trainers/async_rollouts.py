@@ -45,7 +45,8 @@ from ..samplers.hf import HFSampler
 from . import trl_seam
 
 THREAD_NAME = "trl_envs-async-rollouts"
-JOIN_TIMEOUT_S = 60.0  # the running batch is cancelled first; an env that ignores cancellation gets this long
+JOIN_TIMEOUT_S = 60.0
+RESERVE_S = 0.1  # how long the trainer waits for a batch just started to make its first generate call  # the running batch is cancelled first; an env that ignores cancellation gets this long
 
 
 # -- the sampler's weights ---------------------------------------------------------------------------------------------
@@ -108,16 +109,17 @@ class ComputeTurn:
         self._cond = threading.Condition()
         self._holder: int | None = None
         self._sampler_waiting = 0
-        self._reserved = False
+        self._reserved_until = 0.0
 
     def reserve(self) -> None:
-        """Announce that the sampler is about to start a batch: the trainer lets it generate first."""
+        """Announce that the sampler is about to start a batch: the trainer lets it generate first (for at most
+        :data:`RESERVE_S`, in case the batch's envs take long to set up)."""
         with self._cond:
-            self._reserved = True
+            self._reserved_until = time.perf_counter() + RESERVE_S
 
     def unreserve(self) -> None:
         with self._cond:
-            self._reserved = False
+            self._reserved_until = 0.0
             self._cond.notify_all()
 
     @contextlib.contextmanager
@@ -129,7 +131,7 @@ class ComputeTurn:
                     self._cond.wait()
             finally:
                 self._sampler_waiting -= 1
-            self._holder, self._reserved = threading.get_ident(), False
+            self._holder, self._reserved_until = threading.get_ident(), 0.0
         try:
             yield
         finally:
@@ -157,8 +159,8 @@ class ComputeTurn:
 
     def _trainer_acquire(self) -> None:
         with self._cond:
-            while self._holder is not None or self._sampler_waiting or self._reserved:
-                self._cond.wait(0.05)  # timed: a reservation whose batch made no generate call must not block
+            while self._holder is not None or self._sampler_waiting or time.perf_counter() < self._reserved_until:
+                self._cond.wait(0.01)  # timed: a reservation expires
             self._holder = threading.get_ident()
 
     def _release(self) -> None:
@@ -168,18 +170,32 @@ class ComputeTurn:
 
 
 class VersionedSampler:
-    """A :class:`~trl_envs.samplers.base.Sampler` on :class:`SamplerWeights` that records the weight version of each
-    call (``versions``; reset by the pipeline per batch) and takes its :class:`ComputeTurn` for each call."""
+    """A :class:`~trl_envs.samplers.base.Sampler` on :class:`SamplerWeights`: each call takes its
+    :class:`ComputeTurn`, first loads the newest staged weights, and records their version in the calling batch's
+    list (:meth:`for_batch`)."""
 
     def __init__(self, sampler: HFSampler, weights: SamplerWeights, turn: ComputeTurn):
         self.sampler, self.weights, self.turn = sampler, weights, turn
-        self.versions: list[int] = []
         self._lock = threading.Lock()  # a call forced by the batcher's valve may come from another thread
 
-    def sample(self, requests):
+    def sample(self, requests, versions: list[int] | None = None):
         with self._lock, self.turn.sampler():
-            self.versions.append(self.weights.apply())
+            version = self.weights.apply()
+            if versions is not None:
+                versions.append(version)
             return self.sampler.sample(requests)
+
+    def for_batch(self, versions: list[int]):
+        """A sampler for one batch that records the weight version of each of its calls in ``versions``."""
+        return _BatchSampler(self, versions)
+
+
+class _BatchSampler:
+    def __init__(self, sampler: VersionedSampler, versions: list[int]):
+        self._sampler, self._versions = sampler, versions
+
+    def sample(self, requests):
+        return self._sampler.sample(requests, self._versions)
 
 
 # -- the pipeline -------------------------------------------------------------------------------------------------------
@@ -210,7 +226,9 @@ class ReadyBatch:
 
 
 class RolloutPipeline:
-    """Runs :class:`RolloutJob` s one after another on a background thread with its own event loop.
+    """Runs :class:`RolloutJob` s on a background thread with its own event loop: every submitted job whose weights
+    are ready (``staged_version >= job.min_version``) starts at once, so the env waits of consecutive batches overlap
+    too; their ``generate`` calls take turns (:class:`VersionedSampler`).
 
     Args:
         sampler: the :class:`VersionedSampler` every batch samples with.
@@ -225,20 +243,27 @@ class RolloutPipeline:
         self._ready: dict[int, ReadyBatch] = {}
         self._stop = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
         self._crash: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(started,), name=THREAD_NAME, daemon=True)
         self.thread.start()
+        started.wait()
 
     # trainer side
     def submit(self, job: RolloutJob) -> None:
         with self._cond:
             self._jobs.append(job)
-            self._cond.notify_all()
+        self._poke()
 
     def weights_changed(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+        self._poke()
+
+    def _poke(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(wake.set)
 
     def take(self, index: int) -> ReadyBatch:
         """Block until job ``index`` is done; re-raise its error (or the thread's) in the caller."""
@@ -255,16 +280,12 @@ class RolloutPipeline:
         return ready
 
     def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
-        """Stop: cancel the running batch (its envs are cleaned up), drop queued jobs, join the thread."""
+        """Stop: cancel the running batches (their envs are cleaned up), drop queued jobs, join the thread."""
         with self._cond:
             self._stop = True
             self._jobs.clear()
             self._cond.notify_all()
-            loop, task = self._loop, self._task
-        self.sampler.turn.unreserve()
-        if loop is not None and task is not None:
-            with contextlib.suppress(RuntimeError):  # the loop already closed
-                loop.call_soon_threadsafe(task.cancel)
+        self._poke()
         self.thread.join(timeout_s)
         if self.thread.is_alive():
             warnings.warn(f"{THREAD_NAME} did not stop within {timeout_s:.0f} s of being cancelled: an env or sampler "
@@ -272,56 +293,69 @@ class RolloutPipeline:
                           stacklevel=2)
 
     # sampler-thread side
-    def _next_job(self) -> tuple[RolloutJob | None, float]:
-        start = time.perf_counter()
-        with self._cond:
-            while not self._stop:
-                if self._jobs and self.sampler.weights.staged_version >= self._jobs[0].min_version:
-                    return self._jobs.pop(0), time.perf_counter() - start
-                self._cond.wait()
-        return None, time.perf_counter() - start
-
-    def _run(self) -> None:
+    def _run(self, started: threading.Event) -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
+        self._loop, self._wake = loop, asyncio.Event()
+        started.set()
         try:
-            while True:
-                job, waited = self._next_job()
-                if job is None:
-                    return
-                ready = ReadyBatch(job, sampler_wait_s=waited)
-                self.sampler.versions = ready.versions
-                with self._cond:
-                    if self._stop:
-                        return
-                    self._loop = loop
-                    self._task = loop.create_task(run_rollout_batch_async(job.builders, self.sampler,
-                                                                          **self.rollout_kwargs))
-                try:
-                    with cyclic_gc_paused():  # as the synchronous rollout does (see cyclic_gc_paused)
-                        ready.result = loop.run_until_complete(self._task)
-                except asyncio.CancelledError:
-                    return
-                except BaseException as error:  # noqa: BLE001 - delivered to the trainer thread by take()
-                    ready.error = error
-                finally:
-                    self.sampler.turn.unreserve()
-                with self._cond:
-                    self._task = None
-                    if self._jobs and self.sampler.weights.staged_version >= self._jobs[0].min_version:
-                        self.sampler.turn.reserve()  # the next batch's first generate goes before the next step
-                    self._ready[job.index] = ready
-                    self._cond.notify_all()
+            with cyclic_gc_paused():  # as the synchronous rollout does (see cyclic_gc_paused)
+                loop.run_until_complete(self._main())
         except BaseException as crash:  # noqa: BLE001
             with self._cond:
                 self._crash = crash
                 self._cond.notify_all()
         finally:
-            with self._cond:
-                self._loop = None
+            self._loop = None
             with contextlib.suppress(Exception):
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+            self.sampler.turn.unreserve()
+
+    async def _main(self) -> None:
+        running: set[asyncio.Task] = set()
+        idle_since = [time.perf_counter()]  # when the last running batch ended: the sampler's idle time starts
+
+        def finished(task: asyncio.Task) -> None:
+            running.discard(task)
+            if not running:
+                idle_since[0] = time.perf_counter()
+            self._wake.set()
+
+        try:
+            while True:
+                with self._cond:
+                    if self._stop:
+                        return
+                    startable = []
+                    while self._jobs and self.sampler.weights.staged_version >= self._jobs[0].min_version:
+                        startable.append(self._jobs.pop(0))
+                for job in startable:
+                    waited = 0.0 if running else time.perf_counter() - idle_since[0]
+                    self.sampler.turn.reserve()  # its first generate call goes before the trainer's next step
+                    task = asyncio.ensure_future(self._one(job, waited))
+                    running.add(task)
+                    task.add_done_callback(finished)
+                await self._wake.wait()
+                self._wake.clear()
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+    async def _one(self, job: RolloutJob, sampler_wait_s: float) -> None:
+        ready = ReadyBatch(job, sampler_wait_s=sampler_wait_s)
+        try:
+            ready.result = await run_rollout_batch_async(job.builders, self.sampler.for_batch(ready.versions),
+                                                         **self.rollout_kwargs)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # noqa: BLE001 - delivered to the trainer thread by take()
+            ready.error = error
+        with self._cond:
+            self._ready[job.index] = ready
+            self._cond.notify_all()
 
 
 # -- the trainer side ---------------------------------------------------------------------------------------------------
