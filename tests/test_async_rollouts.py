@@ -107,12 +107,27 @@ def test_staleness_never_exceeds_k_and_rollouts_overlap(k, tmp_path, tiny_model_
     assert max(logged(trainer, "async/staleness_max")) <= k
     assert logged(trainer, "async/rerolled_groups") == [0.0] * 5
     for name in ("async/trainer_wait_s", "async/sampler_wait_s", "async/importance_weight_mean",
-                 "async/importance_weight_clip_fraction", "sampling/importance_sampling_ratio/mean"):
+                 "async/importance_weight_clip_fraction"):
         assert len(logged(trainer, name)) == 5, name
-    # the first batch is sampled by weights equal to the policy's: TRL's importance ratio is 1 there
-    assert logged(trainer, "sampling/importance_sampling_ratio/min")[0] == pytest.approx(1.0, abs=1e-4)
-    assert logged(trainer, "sampling/importance_sampling_ratio/max")[0] == pytest.approx(1.0, abs=1e-4)
+    # the first batch is sampled by weights equal to the policy's: the importance weights are 1 there, later not
+    weights = logged(trainer, "async/importance_weight_mean")
+    assert weights[0] == pytest.approx(1.0, abs=1e-4) and any(abs(w - 1.0) > 1e-3 for w in weights[1:])
     assert not async_threads()
+
+
+def test_several_passes_per_batch_use_trl_scoring_ratio(tmp_path, tiny_model_path, tokenizer, renderer):
+    """num_iterations=2: two optimizer steps per generation batch, so TRL keeps the scoring-time logprobs and its own
+    importance-sampling path computes the ratio (logged as sampling/importance_sampling_ratio/*); the bound holds."""
+    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=6, num_iterations=2), guess_number(renderer),
+                             processing_class=tokenizer)
+    trainer.train()
+    batches = trainer.async_batches
+    assert [b["step"] for b in batches] == [0, 2, 4]
+    assert all(0 <= b["step"] - b["oldest_version"] <= 1 for b in batches)
+    assert any(b["oldest_version"] < b["step"] for b in batches)
+    assert len(logged(trainer, "sampling/importance_sampling_ratio/mean")) == 3
+    assert logged(trainer, "sampling/importance_sampling_ratio/max")[0] == pytest.approx(1.0, abs=1e-4)
+    assert len(logged(trainer, "async/importance_weight_mean")) == 3
 
 
 def test_stale_batches_are_rerolled_and_counted(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
@@ -168,10 +183,9 @@ def test_resume_restarts_the_pipeline_from_the_checkpoint_weights(tmp_path, tiny
     assert [b["step"] for b in resumed.async_batches] == [2, 3]
     assert resumed.async_batches[0]["oldest_version"] == 2
     # the groups are those the uninterrupted run trained at steps 2 and 3, and the sampler copy holds the
-    # checkpoint's weights: the first importance ratio after resuming is exactly 1
+    # checkpoint's weights: the importance weights of the first batch after resuming are 1
     assert [b["groups"] for b in resumed.async_batches] == [b["groups"] for b in first.async_batches[2:]]
-    assert logged(resumed, "sampling/importance_sampling_ratio/min")[0] == pytest.approx(1.0, abs=1e-4)
-    assert logged(resumed, "sampling/importance_sampling_ratio/max")[0] == pytest.approx(1.0, abs=1e-4)
+    assert logged(resumed, "async/importance_weight_mean")[0] == pytest.approx(1.0, abs=1e-4)
 
 
 def test_ctrl_c_stops_the_pipeline_and_cleans_up_envs(tmp_path, tiny_model_path, tokenizer, renderer):
