@@ -12,8 +12,12 @@ Contract (docs/async.md):
   ``max_staleness`` optimizer steps after the weights that sampled its oldest token. A batch found older anyway (a
   step the schedule did not predict) is re-rolled by the policy itself before training, on every rank together, and
   counted (``async/rerolled_groups``): stale groups are never trained.
+* Batches whose weights are ready roll out concurrently on the background loop; the trainer's ``training_step``
+  and the sampler's ``generate`` calls take turns on the device (:class:`ComputeTurn`, the sampler first), so what
+  overlaps the trainer's compute is env time.
 * Sampling logprobs vs the trained policy's are corrected by TRL's own importance-sampling path
-  (``trl_seam.sampler_importance_sampling``: per-token truncated ratio by default).
+  (``trl_seam.sampler_importance_sampling``: per-token truncated ratio by default; with one optimizer pass per batch
+  the policy logprobs are the loss forward's own, ``trl_seam.ratio_from_loss_logprobs``).
 * The pipeline is started at the first training rollout (after a checkpoint was loaded, so a resumed run starts
   from the checkpoint's weights) and stopped when ``train()`` returns or raises (Ctrl-C, an env error): the running
   batch is cancelled (its envs' cleanup runs) and the thread is joined.
