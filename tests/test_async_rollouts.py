@@ -259,3 +259,22 @@ def test_sampler_copy_shares_frozen_weights_and_syncs_trainable_ones(tiny_model_
     weights.stage(version=3)
     assert weights.version == 0 and not torch.equal(copied[name], policy.get_parameter(name))  # staged, not applied
     assert weights.apply() == 3 and torch.equal(copied[name], policy.get_parameter(name))
+
+
+def test_lora_copies_only_the_adapter(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
+    peft = pytest.importorskip("peft")
+    made: list[SamplerWeights] = []
+    original = SamplerWeights.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(SamplerWeights, "__init__", recording)
+    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=3, beta=0.01, credit_assignment="per_turn"),
+                             guess_number(renderer), processing_class=tokenizer,
+                             peft_config=peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    trainer.train()
+    adapter = sum(p.numel() for n, p in trainer.model.named_parameters() if "lora_" in n)
+    assert len(made) == 1 and made[0].num_copied_parameters == adapter > 0
+    assert all(0 <= b["step"] - b["oldest_version"] <= 1 for b in trainer.async_batches)
