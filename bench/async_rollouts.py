@@ -1,6 +1,6 @@
 """Do rollouts overlapping training pay? EnvGRPOTrainer synchronous vs ``max_staleness`` k = 1, 2.
 
-Throughput (default): a multi-turn "tool" env whose every step awaits I/O for a random 100-300 ms (``--wait_ms``; an
+Throughput (default): a multi-turn "tool" env whose every step awaits I/O for a random 50-150 ms (``--wait_ms``; an
 ``asyncio.sleep``, as a tool, judge or env-server call would) is trained on the offline tiny model, once per mode:
 ``sync`` (``max_staleness=0``), ``async k=1``, ``async k=2``; then the same env with no wait, ``sync`` and
 ``async k=1``. Each run trains ``--warmup`` + ``--steps`` optimizer steps; what is timed is the wall time from the
@@ -17,7 +17,8 @@ same seeds, problems and settings; per run the mean training reward over all ste
 accuracy (learning_parity's evaluator); prints mean |Δ| over seeds (target <= 0.03).
 
     python bench/async_rollouts.py                      # throughput, about 2-3 minutes on 2 cores
-    python bench/async_rollouts.py --parity --seeds 0 1 --parity_steps 60
+    python bench/async_rollouts.py --parity --seeds 0 1 --parity_steps 60      # about 1 minute
+    python bench/async_rollouts.py --parity --seeds 0 1 2 3 4 5 6 7 --parity_steps 300    # about 8 minutes
 """
 
 from __future__ import annotations
@@ -210,14 +211,16 @@ def parity(model_path, tokenizer, args) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per run")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--group_size", type=int, default=4)
-    parser.add_argument("--groups_per_step", type=int, default=4)
+    parser.add_argument("--groups_per_step", type=int, default=16)
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--max_tokens", type=int, default=8, help="max_completion_length (tokens per turn)")
-    parser.add_argument("--wait_ms", type=float, nargs=2, default=[100.0, 300.0], metavar=("LO", "HI"))
+    parser.add_argument("--wait_ms", type=float, nargs=2, default=[50.0, 150.0], metavar=("LO", "HI"),
+                        help="env wait per env step, uniform in [LO, HI] ms (default sized so env wait ~ training "
+                             "time per step on the tiny model)")
     parser.add_argument("--parity", action="store_true", help="run the learning-parity check instead")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--parity_steps", type=int, default=60)

@@ -303,8 +303,7 @@ class RolloutPipeline:
         self._loop, self._wake = loop, asyncio.Event()
         started.set()
         try:
-            with cyclic_gc_paused():  # as the synchronous rollout does (see cyclic_gc_paused)
-                loop.run_until_complete(self._main())
+            loop.run_until_complete(self._main())
         except BaseException as crash:  # noqa: BLE001
             with self._cond:
                 self._crash = crash
@@ -351,8 +350,9 @@ class RolloutPipeline:
     async def _one(self, job: RolloutJob, sampler_wait_s: float) -> None:
         ready = ReadyBatch(job, sampler_wait_s=sampler_wait_s)
         try:
-            ready.result = await run_rollout_batch_async(job.builders, self.sampler.for_batch(ready.versions),
-                                                         **self.rollout_kwargs)
+            with cyclic_gc_paused():  # while a batch runs, as in the synchronous rollout (see cyclic_gc_paused)
+                ready.result = await run_rollout_batch_async(job.builders, self.sampler.for_batch(ready.versions),
+                                                             **self.rollout_kwargs)
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # noqa: BLE001 - delivered to the trainer thread by take()
