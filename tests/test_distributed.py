@@ -15,7 +15,8 @@ what it rolled out and trained on, and the tests check:
 * ``trainer.evaluate()`` on 2 ranks rolls out every test group once, whole, and logs the mean over all ranks;
 * the model-free lock-step and vLLM server-mode batching checks of tests/lockstep_worker.py, run inside the DDP launch.
 
-CI time: three launches (DDP, ZeRO-3, ZeRO-2; the DDP and ZeRO-2 ones also train with async rollouts) of about 20-45 s each on 2 CPU cores; the imports dominate.
+CI time: three launches (DDP, ZeRO-3, ZeRO-2; the DDP and ZeRO-2 ones also train with async rollouts,
+``max_staleness=1``) of about 20-45 s each on 2 CPU cores; the imports dominate.
 """
 
 from __future__ import annotations
