@@ -49,8 +49,8 @@ from ..samplers.hf import HFSampler
 from . import trl_seam
 
 THREAD_NAME = "trl_envs-async-rollouts"
-JOIN_TIMEOUT_S = 60.0
-RESERVE_S = 0.1  # how long the trainer waits for a batch just started to make its first generate call  # the running batch is cancelled first; an env that ignores cancellation gets this long
+JOIN_TIMEOUT_S = 60.0  # the running batches are cancelled first; an env that ignores cancellation gets this long
+RESERVE_S = 0.1  # how long the trainer waits for a batch just started to make its first generate call
 
 
 # -- the sampler's weights ---------------------------------------------------------------------------------------------

@@ -300,7 +300,8 @@ def ratio_from_loss_logprobs(trainer, inputs: dict, make_ratio) -> Iterator[None
     logprobs at that very step (one optimizer pass per generation batch), without TRL's extra scoring forward pass.
 
     TRL 1.16 behaviour relied on: ``_compute_loss`` computes the policy's per-token logprobs with
-    ``self._get_per_token_logps_and_entropies`` (its first call) before it reads ``inputs['importance_sampling_ratio']``.
+    ``self._get_per_token_logps_and_entropies`` (its first call) before it reads
+    ``inputs['importance_sampling_ratio']``.
     """
     original = trainer._get_per_token_logps_and_entropies
 
@@ -358,4 +359,5 @@ def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float
 
 __all__ = ["PreferenceCollator", "PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES",
            "check_trl_compatibility", "distributed_backend", "dpo_tokens_seen", "grpo_reference_model", "keep_columns", "log_generation_metric",
-           "logged_metrics", "ratio_from_loss_logprobs", "record_mean_metrics", "model_tags", "rollout_func_warning_silenced", "sampler_importance_sampling", "set_dpo_tokens_seen", "tokenizer_of"]
+           "logged_metrics", "ratio_from_loss_logprobs", "record_mean_metrics", "model_tags", "rollout_func_warning_silenced",
+           "sampler_importance_sampling", "set_dpo_tokens_seen", "tokenizer_of"]
