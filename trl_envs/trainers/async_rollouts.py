@@ -161,6 +161,13 @@ class ComputeTurn:
         finally:
             self._trainer_acquire()
 
+    def let_sampler_in(self) -> None:
+        """If a ``generate`` call is waiting, let it run now (the trainer holding the turn calls this between its
+        forward and backward pass, so a batch in flight is not held up by a whole training step)."""
+        if self._holder == threading.get_ident() and self._sampler_waiting:
+            self._release()
+            self._trainer_acquire()
+
     def _trainer_acquire(self) -> None:
         with self._cond:
             while self._holder is not None or self._sampler_waiting or time.perf_counter() < self._reserved_until:
@@ -423,6 +430,12 @@ class AsyncRolloutsMixin:
             return super().training_step(*args, **kwargs)
         with state.turn.trainer():  # the sampler generates between training steps, and while the trainer waits for it
             return super().training_step(*args, **kwargs)
+
+    def compute_loss(self, *args, **kwargs):
+        loss = super().compute_loss(*args, **kwargs)
+        if self._async is not None and self.model.training:
+            self._async.turn.let_sampler_in()
+        return loss
 
     # -- rollouts
 
