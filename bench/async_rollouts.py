@@ -133,7 +133,8 @@ MODES = [("sync, env wait", 0, True), ("async k=1, env wait", 1, True), ("async 
          ("sync, no env wait", 0, False), ("async k=1, no env wait", 1, False)]
 
 
-def throughput(model_path, tokenizer, args) -> bool:
+def throughput(model_path, tokenizer, args) -> dict[str, float]:
+    """Run every mode, print the table and headlines; return each mode's episodes/s ratio to its sync run."""
     lo, hi = args.wait_ms
     print(f"tiny model; {args.groups_per_step} groups x {args.group_size} episodes per step, {args.turns} turns per "
           f"episode, env wait {lo:.0f}-{hi:.0f} ms per env step; {args.warmup} warm-up + {args.steps} timed steps per "
@@ -157,20 +158,21 @@ def throughput(model_path, tokenizer, args) -> bool:
     print(f"\nsync step with env wait: rollout {sync_wait:.3f} s (of which env wait ~{sync_wait - sync_free:.3f} s) + "
           f"training {train_rest:.3f} s (medians)")
     print(f"{'mode':26s} {'episodes/s':>10s} {'tokens/s':>9s} {'s/step':>7s} {'vs sync':>8s}")
-    ok = True
+    ratios = {}
     for name, _, wait in MODES:
         base = med["sync, env wait" if wait else "sync, no env wait"]
-        ratio = med[name]["episodes_per_s"] / base["episodes_per_s"]
+        ratios[name] = ratio = med[name]["episodes_per_s"] / base["episodes_per_s"]
         print(f"{name:26s} {med[name]['episodes_per_s']:10.2f} {med[name]['tokens_per_s']:9.1f} "
               f"{med[name]['step_s']:7.3f} {ratio:7.2f}x")
     r_wait = med["async k=1, env wait"]["episodes_per_s"] / med["sync, env wait"]["episodes_per_s"]
     r_free = med["async k=1, no env wait"]["episodes_per_s"] / med["sync, no env wait"]["episodes_per_s"]
+    ratios["met"] = True
     for label, ratio, target in (("with env wait", r_wait, TARGET_WAIT), ("no env wait", r_free, TARGET_NO_WAIT)):
         met = ratio >= target
-        ok &= met
+        ratios["met"] &= met
         print(f"HEADLINE async k=1 / sync episodes/s, {label}: {ratio:.2f}x (target >= {target}x): "
               f"{'MET' if met else 'NOT MET'}")
-    return ok
+    return ratios
 
 
 def parity(model_path, tokenizer, args) -> bool:
@@ -209,7 +211,8 @@ def parity(model_path, tokenizer, args) -> bool:
     return ok
 
 
-def main() -> int:
+def main(argv=None):
+    """Returns the throughput ratios (a dict) or the parity verdict; as a script, the exit status."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
@@ -227,13 +230,14 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model_path = build_tiny_model()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    ok = parity(model_path, tokenizer, args) if args.parity else throughput(model_path, tokenizer, args)
-    return 1 if args.check and not ok else 0
+    return parity(model_path, tokenizer, args) if args.parity else throughput(model_path, tokenizer, args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    result = main()
+    ok = result if isinstance(result, bool) else result["met"]
+    sys.exit(1 if "--check" in sys.argv and not ok else 0)

@@ -68,3 +68,14 @@ def test_vs_env_factory_ratio_follows_a_slowed_side(bench, tiny_model_path, side
     slowed = result["trl_step_s"] if side == "trl" else result["env_step_s"]
     assert slowed >= 1.5
     assert (result["ratio"] > 1.0) if expect_above_one else (result["ratio"] < 1.0), result
+
+
+def test_async_rollouts_overlap_shows_when_envs_wait(bench, capsys):
+    """Env steps waiting 150 ms each (2 turns) on 2 groups: rolling out 2 batches ahead (k=2) overlaps those waits
+    with training, so async/sync episodes/s must be well above 1; the ratios come from the timed runs."""
+    ratios = bench("async_rollouts").main(["--steps", "3", "--warmup", "1", "--groups_per_step", "2", "--repeats", "1",
+                                           "--wait_ms", "150", "150"])
+    out = capsys.readouterr().out
+    assert "HEADLINE async k=1 / sync episodes/s, with env wait" in out and "Timed: wall clock" in out
+    assert ratios["async k=2, env wait"] > 1.3
+    assert ratios["async k=1, env wait"] > 1.0
