@@ -46,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="directory for rank<k>.json")
     p.add_argument("--scenarios", nargs="+", default=["guess_number:group"],
                    help="ENV[:SCALE_REWARDS] runs, one trainer each, in this order, in the same processes; ENV is "
-                        "guess_number, arithmetic or uneven; SCALE_REWARDS is group (default), batch or none")
+                        "guess_number, arithmetic or uneven; SCALE_REWARDS is group (default), batch or none; a third "
+                        "part asyncK trains with max_staleness=K (ENV:SCALE:asyncK)")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--num_generations", type=int, default=4)
     p.add_argument("--per_device_batch", type=int, default=8, help="per_device_train_batch_size (rows)")
@@ -74,6 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lockstep_checks", action="store_true",
                    help="first run the model-free lock-step / vLLM-batching checks of tests/lockstep_worker.py on this "
                         "process group (saves the tests a separate launch)")
+    p.add_argument("--max_staleness", type=int, default=0, help="EnvGRPOConfig.max_staleness (async rollouts)")
     p.add_argument("--deepspeed_shm", action="store_true",
                    help="let DeepSpeed JIT-compile its shared-memory CPU allreduce op (needs a C++ compiler, about a "
                         "minute the first time); by default the worker skips it and DeepSpeed uses gloo directly")
@@ -162,8 +164,8 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
             "gathered_rewards": [float(x) for x in list(trainer._logs["rewards"]["env"])[-n_global:]],
             "gathered_advantages": [float(x) for x in list(trainer._logs["advantages"])[-n_global:]],
             "metric_sums": {k: [float(sum(v)), len(v)] for k, v in metrics.items()},
-            "generate_calls": made[-1].num_calls,
-            "dummy_calls": made[-1].num_dummy_calls,
+            "generate_calls": made[-1].num_calls if made else 0,  # none made by async rollouts (max_staleness)
+            "dummy_calls": made[-1].num_dummy_calls if made else 0,
             "real_sampler_calls": result.num_sampler_calls,
             "seconds": time.perf_counter() - start,
         })
@@ -220,6 +222,8 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
     from trl_envs import make_env_dataset
 
     env, _, scale = spec.partition(":")
+    scale, _, asynchronous = scale.partition(":")  # ENV:SCALE:asyncK trains with max_staleness=K
+    max_staleness = int(asynchronous.removeprefix("async")) if asynchronous else args.max_staleness
     name = spec.replace(":", "_")
     per_turn = {}
     if env == "uneven_turns":
@@ -234,7 +238,7 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
         per_device_train_batch_size=args.per_device_batch, per_device_eval_batch_size=args.per_device_batch,
         max_steps=args.steps, max_completion_length=args.max_completion_length, max_turns=args.max_turns, learning_rate=1e-3,
         logging_steps=1, save_strategy="no", seed=args.seed, beta=0.0, scale_rewards=scale or "group",
-        disable_tqdm=True, ddp_timeout=600, **vllm, **per_turn,
+        disable_tqdm=True, ddp_timeout=600, max_staleness=max_staleness, **vllm, **per_turn,
     )
     world_size = config.world_size
     groups_per_batch = args.per_device_batch * world_size // args.num_generations
@@ -260,6 +264,7 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
         "world_size": trainer.accelerator.num_processes,
         "distributed_type": str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1],
         "zero_stage": _zero_stage(trainer), "num_generations": args.num_generations, "rollouts": records,
+        "async_batches": getattr(trainer, "async_batches", []),
         "log_history": trainer.state.log_history, "eval_metrics": eval_metrics, "train_seconds": train_seconds,
         "step_seconds": [b - a for a, b in zip(clock.times, clock.times[1:])],
         "step_cpu_seconds": [b - a for a, b in zip(clock.cpu_times, clock.cpu_times[1:])],

@@ -82,3 +82,14 @@ def test_agent_endpoint_overhead_rises_when_the_agent_is_slowed(bench, tiny_mode
     assert "generate calls/wave 1.00" in out and "done 4/4" in out
     # 2 scripted calls per agent, 4 agents, 30 ms each, on one event loop: >= 0.2 s more outside the sampler
     assert slowed["scripted"][1]["overhead_per_call"] > base["scripted"][1]["overhead_per_call"] + 0.02
+
+
+def test_async_rollouts_overlap_shows_when_envs_wait(bench, capsys):
+    """Env steps waiting 150 ms each (2 turns) on 2 groups: rolling out 2 batches ahead (k=2) overlaps those waits
+    with training, so async/sync episodes/s must be well above 1; the ratios come from the timed runs."""
+    ratios = bench("async_rollouts").main(["--steps", "3", "--warmup", "1", "--groups_per_step", "2", "--repeats", "1",
+                                           "--wait_ms", "150", "150"])
+    out = capsys.readouterr().out
+    assert "HEADLINE async k=1 / sync episodes/s, with env wait" in out and "Timed: wall clock" in out
+    assert ratios["async k=2, env wait"] > 1.3
+    assert ratios["async k=1, env wait"] > 1.0

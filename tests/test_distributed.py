@@ -15,7 +15,8 @@ what it rolled out and trained on, and the tests check:
 * ``trainer.evaluate()`` on 2 ranks rolls out every test group once, whole, and logs the mean over all ranks;
 * the model-free lock-step and vLLM server-mode batching checks of tests/lockstep_worker.py, run inside the DDP launch.
 
-CI time: three launches (DDP, ZeRO-3, ZeRO-2) of about 20-35 s each on 2 CPU cores; the imports dominate.
+CI time: three launches (DDP, ZeRO-3, ZeRO-2; the DDP and ZeRO-2 ones also train with async rollouts,
+``max_staleness=1``) of about 20-45 s each on 2 CPU cores; the imports dominate.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def ddp_ranks(tmp_path_factory, tiny_model_path) -> list[dict]:
     """One launch of accelerate_configs/cpu_2proc.yaml: the model-free lock-step checks, then guess_number, then the
     uneven env, in the same two processes (one launch: the imports dominate a run's time)."""
     tmp = tmp_path_factory.mktemp("ddp")
-    return run_worker(tmp, "cpu_2proc.yaml", ["guess_number:group", "uneven:batch", "uneven_turns:group"], world_size=2,
+    return run_worker(tmp, "cpu_2proc.yaml", ["guess_number:group", "uneven:batch", "uneven_turns:group",
+                                              "guess_number:group:async1"], world_size=2,
                       worker_args=["--collective_generate", "--lockstep_checks", "--evaluate"], model_path=tiny_model_path,
                       timeout_s=LAUNCH_TIMEOUT_S)
 
@@ -84,6 +86,23 @@ def test_two_processes_per_turn_rows_pad_every_rank_to_the_same_rows(ddp_ranks):
         assert all(a == 0.0 for row in r0["advantages"][len(r0["row_keys"]):] for a in row)  # padding trains nothing
     logged = [h for h in per_turn[0]["log_history"] if "rows/filler_fraction" in h]
     assert logged and logged[0]["rows/filler_fraction"] == pytest.approx(0.4)  # 32 of rank 0's 40 rows, none of 1's
+
+
+def check_async(per_rank: list[dict], max_staleness: int) -> None:
+    """max_staleness >= 1 on 2 ranks: whole groups, rewards and advantages as in a synchronous run, every trained
+    batch at most ``max_staleness`` steps older than the step, the ranks in lock-step (same batches, same loss)."""
+    check_groups_rewards_advantages_metrics(per_rank)
+    batches = [s["async_batches"] for s in per_rank]
+    assert len(batches[0]) == len(batches[1]) > 0
+    assert all(0 <= b["step"] - b["oldest_version"] <= max_staleness for rank in batches for b in rank)
+    assert any(b["oldest_version"] < b["step"] for b in batches[0])  # sampled ahead of training
+    assert [b["step"] for b in batches[0]] == [b["step"] for b in batches[1]]
+    losses = [[h["loss"] for h in s["log_history"] if "loss" in h] for s in per_rank]
+    assert losses[0] == losses[1]
+
+
+def test_two_processes_ddp_async_rollouts(ddp_ranks):
+    check_async(scenario(ddp_ranks, "guess_number_group_async1"), max_staleness=1)
 
 
 # The lock-step and vLLM batching checks of tests/lockstep_worker.py, run on the same 2-process gloo group (no model;
@@ -158,11 +177,12 @@ def test_zero3_rank_finishing_early_does_not_hang(tmp_path, tiny_model_path):
 @needs_deepspeed
 def test_zero2_two_processes_guess_number(tmp_path, tiny_model_path):
     """accelerate_configs/zero2.yaml on 2 CPU processes."""
-    ranks = run_worker(tmp_path, "zero2.yaml", ["guess_number:group"], world_size=2, model_path=tiny_model_path,
-                       launch_args=CPU_OVERRIDES, timeout_s=LAUNCH_TIMEOUT_S)
+    ranks = run_worker(tmp_path, "zero2.yaml", ["guess_number:group", "guess_number:group:async1"], world_size=2,
+                       model_path=tiny_model_path, launch_args=CPU_OVERRIDES, timeout_s=LAUNCH_TIMEOUT_S)
     guess = scenario(ranks, "guess_number_group")
     assert all(s["distributed_type"] == "DEEPSPEED" and s["zero_stage"] == 2 for s in guess)
     check_groups_rewards_advantages_metrics(guess)
+    check_async(scenario(ranks, "guess_number_group_async1"), max_staleness=1)  # rollouts overlapping ZeRO-2 steps
 
 
 # -- the configs themselves -----------------------------------------------------------------------------------------

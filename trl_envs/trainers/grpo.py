@@ -31,6 +31,7 @@ from ..training_data.credit import first_turn_returns, row_token_advantages
 from ..registry.env_datasets import resolve_row_datasets
 from .grpo_config import EnvGRPOConfig
 from . import trl_seam
+from .async_rollouts import AsyncRolloutsMixin
 from .base import EnvTrainerMixin, frozen_reference_copy, check_single_process_launch, require_chat_template, resolve_env_datasets
 from .checkpoints import hold_output_dir
 from .group_index import GroupIndex
@@ -53,7 +54,7 @@ def env_reward(completions, env_reward: list[float | None], **kwargs) -> list[fl
 env_reward.__name__ = "env"
 
 
-class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
+class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
     """GRPO on environments. Takes env datasets instead of a prompt dataset; everything else is ``GRPOTrainer``.
 
     Args:
@@ -148,7 +149,10 @@ class EnvGRPOTrainer(EnvTrainerMixin, GRPOTrainer):
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         keys = _group_keys([x["prompt"] for x in inputs], group_size)
         builders = [self._builder(k) for k in keys]
-        result = self._rollout(builders)
+        if self.args.max_staleness and mode == "train":  # async: rolled out ahead by the pipeline (async_rollouts.py)
+            result = self._async_rollout(keys, builders)
+        else:
+            result = self._rollout(builders)
         names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
         check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"), self.accelerator)
         for name, builder, group in zip(names, builders, result.groups):

@@ -9,6 +9,9 @@ from trl import GRPOConfig
 from .checkpoints import ResumeArguments
 from .rollout_args import RolloutArguments, check_count
 
+ASYNC_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none")
+
+
 @dataclass
 class EnvGRPOConfig(RolloutArguments, ResumeArguments, GRPOConfig):
     """``GRPOConfig`` with the settings of env rollouts. Every GRPO option keeps its TRL meaning.
@@ -33,6 +36,20 @@ class EnvGRPOConfig(RolloutArguments, ResumeArguments, GRPOConfig):
         default=4, metadata={"help": "Episodes per env tag written to output_dir/rollouts/ (JSONL) and logged as a "
                                      "table to the report_to trackers every logging_steps (`trl-envs show "
                                      "OUTPUT_DIR` renders them); 0: none."})
+    max_staleness: int = field(
+        default=0, metadata={"help": "0: roll out each batch when the trainer needs it. k >= 1: a background thread "
+                                     "rolls out the next batches while the trainer trains, sampling from a copy of the "
+                                     "policy at most k optimizer steps older than the policy that trains on them "
+                                     "(docs/async.md)."})
+    weight_sync_steps: int = field(
+        default=1, metadata={"help": "With max_staleness >= 1: copy the policy's trainable weights to the sampler "
+                                     "every this many optimizer steps."})
+    async_importance_sampling: str = field(
+        default="token_truncate", metadata={"help": "With max_staleness >= 1: the importance-sampling correction of "
+                                                    "sampler vs trained policy, one of TRL's vllm_importance_sampling_"
+                                                    "mode values ('token_truncate', 'token_mask', 'sequence_truncate', "
+                                                    "'sequence_mask') with its vllm_importance_sampling_clip_max/min "
+                                                    "bounds, or 'none'."})
     shuffle_dataset: bool | None = field(
         default=False, metadata={"help": "Shuffle env groups. Off by default: an RLDataset's batches are already "
                                          "sampled and often ordered on purpose (curricula, reproducible runs)."})
@@ -70,6 +87,14 @@ class EnvGRPOConfig(RolloutArguments, ResumeArguments, GRPOConfig):
                              f"{self.credit_assignment!r}")
         if not 0.0 <= self.credit_gamma <= 1.0:
             raise ValueError(f"EnvGRPOConfig.credit_gamma must be in [0, 1], got {self.credit_gamma}")
+        check_count(self, "max_staleness", minimum=0)
+        check_count(self, "weight_sync_steps", minimum=1)
+        if self.async_importance_sampling not in ASYNC_IS_MODES:
+            raise ValueError(f"EnvGRPOConfig.async_importance_sampling must be one of {list(ASYNC_IS_MODES)}, got "
+                             f"{self.async_importance_sampling!r}")
+        if self.max_staleness and self.use_vllm:
+            raise ValueError("EnvGRPOConfig.max_staleness >= 1 samples with a copy of the policy through transformers' "
+                             "generate; with use_vllm=True set max_staleness=0 (docs/async.md, 'GPU notes').")
 
     def default_max_tokens_per_turn(self) -> int | None:
         return self.max_completion_length

@@ -112,6 +112,22 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "called once; grpo_reference_model replaces it to hand in a frozen copy of the policy"),
     PrivateName("self._total_train_tokens", "trl.DPOTrainer",
                 "the running token count behind DPO's num_tokens metric, not saved in checkpoints", check="source"),
+    PrivateName("_generate_and_score_completions", "trl.GRPOTrainer",
+                "(see above) the async rollouts mixin scores a batch sampled by the policy's sampler copy under "
+                "sampler_importance_sampling", overridden_in="trl_envs/trainers/async_rollouts.py"),
+    PrivateName("_compute_loss", "trl.GRPOTrainer",
+                "(model, inputs) -> the GRPO loss of one micro-batch; multiplies the per-token loss by "
+                "inputs['importance_sampling_ratio'] when use_vllm and vllm_importance_sampling_correction are set",
+                overridden_in="trl_envs/trainers/async_rollouts.py"),
+    PrivateName("self._last_loaded_step", "trl.GRPOTrainer",
+                "the global step whose weights vLLM holds; _generate syncs vLLM weights when use_vllm is set and it "
+                "differs from state.global_step", check="source"),
+    PrivateName("self.use_vllm and self.vllm_importance_sampling_correction", "trl.GRPOTrainer",
+                "the condition under which scoring computes old_per_token_logps and the importance-sampling ratio of "
+                "the rollout's sampling logprobs, and _compute_loss applies it", check="source"),
+    PrivateName("_get_per_token_logps_and_entropies", "trl.GRPOTrainer",
+                "(model, input_ids, attention_mask, logits_to_keep, ...) -> (per-token logprobs, entropies, aux loss); "
+                "_compute_loss calls it once for the policy before it reads inputs['importance_sampling_ratio']"),
     PrivateName("You are using 'rollout_func'", "trl.GRPOTrainer",
                 "the start of the experimental-feature warning GRPOTrainer.__init__ gives for rollout_func, silenced "
                 "by its text", check="source"),
@@ -242,6 +258,67 @@ def grpo_reference_model(reference) -> Iterator[None]:
         grpo_trainer.create_model_from_path = original
 
 
+@contextlib.contextmanager
+def sampler_importance_sampling(trainer, mode: str, clip_min: float | None, clip_max: float | None
+                                ) -> Iterator[None]:
+    """While active, GRPOTrainer corrects for a sampler other than the trained policy exactly as it does for vLLM.
+
+    TRL 1.16 behaviour relied on: when ``self.use_vllm and self.vllm_importance_sampling_correction``,
+    ``_generate_and_score_completions`` computes ``old_per_token_logps`` (the policy's logprobs at scoring time), the
+    ratio ``exp(old - sampling)`` of the rollout's sampling logprobs (``mode``: per token or per sequence, truncated
+    to or masked outside ``[clip_min, clip_max]``), logs ``sampling/importance_sampling_ratio/*`` and
+    ``sampling/sampling_logp_difference/*`` and returns the ratio as ``importance_sampling_ratio``; ``_compute_loss``
+    multiplies the per-token loss by it. With a ``rollout_func`` the only other use of ``use_vllm`` is the vLLM weight
+    sync in ``_generate``, skipped while ``_last_loaded_step`` equals ``state.global_step``. Attributes are restored on
+    exit.
+    """
+    missing = object()  # _last_loaded_step exists only when TRL set up vLLM
+    saved = {name: getattr(trainer, name, missing) for name in (
+        "use_vllm", "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+        "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max", "_last_loaded_step")}
+    trainer.use_vllm = True
+    trainer.vllm_importance_sampling_correction = True
+    trainer.vllm_importance_sampling_mode = mode
+    trainer.vllm_importance_sampling_clip_min = clip_min
+    trainer.vllm_importance_sampling_clip_max = clip_max
+    trainer._last_loaded_step = trainer.state.global_step
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                delattr(trainer, name)
+            else:
+                setattr(trainer, name, value)
+
+
+@contextlib.contextmanager
+def ratio_from_loss_logprobs(trainer, inputs: dict, make_ratio) -> Iterator[None]:
+    """While active, ``_compute_loss`` gets ``inputs['importance_sampling_ratio'] = make_ratio(policy logprobs)``
+    from the policy logprobs of its own forward pass (detached) and applies it (see :func:`sampler_importance_sampling`,
+    whose flags are set too). Equal to TRL's ratio whenever TRL's ``old_per_token_logps`` would be the policy's
+    logprobs at that very step (one optimizer pass per generation batch), without TRL's extra scoring forward pass.
+
+    TRL 1.16 behaviour relied on: ``_compute_loss`` computes the policy's per-token logprobs with
+    ``self._get_per_token_logps_and_entropies`` (its first call) before it reads
+    ``inputs['importance_sampling_ratio']``.
+    """
+    original = trainer._get_per_token_logps_and_entropies
+
+    def with_ratio(*args, **kwargs):
+        logps, entropies, aux = original(*args, **kwargs)
+        if "importance_sampling_ratio" not in inputs:
+            inputs["importance_sampling_ratio"] = make_ratio(logps.detach())
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = with_ratio  # an instance attribute over the method
+    try:
+        with sampler_importance_sampling(trainer, "token_truncate", None, None):
+            yield
+    finally:
+        del trainer._get_per_token_logps_and_entropies
+
+
 def dpo_tokens_seen(trainer) -> int:
     """The running token count behind the ``num_tokens`` metric of a ``DPOTrainer``.
 
@@ -282,4 +359,5 @@ def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float
 
 __all__ = ["PreferenceCollator", "PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES",
            "check_trl_compatibility", "distributed_backend", "dpo_tokens_seen", "grpo_reference_model", "keep_columns", "log_generation_metric",
-           "logged_metrics", "record_mean_metrics", "model_tags", "rollout_func_warning_silenced", "set_dpo_tokens_seen", "tokenizer_of"]
+           "logged_metrics", "ratio_from_loss_logprobs", "record_mean_metrics", "model_tags", "rollout_func_warning_silenced",
+           "sampler_importance_sampling", "set_dpo_tokens_seen", "tokenizer_of"]

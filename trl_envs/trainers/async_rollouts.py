@@ -1,0 +1,305 @@
+"""Rollouts that overlap training: bounded-staleness asynchronous GRPO (``EnvGRPOConfig.max_staleness >= 1``).
+
+Contract (docs/async.md):
+
+* A background thread (:mod:`trl_envs.rollout.async_pipeline`, its own event loop) rolls out the trainer's next generation batches (the
+  same groups, in the same order, as the synchronous trainer would roll out) while the trainer trains. It samples
+  with :class:`SamplerWeights`: a copy of the policy's *trainable* parameters (frozen ones, e.g. a LoRA base, are
+  shared, not copied), refreshed from the policy after every ``weight_sync_steps`` optimizer steps. The version of
+  the weights is the optimizer step they were taken at.
+* A batch records the oldest and newest weight version it sampled with. The pipeline starts a batch only once the
+  sampler's weights are at least ``predicted train step - max_staleness``, so every group is trained at most
+  ``max_staleness`` optimizer steps after the weights that sampled its oldest token. A batch found older anyway (a
+  step the schedule did not predict) is re-rolled by the policy itself before training, on every rank together, and
+  counted (``async/rerolled_groups``): stale groups are never trained.
+* Batches whose weights are ready roll out concurrently on the background loop; the trainer's ``training_step``
+  and the sampler's ``generate`` calls take turns on the device (:class:`ComputeTurn`, the sampler first), so what
+  overlaps the trainer's compute is env time.
+* Sampling logprobs vs the trained policy's are corrected by TRL's own importance-sampling path
+  (``trl_seam.sampler_importance_sampling``: per-token truncated ratio by default; with one optimizer pass per batch
+  the policy logprobs are the loss forward's own, ``trl_seam.ratio_from_loss_logprobs``).
+* The pipeline is started at the first training rollout (after a checkpoint was loaded, so a resumed run starts
+  from the checkpoint's weights) and stopped when ``train()`` returns or raises (Ctrl-C, an env error): the running
+  batch is cancelled (its envs' cleanup runs) and the thread is joined.
+* Distributed: the thread makes no collective call (its sampler is a plain module, not the DDP / DeepSpeed wrapper);
+  every collective (the staleness check, metrics) is made by the main thread at the same point on every rank. ZeRO-3
+  and FSDP shard the parameters the copy would need and are refused when training starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import TrainerCallback
+
+from ..core.types import EnvGroupBuilder
+from ..rollout.async_pipeline import (THREAD_NAME, ComputeTurn, RolloutJob, RolloutPipeline, SamplerWeights,
+                                      VersionedSampler)
+from ..rollout.engine import RolloutBatchResult
+from ..samplers.hf import HFSampler
+from . import trl_seam
+
+
+# -- the trainer side ---------------------------------------------------------------------------------------------------
+
+class _SyncWeights(TrainerCallback):
+    def __init__(self, state: _AsyncState, every: int):
+        self.state, self.every = state, every
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0:
+            self.state.weights.stage(state.global_step)
+            self.state.pipeline.weights_changed()
+
+
+def lookahead_batches(max_staleness: int, steps_per_batch: float) -> int:
+    """How many generation batches the pipeline is given ahead of the one being trained."""
+    return max(1, math.ceil(max_staleness / steps_per_batch))
+
+
+@dataclass
+class _AsyncState:
+    turn: ComputeTurn
+    weights: SamplerWeights
+    pipeline: RolloutPipeline
+    keys: Iterator[list[str]]
+    start_step: int
+    micro_per_batch: int  # micro-steps (training_step calls) per generation batch
+    grad_accum: int
+    lookahead: int
+    submitted: int = 0
+    consumed: int = 0
+    callback: TrainerCallback | None = None
+
+    def train_step_of(self, index: int) -> int:
+        return self.start_step + (index * self.micro_per_batch) // self.grad_accum
+
+
+class AsyncRolloutsMixin:
+    """Bounded-staleness rollouts for ``EnvGRPOTrainer`` (mixed in before ``GRPOTrainer``; module docstring).
+
+    Attributes:
+        async_batches: one record per trained generation batch with ``max_staleness >= 1``: ``step`` (optimizer step
+            it was trained at), ``oldest_version`` / ``newest_version`` (weights it was sampled with; after a re-roll,
+            the current step), ``rerolled`` (it was too stale and was rolled out again), ``groups`` (its group keys).
+    """
+
+    _async: _AsyncState | None = None
+
+    def train(self, *args, **kwargs):
+        if self.args.max_staleness:
+            check_async_supported(self)
+        self.async_batches = []
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self._close_async_rollouts()
+
+    def training_step(self, *args, **kwargs):
+        state = self._async
+        if state is None or not self.model.training:
+            return super().training_step(*args, **kwargs)
+        with state.turn.trainer():  # the sampler generates between training steps, and while the trainer waits for it
+            return super().training_step(*args, **kwargs)
+
+    def compute_loss(self, *args, **kwargs):
+        loss = super().compute_loss(*args, **kwargs)
+        if self._async is not None and self.model.training:
+            self._async.turn.let_sampler_in()
+        return loss
+
+    # -- rollouts
+
+    def _async_rollout(self, keys: list[str], builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
+        """The rollout of this generation batch's groups ``keys``, taken from the pipeline (started on first use)."""
+        state = self._async or self._start_async_rollouts()
+        while state.submitted <= state.consumed + state.lookahead:
+            self._submit_next(state)
+        waited = time.perf_counter()
+        with state.turn.yielded():
+            ready = state.pipeline.take(state.consumed)
+        waited = time.perf_counter() - waited
+        state.consumed += 1
+        if ready.job.keys != list(keys):
+            raise RuntimeError(f"EnvGRPOTrainer (max_staleness={self.args.max_staleness}): the pipeline rolled out "
+                               f"groups {ready.job.keys} but the trainer asked for {list(keys)}; the data order is "
+                               "not one the pipeline can predict (an IterableDataset with shuffling?). Use "
+                               "max_staleness=0 for this dataset.")
+        step = self.state.global_step
+        staleness = step - ready.oldest_version
+        worst = staleness
+        if self.accelerator.num_processes > 1:
+            worst = int(self.accelerator.gather(torch.tensor([staleness], device=self.accelerator.device)).max())
+        result, rerolled = ready.result, worst > self.args.max_staleness
+        oldest, newest = ready.oldest_version, max(ready.versions, default=ready.oldest_version)
+        if rerolled:  # every rank re-rolls together: the policy's own rollout may be a collective
+            result = self._rollout(builders)
+            staleness, oldest, newest = 0, step, step
+        self.async_batches.append(dict(step=step, oldest_version=oldest, newest_version=newest, rerolled=rerolled,
+                                       groups=list(keys)))
+        trl_seam.record_mean_metrics(self, "train", {
+            "async/staleness": [staleness], "async/staleness_max": [max(worst, 0) if not rerolled else 0],
+            "async/trainer_wait_s": [waited], "async/sampler_wait_s": [ready.sampler_wait_s],
+            "async/rerolled_groups": [len(builders) if rerolled else 0]})
+        self.last_rollout = result
+        return result
+
+    def _submit_next(self, state: _AsyncState) -> None:
+        keys = next(state.keys)
+        index = state.submitted
+        state.pipeline.submit(RolloutJob(index, keys, [self._builder(k) for k in keys],
+                                         state.train_step_of(index) - self.args.max_staleness))
+        state.submitted += 1
+
+    def _start_async_rollouts(self) -> _AsyncState:
+        args = self.args
+        policy = self.accelerator.unwrap_model(self.model_wrapped)
+        weights = SamplerWeights(policy, self.state.global_step)
+
+        @contextlib.contextmanager
+        def sampling_model():
+            with self.accelerator.autocast():
+                yield weights.model
+
+        turn = ComputeTurn()
+        sampler = VersionedSampler(HFSampler(weights.model, trl_seam.tokenizer_of(self), model_context=sampling_model,
+                                             **self.sampling_settings()), weights, turn)
+        pipeline = RolloutPipeline(sampler, dict(budget=args.rollout_budget(self.model), strategy=args.error_strategy(),
+                                                 max_wait_s=args.sampler_max_wait_s))
+        micro = args.steps_per_generation * self.num_iterations
+        ga = args.gradient_accumulation_steps
+        state = _AsyncState(turn, weights, pipeline, self._future_group_keys(self.state.global_step * ga, micro),
+                            self.state.global_step, micro, ga, lookahead_batches(args.max_staleness, micro / ga))
+        state.callback = _SyncWeights(state, args.weight_sync_steps)
+        self.add_callback(state.callback)
+        self._async = state
+        return state
+
+    def _future_group_keys(self, skip_micro_batches: int, micro_per_batch: int) -> Iterator[list[str]]:
+        """The group keys of each coming generation batch, read from a second copy of the training dataloader (the
+        same sampler and seed, so the same order as the trainer's), after the micro-batches already trained."""
+        dataloader = self.get_train_dataloader()
+        epoch, position = 0, 0
+        while True:
+            if hasattr(dataloader, "set_epoch"):
+                dataloader.set_epoch(epoch)
+            for batch in dataloader:
+                if position >= skip_micro_batches and (position - skip_micro_batches) % micro_per_batch == 0:
+                    yield [row["prompt"] for row in batch][::self.num_generations]
+                position += 1
+            epoch += 1
+
+    def _close_async_rollouts(self) -> None:
+        state, self._async = self._async, None
+        if state is None:
+            return
+        if state.callback is not None:
+            self.remove_callback(state.callback)
+        state.pipeline.close()
+
+    # -- off-policy correction (TRL's importance-sampling path)
+
+    def _async_correction_on(self) -> bool:
+        return bool(self.args.max_staleness) and self.args.async_importance_sampling != "none" and self.model.training
+
+    def _ratio_in_loss(self) -> bool:
+        """One optimizer pass per generation batch: TRL keeps no ``old_per_token_logps`` (they would equal the loss
+        forward's), so the ratio is taken from the loss forward instead of an extra scoring pass."""
+        return self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations) == 0
+
+    def _generate_and_score_completions(self, inputs):
+        if not self._async_correction_on() or self._ratio_in_loss():
+            return super()._generate_and_score_completions(inputs)
+        args = self.args
+        with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
+                                                  args.vllm_importance_sampling_clip_min,
+                                                  args.vllm_importance_sampling_clip_max):
+            output = super()._generate_and_score_completions(inputs)
+        self._record_importance_weights(output["importance_sampling_ratio"], _trained_mask(output))
+        return output
+
+    def _compute_loss(self, model, inputs):
+        if not self._async_correction_on():
+            return super()._compute_loss(model, inputs)
+        args = self.args
+        if "importance_sampling_ratio" in inputs:  # computed by TRL's scoring
+            with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
+                                                      args.vllm_importance_sampling_clip_min,
+                                                      args.vllm_importance_sampling_clip_max):
+                return super()._compute_loss(model, inputs)
+        if "sampling_per_token_logps" not in inputs:
+            raise RuntimeError("EnvGRPOTrainer (max_staleness >= 1): the batch has no sampling logprobs to correct with")
+
+        def make_ratio(policy_logps: torch.Tensor) -> torch.Tensor:
+            mask = _trained_mask(inputs)
+            ratio = importance_ratio(policy_logps, inputs["sampling_per_token_logps"], mask,
+                                     args.async_importance_sampling, args.vllm_importance_sampling_clip_min,
+                                     args.vllm_importance_sampling_clip_max)
+            self._record_importance_weights(ratio, mask)
+            return ratio
+
+        with trl_seam.ratio_from_loss_logprobs(self, inputs, make_ratio):
+            return super()._compute_loss(model, inputs)
+
+    def _record_importance_weights(self, ratio: torch.Tensor, mask: torch.Tensor) -> None:
+        args = self.args
+        if ratio.size(1) == 1:  # sequence modes: one ratio per row
+            mask = (mask.sum(1, keepdim=True) > 0).to(mask.dtype)
+        if args.async_importance_sampling.endswith("_mask"):
+            clipped = ratio == 0
+        elif args.vllm_importance_sampling_clip_max is not None:
+            clipped = ratio >= args.vllm_importance_sampling_clip_max
+        else:
+            clipped = torch.zeros_like(ratio, dtype=torch.bool)
+        n = float(mask.sum())
+        trl_seam.record_mean_metrics(self, "train", {
+            "async/importance_weight_mean": [float((ratio * mask).sum()) / n] if n else [],
+            "async/importance_weight_clip_fraction": [float((clipped * mask).sum()) / n] if n else []})
+
+
+def _trained_mask(batch: dict) -> torch.Tensor:
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+
+def importance_ratio(policy_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor, mode: str,
+                     clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+    """TRL's importance-sampling ratio of the policy vs the sampler (``GRPOTrainer._generate_and_score_completions``
+    with ``vllm_importance_sampling_correction``): ``exp(policy - sampling)`` on trained tokens (1 elsewhere and where
+    a sampling logprob is NaN), per token or summed per sequence (``mode`` ``token_*`` / ``sequence_*``), truncated
+    to ``[clip_min, clip_max]`` (``*_truncate``) or zeroed outside it (``*_mask``). Shape (B, T) or (B, 1)."""
+    diff = torch.nan_to_num((policy_logps - sampling_logps) * mask, nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("_truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = clip_min if clip_min is not None else -math.inf
+    high = clip_max if clip_max is not None else math.inf
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+def check_async_supported(trainer) -> None:
+    """Refuse, naming the option, setups the sampler copy cannot follow: ZeRO-3 and FSDP (parameters sharded across
+    ranks), a custom sampler (its weights are not the policy's)."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None and int(plugin.zero_stage) == 3:
+        raise ValueError("EnvGRPOConfig.max_staleness >= 1 is not supported with DeepSpeed ZeRO-3 (zero_stage: 3 in "
+                         "the accelerate/DeepSpeed config): the sampler's copy of the policy would need every "
+                         "parameter gathered. Use ZeRO-2 or DDP, or max_staleness=0 (docs/async.md).")
+    if trainer.is_fsdp_enabled:
+        raise ValueError("EnvGRPOConfig.max_staleness >= 1 is not supported with FSDP (the accelerate config's "
+                         "distributed_type: FSDP / --fsdp): the sampler's copy of the policy would need every parameter "
+                         "gathered. Use DDP or DeepSpeed ZeRO-2, or max_staleness=0 (docs/async.md).")
+    if trainer.custom_sampler is not None:
+        raise ValueError("EnvGRPOConfig.max_staleness >= 1 samples with a copy of the policy; it cannot be combined "
+                         "with a custom sampler (EnvGRPOTrainer(sampler=...)). Use max_staleness=0.")
+
+
+__all__ = ["THREAD_NAME", "AsyncRolloutsMixin", "SamplerWeights", "check_async_supported", "importance_ratio",
+           "lookahead_batches"]
