@@ -27,7 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 def readme_summary(result: dict) -> str:
     """The README's sentence about a fresh default run, from its JSON summary."""
     before, after = result["held_out_before"], result["held_out_after"]
-    return (f"{result['wall_seconds']:.0f} s wall clock on {result['machine']} shared with other jobs, the demo model "
+    load = result.get("load_average_at_start")
+    machine = f"{result['machine']} (load average {load:.1f} at the start)" if load is not None else \
+        f"{result['machine']} shared with other jobs"
+    return (f"{result['wall_seconds']:.0f} s wall clock on {machine}, the demo model "
             f"already built (its build: {result['demo_model_build_seconds']:.0f} s), {result['train_runtime_seconds']:.0f} s "
             f"of it training; held-out pass@1 {before['pass@1']:.3f} → {after['pass@1']:.3f}, pass@8 "
             f"{before['pass@8']:.3f} → {after['pass@8']:.3f}")
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         work = Path(tempfile.mkdtemp(prefix="default_run-"))
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        load_at_start = os.getloadavg()[0]
         start = time.monotonic()
         subprocess.run(["accelerate", "launch", str(REPO / "scripts" / "train_grpo.py")], cwd=work, env=env,
                        check=True)
@@ -79,11 +83,13 @@ def main(argv: list[str] | None = None) -> dict:
         output_dir = work / "outputs" / "grpo-arithmetic"
     result = summarize(output_dir, wall, command)
     if not args.summarize:
+        result["load_average_at_start"] = round(load_at_start, 2)
         result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     print(f"wrote {args.output}")
+    print(f"README: {readme_summary(result)}")
     return result
 
 
