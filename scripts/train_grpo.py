@@ -177,18 +177,20 @@ def make_parser(subparsers=None, demo_defaults: bool = True) -> TrlParser:
     return parser
 
 
-def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
+def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None, report: bool = True):
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and ``--config``: the demo model gets the CPU
     defaults above, any other model TRL's defaults plus the env's token budgets (``trl_envs.run_defaults``). Prints
-    the settings chosen and where each came from; returns ``(parser, (script, training, model, publish args))``."""
+    the settings chosen and where each came from (``report``); returns ``(parser, (script, training, model, publish
+    args), settings)``."""
     parser = parser or make_parser(demo_defaults=False)
     parsed, settings = parse_run_args(
         parser, CPU_FRIENDLY_DEFAULTS, argv, env_default="arithmetic",
         script_defaults=lambda env: {"output_dir": f"outputs/grpo-{(env or 'env').replace('_', '-')}"})
-    settings.report()
-    return parser, parsed
+    if report:
+        settings.report()
+    return parser, parsed, settings
 
 
 if __name__ == "__main__":  # checks before any model loads; mistakes and signals end in one line, exit != 0
-    if status := run_training_script("train_grpo.py", lambda argv: parse_args(argv)[1], main):
+    if status := run_training_script("train_grpo.py", lambda argv: parse_args(argv, report=False)[1:], main):
         sys.exit(status)

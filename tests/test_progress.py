@@ -42,7 +42,7 @@ def test_script_shows_steps_and_the_card_evaluations(tiny_model_path, tmp_path, 
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, script)
     spec.loader.exec_module(script)
-    _, parsed = script.parse_args(["--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run"),
+    _, parsed, _ = script.parse_args(["--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run"),
                                    "--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
                                    "--max_completion_length", "4", "--card_eval_problems", "2",
                                    "--card_eval_samples", "2", "--progress", "true"])

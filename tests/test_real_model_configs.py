@@ -94,7 +94,7 @@ def test_recipe_trains_one_step(recipe, shrunk_models, tmp_path, monkeypatch, ca
     if not dpo:
         argv += ["--num_generations", "2", "--max_completion_length", "4", "--max_turns", "2",
                  "--max_tokens_per_trajectory", "8", "--per_device_eval_batch_size", "2"]
-    _, parsed = script.parse_args(argv)
+    _, parsed, _ = script.parse_args(argv)
     settings = capsys.readouterr().out
     assert "demo recipe" not in settings  # a real model never gets the demo model's recipe
     assert re.search(r"\n  learning_rate +\S+ +\(config ", settings), settings  # the recipe's, and said so

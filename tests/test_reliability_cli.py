@@ -24,11 +24,14 @@ def grpo_parser():
     return train_grpo
 
 
-def run_grpo(capsys, *argv) -> tuple[int, str]:
+def run_grpo(capsys, *argv, out: list | None = None) -> tuple[int, str]:
     script = grpo_parser()
     capsys.readouterr()
-    code = run_training_script("train_grpo.py", lambda a: script.parse_args(a)[1], script.main, list(argv))
-    return code, capsys.readouterr().err
+    code = run_training_script("train_grpo.py", lambda a: script.parse_args(a, report=False)[1:], script.main, list(argv))
+    captured = capsys.readouterr()
+    if out is not None:
+        out.append(captured.out)
+    return code, captured.err
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -51,8 +54,11 @@ def test_script_mistakes_seen_before_the_model_loads_print_one_line(argv, messag
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
                         lambda *a, **k: pytest.fail("a tokenizer was loaded before the mistake was reported"))
-    code, err = run_grpo(capsys, *argv, "--output_dir", str(tmp_path / "out"))
+    stdout: list[str] = []
+    code, err = run_grpo(capsys, *argv, "--output_dir", str(tmp_path / "out"), out=stdout)
     assert code == 2
+    if "--push_to_hub" not in argv:  # the Hub is checked when the run starts, after the settings table
+        assert "[trl_envs] settings" not in stdout[0]  # the table comes only once the checks passed
     lines = [line for line in err.splitlines() if line.startswith("train_grpo.py: error:")]
     assert len(lines) == 1 and re.search(message if "\\" in message else re.escape(message), lines[0]), err
     assert "Traceback" not in err and "usage:" not in err
@@ -101,7 +107,7 @@ def test_dpo_script_mistakes_are_refused_before_the_model_loads(tmp_path, capsys
                         lambda *a, **k: pytest.fail("a tokenizer was loaded before the mistake was reported"))
     for argv, message in [(["--data_files", str(data)], "no 'rejected' column"),
                           (["--env", "arithmetic", "--temperature", "-1"], "--temperature -1.0: must be >= 0")]:
-        code = run_training_script("train_dpo.py", lambda a: train_dpo.parse_args(a)[1], train_dpo.main,
+        code = run_training_script("train_dpo.py", lambda a: train_dpo.parse_args(a, report=False)[1:], train_dpo.main,
                                    [*argv, "--output_dir", str(tmp_path / "out")])
         err = capsys.readouterr().err
         assert code == 2 and message in err and "Traceback" not in err, err

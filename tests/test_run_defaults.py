@@ -25,7 +25,7 @@ def grpo_script():
 
 
 def parse(script, capsys, *argv):
-    _, (script_args, training_args, model_args, _) = script.parse_args(list(argv))
+    _, (script_args, training_args, model_args, _), _ = script.parse_args(list(argv))
     table = capsys.readouterr().out
     return training_args, table
 

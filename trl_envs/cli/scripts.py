@@ -42,15 +42,18 @@ def preflight_training(script_args: Any, training_args: Any, model_args: Any) ->
 
 def run_training_script(prog: str, parse: Callable[[Sequence[str] | None], tuple], main: Callable[..., Any],
                         argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: the command line) with ``parse(argv)`` -> the script's parsed dataclasses, run
-    :func:`preflight_training`, then ``main(*parsed)`` holding the output folder's lock; returns the exit status (see
-    :func:`~trl_envs.cli.errors.run_command`)."""
+    """Parse ``argv`` (default: the command line) with ``parse(argv)`` -> ``(parsed dataclasses, settings)``, run
+    :func:`preflight_training`, print the settings (:class:`~trl_envs.run_defaults.RunSettings`, or ``None``: nothing
+    to print) once the checks passed, then ``main(*parsed)`` holding the output folder's lock; returns the exit status
+    (see :func:`~trl_envs.cli.errors.run_command`)."""
     def body() -> None:
         from ..trainers.checkpoints import hold_output_dir
 
-        parsed = parse(argv)
+        parsed, settings = parse(argv)
         script_args, training_args, model_args = parsed[:3]
         preflight_training(script_args, training_args, model_args)
+        if settings is not None:  # after the checks: a mistake is one line, not a table and then the line
+            settings.report()
         with hold_output_dir(training_args.output_dir):
             main(*parsed)
 
