@@ -249,6 +249,20 @@ def test_server_down_names_the_url(renderer):
         OpenEnvDatasetBuilder(renderer, url=url)
 
 
+def test_trl_envs_eval_with_the_server_down_prints_one_line(tiny_model_path, capsys):
+    from trl_envs.cli.commands import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    code = main(["eval", "--model", tiny_model_path, "--env", "openenv", "--env_kwargs", json.dumps({"url": url}),
+                 "--num_problems", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"trl-envs eval: error: no OpenEnv server answers at {url}" in err
+
+
 @pytest.mark.parametrize("options, message", [
     ({}, "exactly one of the options url"),
     ({"url": "http://x", "image": "img"}, "exactly one of the options url"),

@@ -61,6 +61,8 @@ def is_plain_error(error: BaseException) -> bool:
         return True
     if isinstance(error, (ValueError, FileNotFoundError, NotADirectoryError)):
         return True
+    if isinstance(error, ConnectionError):  # a server that does not answer (an OpenEnv URL): the message names it
+        return True
     if isinstance(error, OSError) and "huggingface" in type(error).__module__:  # model/repo not found, offline
         return True
     return type(error).__name__ in ("HfHubHTTPError", "RepositoryNotFoundError", "LocalEntryNotFoundError",
