@@ -107,7 +107,7 @@ ROWS = {
                         side_metric="guesses"),
     "dpo_offline": Row("dpo_offline", "dpo_offline_arithmetic.yaml", "correct",
                        "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain, "dpo"),
-    # needs reasoning-gym (pip install 'trl-envs[reasoning_gym]'); questions never trained on, see the recipe
+    # needs reasoning-gym (pip install 'trl-envs[reasoning-gym]'); questions never trained on, see the recipe
     "reasoning_gym": Row("reasoning_gym", "reasoning_gym_basic_arithmetic.yaml", "correct",
                          "held-out gain >= 3x the std over seeds (>= 2 seeds)", _clear_gain),
     "calculator_agent": Row("calculator_agent", "calculator_agent.yaml", "correct",

@@ -1,6 +1,6 @@
 """reasoning-gym tasks as single-turn problem envs: ``reasoning_gym/<task>`` (e.g. ``reasoning_gym/basic_arithmetic``).
 
-Needs ``pip install 'trl-envs[reasoning_gym]'``; importing this package does not import reasoning_gym (a task does).
+Needs ``pip install 'trl-envs[reasoning-gym]'``; importing this package does not import reasoning_gym (a task does).
 See docs/ecosystem.md.
 """
 

@@ -23,7 +23,7 @@ def import_reasoning_gym():
     try:
         import reasoning_gym
     except ImportError as e:
-        raise ImportError("reasoning-gym tasks need reasoning_gym: pip install 'trl-envs[reasoning_gym]' "
+        raise ImportError("reasoning-gym tasks need reasoning_gym: pip install 'trl-envs[reasoning-gym]' "
                           "(docs/ecosystem.md)") from e
     return reasoning_gym
 

@@ -269,7 +269,8 @@ def _prefixed_kind(name: str) -> EnvKind | None:
     for prefix, (package, module) in PREFIXED_ENVS.items():
         if name.startswith(prefix):
             if importlib.util.find_spec(package) is None:
-                raise ImportError(f"env {name!r} needs the {package} package: pip install 'trl-envs[{package}]' "
+                raise ImportError(f"env {name!r} needs the {package} package: pip install "
+                                  f"'trl-envs[{package.replace('_', '-')}]' "
                                   "(docs/ecosystem.md)")
             return importlib.import_module(module).env_kind(name)
     return None
