@@ -14,8 +14,12 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 
-for _key, _value in (("HF_HUB_OFFLINE", "1"), ("HF_HUB_DISABLE_TELEMETRY", "1"), ("TRL_EXPERIMENTAL_SILENCE", "1"),
-                     ("TOKENIZERS_PARALLELISM", "false")):
+for _key, _value in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("HF_HUB_DISABLE_TELEMETRY", "1"),
+    ("TRL_EXPERIMENTAL_SILENCE", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+):
     os.environ.setdefault(_key, _value)
 warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 deprecation notices drown the numbers
 
@@ -23,9 +27,13 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 depr
 def add_common_args(parser: argparse.ArgumentParser, *, repeats: int = 2, warmup: int = 1) -> None:
     parser.add_argument("--repeats", type=int, default=repeats, help="measured runs (the summary is their median)")
     parser.add_argument("--warmup", type=int, default=warmup, help="unmeasured runs first (one-time costs)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads. Default 1: on a small shared CPU box, multi-threaded kernels spin "
-                             "against other jobs and get 10-50x slower, which measures the neighbours, not the code")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads. Default 1: on a small shared CPU box, multi-threaded kernels spin "
+        "against other jobs and get 10-50x slower, which measures the neighbours, not the code",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--check", action="store_true", help="exit with status 1 when a target is missed")
 
@@ -61,8 +69,12 @@ def load_tiny_model(model_path: str | None = None, *, retries: int = 5, wait_s: 
             return path, tokenizer, model
         except Exception as e:  # noqa: BLE001 - the tiny model may be mid-build; retry then give up loudly
             last_error = e
-            print(f"[bench] loading the tiny model failed ({type(e).__name__}: {e}); retry {attempt + 1}/{retries} "
-                  f"in {wait_s:.0f}s", file=sys.stderr, flush=True)
+            print(
+                f"[bench] loading the tiny model failed ({type(e).__name__}: {e}); retry {attempt + 1}/{retries} "
+                f"in {wait_s:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
             time.sleep(wait_s)
     raise RuntimeError(f"could not load the tiny model after {retries} tries") from last_error
 
@@ -98,14 +110,17 @@ def slow_env_steps(builders, seconds: float):
         async def step_(*args, **kwargs):
             busy_wait(seconds)
             return await step(*args, **kwargs)
+
         return step_
 
     for builder in builders:
+
         async def make_envs(make_envs=builder.make_envs):
             envs = list(await make_envs())
             for env in envs:
                 env.step = slowed(env.step)
             return envs
+
         builder.make_envs = make_envs
     return builders
 

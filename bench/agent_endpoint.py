@@ -35,10 +35,8 @@ import json
 import statistics
 
 import _common
-
-import torch  # noqa: E402
-
 import httpx  # noqa: E402
+import torch  # noqa: E402
 
 from trl_envs import HFSampler, Renderer, RolloutBudget, run_rollout_batch  # noqa: E402
 from trl_envs.agents import AgentDataset  # noqa: E402
@@ -63,8 +61,9 @@ SLOW_AGENT_S = 0.0
 async def httpx_agent(base_url: str, api_key: str, task: dict) -> float:
     """The calculator agent over plain HTTP (no client library): what the endpoint alone costs."""
     tools = [CALCULATOR.schema()]
-    async with httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, verify=False,
-                                 timeout=600) as client:
+    async with httpx.AsyncClient(
+        base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, verify=False, timeout=600
+    ) as client:
         messages = [{"role": "user", "content": task["question"]}]
         for _ in range(task["max_tool_calls"] + 1):
             r = await client.post("/chat/completions", json={"model": "p", "messages": messages, "tools": tools})
@@ -82,10 +81,19 @@ async def httpx_agent(base_url: str, api_key: str, task: dict) -> float:
 def builders(env: str, renderer: Renderer, args) -> list:
     if env == "httpx_agent":
         tasks = make_tasks(1, args.groups, args.seed, "mul_add", 30, 4)
-        return list(AgentDataset(httpx_agent, tasks, renderer, batch_size=args.groups,
-                                 group_size=args.group_size).get_batch(0))
-    dataset = run_sync(make_env_dataset(env, renderer, group_size=args.group_size, groups_per_batch=args.groups,
-                                        num_batches=2, defaults={"seed": args.seed}))[0]
+        return list(
+            AgentDataset(httpx_agent, tasks, renderer, batch_size=args.groups, group_size=args.group_size).get_batch(0)
+        )
+    dataset = run_sync(
+        make_env_dataset(
+            env,
+            renderer,
+            group_size=args.group_size,
+            groups_per_batch=args.groups,
+            num_batches=2,
+            defaults={"seed": args.seed},
+        )
+    )[0]
     return list(dataset.get_batch(0))
 
 
@@ -93,26 +101,38 @@ def run(env: str, renderer: Renderer, sampler_factory, args) -> dict:
     walls, samplers, outside, result = [], [], [], None
     for i in range(args.warmup + args.repeats):
         torch.manual_seed(args.seed)
-        result = run_rollout_batch(builders(env, renderer, args), sampler_factory(),
-                                   RolloutBudget(max_turns=6, max_tokens_per_turn=args.max_tokens))
+        result = run_rollout_batch(
+            builders(env, renderer, args),
+            sampler_factory(),
+            RolloutBudget(max_turns=6, max_tokens_per_turn=args.max_tokens),
+        )
         if i >= args.warmup:
             walls.append(result.wall_seconds)
             samplers.append(result.sampler_seconds)
             outside.append(result.wall_seconds - result.sampler_seconds)
     trajectories = [t for g in result.groups if g is not None for t in g.trajectories]
     waves = max(len(t.transitions) for t in trajectories)
-    return {"wall": statistics.median(walls), "walls": walls, "sampler": statistics.median(samplers),
-            "outside": statistics.median(outside),
-            "calls_per_wave": result.num_sampler_calls / waves, "valve": result.num_valve_flushes,
-            "turns": sum(len(t.transitions) for t in trajectories),
-            "done": sum(t.stop_reason == "done" for t in trajectories), "episodes": len(trajectories)}
+    return {
+        "wall": statistics.median(walls),
+        "walls": walls,
+        "sampler": statistics.median(samplers),
+        "outside": statistics.median(outside),
+        "calls_per_wave": result.num_sampler_calls / waves,
+        "valve": result.num_valve_flushes,
+        "turns": sum(len(t.transitions) for t in trajectories),
+        "done": sum(t.stop_reason == "done" for t in trajectories),
+        "episodes": len(trajectories),
+    }
 
 
 def show(label: str, r: dict) -> None:
-    print(f"  {label:<12} wall {r['wall'] * 1e3:8.1f} ms {_common.spread([w * 1e3 for w in r['walls']], '{:.1f}')}"
-          f"  sampler {r['sampler'] * 1e3:8.1f} ms  outside it {r['outside'] * 1e3:7.1f} ms"
-          f"  generate calls/wave {r['calls_per_wave']:.2f}"
-          f"  valve flushes {r['valve']}  calls {r['turns']}  done {r['done']}/{r['episodes']}", flush=True)
+    print(
+        f"  {label:<12} wall {r['wall'] * 1e3:8.1f} ms {_common.spread([w * 1e3 for w in r['walls']], '{:.1f}')}"
+        f"  sampler {r['sampler'] * 1e3:8.1f} ms  outside it {r['outside'] * 1e3:7.1f} ms"
+        f"  generate calls/wave {r['calls_per_wave']:.2f}"
+        f"  valve flushes {r['valve']}  calls {r['turns']}  done {r['done']}/{r['episodes']}",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -122,8 +142,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--group_size", type=int, default=4)
     parser.add_argument("--max_tokens", type=int, default=96)
     parser.add_argument("--model_path", default=None, help="the tiny model's directory (default: build or load it)")
-    parser.add_argument("--slow_agent_ms", type=float, default=0.0,
-                        help="make the plain-HTTP agent busy-wait this long per call (a check of the bench itself)")
+    parser.add_argument(
+        "--slow_agent_ms",
+        type=float,
+        default=0.0,
+        help="make the plain-HTTP agent busy-wait this long per call (a check of the bench itself)",
+    )
     args = parser.parse_args(argv)
     global SLOW_AGENT_S
     SLOW_AGENT_S = args.slow_agent_ms / 1e3
@@ -131,8 +155,10 @@ def main(argv: list[str] | None = None) -> dict:
     path, tokenizer, model = _common.load_tiny_model(args.model_path)
     renderer = Renderer(tokenizer)
     episodes = args.groups * args.group_size
-    print(f"agent endpoint vs MessageEnv: {episodes} concurrent episodes ({args.groups} groups x {args.group_size}), "
-          f"model {path}, median of {args.repeats} runs after {args.warmup} warm-up, {args.threads} torch thread(s)")
+    print(
+        f"agent endpoint vs MessageEnv: {episodes} concurrent episodes ({args.groups} groups x {args.group_size}), "
+        f"model {path}, median of {args.repeats} runs after {args.warmup} warm-up, {args.threads} torch thread(s)"
+    )
     targets = _common.Targets()
 
     print("1. tiny model, greedy (HFSampler)")
@@ -144,8 +170,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     agents = [r for r in (*tiny[1:], *scripted[1:])]
     targets.add("generate calls per wave = 1.00 (agents)", all(r["calls_per_wave"] == 1.0 for r in agents))
-    targets.add("endpoint overhead (plain-HTTP agent) <= 5% of the tiny-model rollout",
-                (tiny[1]["outside"] - tiny[0]["outside"]) / tiny[0]["wall"] <= 0.05)
+    targets.add(
+        "endpoint overhead (plain-HTTP agent) <= 5% of the tiny-model rollout",
+        (tiny[1]["outside"] - tiny[0]["outside"]) / tiny[0]["wall"] <= 0.05,
+    )
     targets.add(f"{episodes} concurrent agents complete", all(r["done"] == episodes for r in agents))
     targets.finish(args.check)
     return {"tiny": tiny, "scripted": scripted}
@@ -162,9 +190,11 @@ def compare(renderer: Renderer, sampler_factory, args) -> tuple[dict, dict, dict
     for label, r in (("httpx agent", plain), ("openai agent", client)):
         extra = r["outside"] - base["outside"]
         r["overhead_share"], r["overhead_per_call"] = extra / base["wall"], extra / r["turns"]
-        print(f"  {label}: {extra / base['wall'] * 100:+.1f}% of the MessageEnv rollout, "
-              f"{extra / r['turns'] * 1e3:+.2f} ms per call ({r['turns']} calls; same episodes as the MessageEnv: "
-              f"{r['turns'] == base['turns']})")
+        print(
+            f"  {label}: {extra / base['wall'] * 100:+.1f}% of the MessageEnv rollout, "
+            f"{extra / r['turns'] * 1e3:+.2f} ms per call ({r['turns']} calls; same episodes as the MessageEnv: "
+            f"{r['turns'] == base['turns']})"
+        )
     return base, plain, client
 
 

@@ -34,12 +34,19 @@ import time
 from collections.abc import Sequence
 
 import _common  # noqa: F401 - offline settings first
-
 import torch  # noqa: E402
 from transformers import AutoTokenizer, PrinterCallback, TrainerCallback  # noqa: E402
 
-from trl_envs import (EnvGRPOConfig, EnvGRPOTrainer, EnvGroupBuilder, MessageEnv, MessageStepResult,  # noqa: E402
-                      MessageTokenEnv, Renderer, RLDataset)
+from trl_envs import (  # noqa: E402
+    EnvGroupBuilder,
+    EnvGRPOConfig,
+    EnvGRPOTrainer,
+    MessageEnv,
+    MessageStepResult,
+    MessageTokenEnv,
+    Renderer,
+    RLDataset,
+)
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 TARGET_WAIT, TARGET_NO_WAIT, TARGET_PARITY = 1.6, 1.0, 0.03
@@ -95,13 +102,32 @@ class StepClock(TrainerCallback):
 def throughput_run(model_path, tokenizer, args, k: int, wait_ms) -> dict:
     out = tempfile.mkdtemp(prefix="async-bench-")
     config = EnvGRPOConfig(
-        output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False, disable_tqdm=True,
-        seed=args.seed, num_generations=args.group_size, per_device_train_batch_size=args.group_size * args.groups_per_step,
-        max_steps=args.warmup + args.steps, learning_rate=1e-4, beta=0.0, max_completion_length=args.max_tokens,
-        max_turns=args.turns, logging_steps=1, save_strategy="no", max_staleness=k)
+        output_dir=out,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        seed=args.seed,
+        num_generations=args.group_size,
+        per_device_train_batch_size=args.group_size * args.groups_per_step,
+        max_steps=args.warmup + args.steps,
+        learning_rate=1e-4,
+        beta=0.0,
+        max_completion_length=args.max_tokens,
+        max_turns=args.turns,
+        logging_steps=1,
+        save_strategy="no",
+        max_staleness=k,
+    )
     clock = StepClock()
-    trainer = EnvGRPOTrainer(model_path, config, tool_dataset(Renderer(tokenizer), args, wait_ms),
-                             processing_class=tokenizer, callbacks=[clock])
+    trainer = EnvGRPOTrainer(
+        model_path,
+        config,
+        tool_dataset(Renderer(tokenizer), args, wait_ms),
+        processing_class=tokenizer,
+        callbacks=[clock],
+    )
     trainer.remove_callback(PrinterCallback)
     rollout_seconds: list[float] = []
     if k == 0:
@@ -115,81 +141,111 @@ def throughput_run(model_path, tokenizer, args, k: int, wait_ms) -> dict:
         trainer._rollout = timed
     trainer.train()
     shutil.rmtree(out, ignore_errors=True)
-    logs = [h for h in trainer.state.log_history if "env/all/action_tokens" in h][args.warmup:]
+    logs = [h for h in trainer.state.log_history if "env/all/action_tokens" in h][args.warmup :]
     episodes_per_step = args.group_size * args.groups_per_step
     seconds = clock.ends[-1] - clock.ends[args.warmup - 1]
     steps = len(clock.ends) - args.warmup
     step_seconds = seconds / steps
-    rollout = statistics.median(rollout_seconds[args.warmup:]) if rollout_seconds else None
+    rollout = statistics.median(rollout_seconds[args.warmup :]) if rollout_seconds else None
     return dict(
         episodes_per_s=steps * episodes_per_step / seconds,
         tokens_per_s=sum(h["env/all/action_tokens"] * episodes_per_step for h in logs) / seconds,
-        step_s=step_seconds, rollout_s=rollout,
+        step_s=step_seconds,
+        rollout_s=rollout,
         staleness=statistics.fmean(h["async/staleness"] for h in logs) if k else 0.0,
-        trainer_wait_s=statistics.fmean(h["async/trainer_wait_s"] for h in logs) if k else None)
+        trainer_wait_s=statistics.fmean(h["async/trainer_wait_s"] for h in logs) if k else None,
+    )
 
 
-MODES = [("sync, env wait", 0, True), ("async k=1, env wait", 1, True), ("async k=2, env wait", 2, True),
-         ("sync, no env wait", 0, False), ("async k=1, no env wait", 1, False)]
+MODES = [
+    ("sync, env wait", 0, True),
+    ("async k=1, env wait", 1, True),
+    ("async k=2, env wait", 2, True),
+    ("sync, no env wait", 0, False),
+    ("async k=1, no env wait", 1, False),
+]
 
 
 def throughput(model_path, tokenizer, args) -> dict[str, float]:
     """Run every mode, print the table and headlines; return each mode's episodes/s ratio to its sync run."""
     lo, hi = args.wait_ms
-    print(f"tiny model; {args.groups_per_step} groups x {args.group_size} episodes per step, {args.turns} turns per "
-          f"episode, env wait {lo:.0f}-{hi:.0f} ms per env step; {args.warmup} warm-up + {args.steps} timed steps per "
-          f"run; {args.repeats} repeat(s), modes interleaved; torch threads {args.threads}. Timed: wall clock from the "
-          "end of the last warm-up step to the end of the last step.", flush=True)
+    print(
+        f"tiny model; {args.groups_per_step} groups x {args.group_size} episodes per step, {args.turns} turns per "
+        f"episode, env wait {lo:.0f}-{hi:.0f} ms per env step; {args.warmup} warm-up + {args.steps} timed steps per "
+        f"run; {args.repeats} repeat(s), modes interleaved; torch threads {args.threads}. Timed: wall clock from the "
+        "end of the last warm-up step to the end of the last step.",
+        flush=True,
+    )
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in MODES}
     for r in range(args.repeats):
         for name, k, wait in MODES:
             res = throughput_run(model_path, tokenizer, args, k, (lo, hi) if wait else (0.0, 0.0))
             runs[name].append(res)
-            extra = (f"; rollout {res['rollout_s']:.3f} s + rest {res['step_s'] - res['rollout_s']:.3f} s per step"
-                     if res["rollout_s"] is not None else
-                     f"; mean staleness {res['staleness']:.2f}, trainer wait {res['trainer_wait_s']:.3f} s/step")
-            print(f"  repeat {r}: {name:24s} {res['episodes_per_s']:7.2f} episodes/s {res['tokens_per_s']:8.1f} "
-                  f"tokens/s  {res['step_s']:.3f} s/step{extra}", flush=True)
-    med = {name: {key: statistics.median(x[key] for x in v) for key in ("episodes_per_s", "tokens_per_s", "step_s")}
-           for name, v in runs.items()}
+            extra = (
+                f"; rollout {res['rollout_s']:.3f} s + rest {res['step_s'] - res['rollout_s']:.3f} s per step"
+                if res["rollout_s"] is not None
+                else f"; mean staleness {res['staleness']:.2f}, trainer wait {res['trainer_wait_s']:.3f} s/step"
+            )
+            print(
+                f"  repeat {r}: {name:24s} {res['episodes_per_s']:7.2f} episodes/s {res['tokens_per_s']:8.1f} "
+                f"tokens/s  {res['step_s']:.3f} s/step{extra}",
+                flush=True,
+            )
+    med = {
+        name: {key: statistics.median(x[key] for x in v) for key in ("episodes_per_s", "tokens_per_s", "step_s")}
+        for name, v in runs.items()
+    }
     sync_wait = statistics.median(x["rollout_s"] for x in runs["sync, env wait"])
     sync_free = statistics.median(x["rollout_s"] for x in runs["sync, no env wait"])
     train_rest = med["sync, env wait"]["step_s"] - sync_wait
-    print(f"\nsync step with env wait: rollout {sync_wait:.3f} s (of which env wait ~{sync_wait - sync_free:.3f} s) + "
-          f"training {train_rest:.3f} s (medians)")
+    print(
+        f"\nsync step with env wait: rollout {sync_wait:.3f} s (of which env wait ~{sync_wait - sync_free:.3f} s) + "
+        f"training {train_rest:.3f} s (medians)"
+    )
     print(f"{'mode':26s} {'episodes/s':>10s} {'tokens/s':>9s} {'s/step':>7s} {'vs sync':>8s}")
     ratios = {}
     for name, _, wait in MODES:
         base = med["sync, env wait" if wait else "sync, no env wait"]
         ratios[name] = ratio = med[name]["episodes_per_s"] / base["episodes_per_s"]
-        print(f"{name:26s} {med[name]['episodes_per_s']:10.2f} {med[name]['tokens_per_s']:9.1f} "
-              f"{med[name]['step_s']:7.3f} {ratio:7.2f}x")
+        print(
+            f"{name:26s} {med[name]['episodes_per_s']:10.2f} {med[name]['tokens_per_s']:9.1f} "
+            f"{med[name]['step_s']:7.3f} {ratio:7.2f}x"
+        )
     r_wait = med["async k=1, env wait"]["episodes_per_s"] / med["sync, env wait"]["episodes_per_s"]
     r_free = med["async k=1, no env wait"]["episodes_per_s"] / med["sync, no env wait"]["episodes_per_s"]
     ratios["met"] = True
     for label, ratio, target in (("with env wait", r_wait, TARGET_WAIT), ("no env wait", r_free, TARGET_NO_WAIT)):
         met = ratio >= target
         ratios["met"] &= met
-        print(f"HEADLINE async k=1 / sync episodes/s, {label}: {ratio:.2f}x (target >= {target}x): "
-              f"{'MET' if met else 'NOT MET'}")
+        print(
+            f"HEADLINE async k=1 / sync episodes/s, {label}: {ratio:.2f}x (target >= {target}x): "
+            f"{'MET' if met else 'NOT MET'}"
+        )
     return ratios
 
 
 def parity(model_path, tokenizer, args) -> bool:
     import learning_parity as lp
 
-    settings = argparse.Namespace(groups_per_step=4, group_size=8, steps=args.parity_steps, max_operand=3, lr=1e-3,
-                                  max_tokens=16, samples=16)
-    print(f"learning parity: arithmetic (operands 0..3), {args.parity_steps} steps of 4 groups x 8, lr 1e-3, seeds "
-          f"{args.seeds}; sync vs async k=1; held-out sampled accuracy: all 16 sums x 16 samples at T=1", flush=True)
+    settings = argparse.Namespace(
+        groups_per_step=4, group_size=8, steps=args.parity_steps, max_operand=3, lr=1e-3, max_tokens=16, samples=16
+    )
+    print(
+        f"learning parity: arithmetic (operands 0..3), {args.parity_steps} steps of 4 groups x 8, lr 1e-3, seeds "
+        f"{args.seeds}; sync vs async k=1; held-out sampled accuracy: all 16 sums x 16 samples at T=1",
+        flush=True,
+    )
     figures = {0: [], 1: []}
     for seed in args.seeds:
         for k in (0, 1):
             torch.manual_seed(seed)
             out = tempfile.mkdtemp(prefix="async-parity-")
-            trainer = EnvGRPOTrainer(model_path, EnvGRPOConfig(**lp.common(out, seed, settings), max_turns=1,
-                                                               max_staleness=k),
-                                     lp.env_builder(Renderer(tokenizer), seed, settings), processing_class=tokenizer)
+            trainer = EnvGRPOTrainer(
+                model_path,
+                EnvGRPOConfig(**lp.common(out, seed, settings), max_turns=1, max_staleness=k),
+                lp.env_builder(Renderer(tokenizer), seed, settings),
+                processing_class=tokenizer,
+            )
             trainer.remove_callback(PrinterCallback)
             start = time.perf_counter()
             trainer.train()
@@ -198,16 +254,21 @@ def parity(model_path, tokenizer, args) -> bool:
             reward = statistics.fmean(h["reward"] for h in trainer.state.log_history if "reward" in h)
             sampled = lp.accuracy(trainer.model, tokenizer, 3, greedy=False, samples=16, max_tokens=16, seed=seed)
             figures[k].append((reward, sampled))
-            print(f"  seed {seed} {'sync' if k == 0 else 'async k=1'}: training reward {reward:.3f}, sampled "
-                  f"accuracy {sampled:.3f} ({seconds:.0f} s)", flush=True)
+            print(
+                f"  seed {seed} {'sync' if k == 0 else 'async k=1'}: training reward {reward:.3f}, sampled "
+                f"accuracy {sampled:.3f} ({seconds:.0f} s)",
+                flush=True,
+            )
     ok = True
     for i, name in enumerate(("training reward", "held-out sampled accuracy")):
         delta = statistics.fmean(abs(a[i] - b[i]) for a, b in zip(figures[0], figures[1]))
         met = delta <= TARGET_PARITY
         ok &= met
-        print(f"{name:26s} sync {statistics.fmean(x[i] for x in figures[0]):.3f}  async k=1 "
-              f"{statistics.fmean(x[i] for x in figures[1]):.3f}  mean |Δ| {delta:.3f} (target <= {TARGET_PARITY}): "
-              f"{'MET' if met else 'NOT MET'}")
+        print(
+            f"{name:26s} sync {statistics.fmean(x[i] for x in figures[0]):.3f}  async k=1 "
+            f"{statistics.fmean(x[i] for x in figures[1]):.3f}  mean |Δ| {delta:.3f} (target <= {TARGET_PARITY}): "
+            f"{'MET' if met else 'NOT MET'}"
+        )
     return ok
 
 
@@ -221,9 +282,15 @@ def main(argv=None):
     parser.add_argument("--groups_per_step", type=int, default=16)
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--max_tokens", type=int, default=8, help="max_completion_length (tokens per turn)")
-    parser.add_argument("--wait_ms", type=float, nargs=2, default=[50.0, 150.0], metavar=("LO", "HI"),
-                        help="env wait per env step, uniform in [LO, HI] ms (default sized so env wait ~ training "
-                             "time per step on the tiny model)")
+    parser.add_argument(
+        "--wait_ms",
+        type=float,
+        nargs=2,
+        default=[50.0, 150.0],
+        metavar=("LO", "HI"),
+        help="env wait per env step, uniform in [LO, HI] ms (default sized so env wait ~ training "
+        "time per step on the tiny model)",
+    )
     parser.add_argument("--parity", action="store_true", help="run the learning-parity check instead")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--parity_steps", type=int, default=60)

@@ -21,10 +21,9 @@ import _common  # noqa: F401  (offline settings)
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget
-from trl_envs import make_env_dataset
-from trl_envs.rollout.evaluation import evaluate
+from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget, make_env_dataset
 from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.evaluation import evaluate
 from trl_envs.tiny_model import build_tiny_model
 
 MAX_TURNS = 6
@@ -38,17 +37,26 @@ def solved_turns(groups) -> tuple[float, float]:
 
 
 def env_builder(tokenizer, seed: int, args):
-    return make_env_dataset("guess_number", Renderer(tokenizer), group_size=args.group_size,
-                                batch_size=args.groups_per_step, num_batches=args.steps * 2,
-                                num_test_batches=args.eval_batches, seed=seed)
+    return make_env_dataset(
+        "guess_number",
+        Renderer(tokenizer),
+        group_size=args.group_size,
+        batch_size=args.groups_per_step,
+        num_batches=args.steps * 2,
+        num_test_batches=args.eval_batches,
+        seed=seed,
+    )
 
 
 def evaluate_model(model, tokenizer, seed: int, args) -> dict[str, float]:
     """Held-out games of ``seed``'s test set, sampled at temperature 1 after seeding torch the same way."""
     _, test = run_sync(env_builder(tokenizer, seed, args))
     torch.manual_seed(1000 + seed)
-    result = evaluate(HFSampler(model, tokenizer, temperature=1.0), test,
-                      budget=RolloutBudget(max_turns=MAX_TURNS, max_tokens_per_turn=args.max_tokens))
+    result = evaluate(
+        HFSampler(model, tokenizer, temperature=1.0),
+        test,
+        budget=RolloutBudget(max_turns=MAX_TURNS, max_tokens_per_turn=args.max_tokens),
+    )
     win_rate, turns = solved_turns(result.groups)
     return {"reward": result.mean_reward, "win": win_rate, "turns": turns}
 
@@ -57,11 +65,25 @@ def run(credit: str, seed: int, args, model_path: str, tokenizer) -> dict[str, f
     builder = env_builder(tokenizer, seed, args)
     with tempfile.TemporaryDirectory() as out:
         config = EnvGRPOConfig(
-            output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-            disable_tqdm=True, seed=seed, num_generations=args.group_size,
-            per_device_train_batch_size=args.group_size * args.groups_per_step, max_steps=args.steps,
-            learning_rate=args.lr, beta=0.0, max_completion_length=args.max_tokens, max_turns=MAX_TURNS,
-            logging_steps=args.steps, save_strategy="no", loss_type=args.loss_type, credit_assignment=credit)
+            output_dir=out,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            seed=seed,
+            num_generations=args.group_size,
+            per_device_train_batch_size=args.group_size * args.groups_per_step,
+            max_steps=args.steps,
+            learning_rate=args.lr,
+            beta=0.0,
+            max_completion_length=args.max_tokens,
+            max_turns=MAX_TURNS,
+            logging_steps=args.steps,
+            save_strategy="no",
+            loss_type=args.loss_type,
+            credit_assignment=credit,
+        )
         trainer = EnvGRPOTrainer(model_path, config, builder, processing_class=tokenizer)
         start = time.perf_counter()
         trainer.train()
@@ -86,23 +108,35 @@ def main() -> int:
     model_path = build_tiny_model()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     episodes = args.eval_batches * args.groups_per_step * args.group_size
-    print(f"guess_number, {args.steps} steps of {args.groups_per_step}x{args.group_size} episodes, loss "
-          f"{args.loss_type}; evaluation on {episodes} held-out games", flush=True)
+    print(
+        f"guess_number, {args.steps} steps of {args.groups_per_step}x{args.group_size} episodes, loss "
+        f"{args.loss_type}; evaluation on {episodes} held-out games",
+        flush=True,
+    )
     rows = {"trajectory": [], "per_turn": []}
     untrained = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32").eval()
     for seed in args.seeds:
         r = evaluate_model(untrained, tokenizer, seed, args)
-        print(f"{'untrained':10s} seed {seed}: reward {r['reward']:+.3f}  win {r['win']:.3f}  "
-              f"turns to solve {r['turns']:.2f}", flush=True)
+        print(
+            f"{'untrained':10s} seed {seed}: reward {r['reward']:+.3f}  win {r['win']:.3f}  "
+            f"turns to solve {r['turns']:.2f}",
+            flush=True,
+        )
         for credit in rows:
             r = run(credit, seed, args, model_path, tokenizer)
             rows[credit].append(r)
-            print(f"{credit:10s} seed {seed}: reward {r['reward']:+.3f}  win {r['win']:.3f}  "
-                  f"turns to solve {r['turns']:.2f}  ({r['seconds']:.0f} s training)", flush=True)
+            print(
+                f"{credit:10s} seed {seed}: reward {r['reward']:+.3f}  win {r['win']:.3f}  "
+                f"turns to solve {r['turns']:.2f}  ({r['seconds']:.0f} s training)",
+                flush=True,
+            )
     for credit, results in rows.items():
-        print(f"{credit:10s} mean over seeds: reward {statistics.fmean(r['reward'] for r in results):+.3f}  "
-              f"win {statistics.fmean(r['win'] for r in results):.3f}  "
-              f"turns to solve {statistics.fmean(r['turns'] for r in results):.2f}", flush=True)
+        print(
+            f"{credit:10s} mean over seeds: reward {statistics.fmean(r['reward'] for r in results):+.3f}  "
+            f"win {statistics.fmean(r['win'] for r in results):.3f}  "
+            f"turns to solve {statistics.fmean(r['turns'] for r in results):.2f}",
+            flush=True,
+        )
     return 0
 
 

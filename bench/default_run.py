@@ -28,12 +28,17 @@ def readme_summary(result: dict) -> str:
     """The README's sentence about a fresh default run, from its JSON summary."""
     before, after = result["held_out_before"], result["held_out_after"]
     load = result.get("load_average_at_start")
-    machine = f"{result['machine']} (load average {load:.1f} at the start)" if load is not None else \
-        f"{result['machine']} shared with other jobs"
-    return (f"{result['wall_seconds']:.0f} s wall clock on {machine}, the demo model "
-            f"already built (its build: {result['demo_model_build_seconds']:.0f} s), {result['train_runtime_seconds']:.0f} s "
-            f"of it training; held-out pass@1 {before['pass@1']:.3f} → {after['pass@1']:.3f}, pass@8 "
-            f"{before['pass@8']:.3f} → {after['pass@8']:.3f}")
+    machine = (
+        f"{result['machine']} (load average {load:.1f} at the start)"
+        if load is not None
+        else f"{result['machine']} shared with other jobs"
+    )
+    return (
+        f"{result['wall_seconds']:.0f} s wall clock on {machine}, the demo model "
+        f"already built (its build: {result['demo_model_build_seconds']:.0f} s), {result['train_runtime_seconds']:.0f} s "
+        f"of it training; held-out pass@1 {before['pass@1']:.3f} → {after['pass@1']:.3f}, pass@8 "
+        f"{before['pass@8']:.3f} → {after['pass@8']:.3f}"
+    )
 
 
 RESULT = REPO / "bench" / "results" / "default_run.json"
@@ -51,14 +56,21 @@ def summarize(output_dir: Path, wall_seconds: float, command: str) -> dict:
 
     def held_out(name: str) -> dict:
         r = evaluation[name]
-        return {"mean_reward": round(r["mean_reward"], 3),
-                **{f"pass@{k}": round(v, 3) for k, v in r["pass_at_k"].items()}}
+        return {
+            "mean_reward": round(r["mean_reward"], 3),
+            **{f"pass@{k}": round(v, 3) for k, v in r["pass_at_k"].items()},
+        }
 
-    return {"command": command, "wall_seconds": round(wall_seconds, 1),
-            "train_runtime_seconds": round(train["train_runtime"], 1),
-            "demo_model_build_seconds": build.get("build_seconds"),
-            "held_out_before": held_out("before"), "held_out_after": held_out("after"),
-            "card_eval": evaluation["settings"], "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+    return {
+        "command": command,
+        "wall_seconds": round(wall_seconds, 1),
+        "train_runtime_seconds": round(train["train_runtime"], 1),
+        "demo_model_build_seconds": build.get("build_seconds"),
+        "held_out_before": held_out("before"),
+        "held_out_after": held_out("after"),
+        "card_eval": evaluation["settings"],
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -77,8 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         load_at_start = os.getloadavg()[0]
         start = time.monotonic()
-        subprocess.run(["accelerate", "launch", str(REPO / "scripts" / "train_grpo.py")], cwd=work, env=env,
-                       check=True)
+        subprocess.run(["accelerate", "launch", str(REPO / "scripts" / "train_grpo.py")], cwd=work, env=env, check=True)
         wall = time.monotonic() - start
         output_dir = work / "outputs" / "grpo-arithmetic"
     result = summarize(output_dir, wall, command)

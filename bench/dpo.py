@@ -29,14 +29,22 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, set_seed  # noqa: E402
 
-from trl_envs import EnvDPOConfig, EnvDPOTrainer, EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer  # noqa: E402
-from trl_envs import make_env_dataset  # noqa: E402
-from trl_envs.rollout.evaluation import evaluate  # noqa: E402
+from trl_envs import (  # noqa: E402
+    EnvDPOConfig,
+    EnvDPOTrainer,
+    EnvGRPOConfig,
+    EnvGRPOTrainer,
+    HFSampler,
+    Renderer,
+    make_env_dataset,  # noqa: E402
+)
 from trl_envs.rollout.engine import RolloutBudget, run_sync  # noqa: E402
+from trl_envs.rollout.evaluation import evaluate  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
-COMMON = dict(use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False, disable_tqdm=True,
-              save_strategy="no")
+COMMON = dict(
+    use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False, disable_tqdm=True, save_strategy="no"
+)
 
 
 DETAIL = {"arithmetic": ("correct", "format"), "guess_number": ("win", "turns")}
@@ -47,20 +55,30 @@ def evaluate_model(model, tokenizer, test, budget, seed: int, env: str) -> tuple
     """Mean total reward on the test envs, and a few env metrics as text."""
     torch.manual_seed(1000 + seed)
     result = evaluate(HFSampler(model, tokenizer, temperature=1.0), test, budget=budget)
-    detail = ", ".join(f"{k} {result.metrics[f'env/all/{k}']:.2f}" for k in DETAIL[env] if f"env/all/{k}" in
-                       result.metrics)
+    detail = ", ".join(
+        f"{k} {result.metrics[f'env/all/{k}']:.2f}" for k in DETAIL[env] if f"env/all/{k}" in result.metrics
+    )
     return result.mean_reward, detail
 
 
 def run_grpo(args, seed, model_path, tokenizer, renderer, budget, out) -> tuple[object, float]:
     steps = args.rounds * args.groups_per_round // args.groups_per_step
-    builder = make_env_dataset(args.env, renderer, group_size=args.group_size,
-                                   batch_size=args.groups_per_step, num_batches=steps, seed=seed)
-    config = EnvGRPOConfig(output_dir=out, seed=seed, num_generations=args.group_size,
-                           per_device_train_batch_size=args.group_size * args.groups_per_step, max_steps=steps,
-                           learning_rate=args.grpo_lr, beta=0.0, max_completion_length=args.max_tokens,
-                           max_turns=MAX_TURNS[args.env],
-                           logging_steps=steps, **COMMON)
+    builder = make_env_dataset(
+        args.env, renderer, group_size=args.group_size, batch_size=args.groups_per_step, num_batches=steps, seed=seed
+    )
+    config = EnvGRPOConfig(
+        output_dir=out,
+        seed=seed,
+        num_generations=args.group_size,
+        per_device_train_batch_size=args.group_size * args.groups_per_step,
+        max_steps=steps,
+        learning_rate=args.grpo_lr,
+        beta=0.0,
+        max_completion_length=args.max_tokens,
+        max_turns=MAX_TURNS[args.env],
+        logging_steps=steps,
+        **COMMON,
+    )
     trainer = EnvGRPOTrainer(model_path, config, builder, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
     start = time.perf_counter()
@@ -69,14 +87,31 @@ def run_grpo(args, seed, model_path, tokenizer, renderer, budget, out) -> tuple[
 
 
 def run_dpo(args, seed, model_path, tokenizer, renderer, budget, out) -> tuple[object, float]:
-    builder = make_env_dataset(args.env, renderer, group_size=args.group_size,
-                                   batch_size=args.groups_per_round, num_batches=args.rounds, seed=seed)
+    builder = make_env_dataset(
+        args.env,
+        renderer,
+        group_size=args.group_size,
+        batch_size=args.groups_per_round,
+        num_batches=args.rounds,
+        seed=seed,
+    )
     train, _ = run_sync(builder)
-    config = EnvDPOConfig(output_dir=out, seed=seed, num_rounds=args.rounds, batches_per_round=1,
-                          per_device_train_batch_size=args.dpo_batch_size, num_train_epochs=args.dpo_epochs,
-                          learning_rate=args.dpo_lr, lr_scheduler_type="constant", beta=args.beta,
-                          loss_type=args.dpo_loss_type,
-                          max_tokens_per_turn=args.max_tokens, max_turns=MAX_TURNS[args.env], logging_steps=10_000, **COMMON)
+    config = EnvDPOConfig(
+        output_dir=out,
+        seed=seed,
+        num_rounds=args.rounds,
+        batches_per_round=1,
+        per_device_train_batch_size=args.dpo_batch_size,
+        num_train_epochs=args.dpo_epochs,
+        learning_rate=args.dpo_lr,
+        lr_scheduler_type="constant",
+        beta=args.beta,
+        loss_type=args.dpo_loss_type,
+        max_tokens_per_turn=args.max_tokens,
+        max_turns=MAX_TURNS[args.env],
+        logging_steps=10_000,
+        **COMMON,
+    )
     trainer = EnvDPOTrainer(model_path, args=config, env_dataset=train, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
     start = time.perf_counter()
@@ -97,8 +132,12 @@ def main() -> int:
     parser.add_argument("--grpo_lr", type=float, default=3e-4)
     parser.add_argument("--dpo_lr", type=float, default=1e-4)
     parser.add_argument("--beta", type=float, default=0.1)
-    parser.add_argument("--dpo_loss_type", nargs="+", default=["sigmoid"], help="TRL DPO loss types, e.g. "
-                        "'sigmoid sft' (DPO + NLL on the chosen answer, as iterative RPO)")
+    parser.add_argument(
+        "--dpo_loss_type",
+        nargs="+",
+        default=["sigmoid"],
+        help="TRL DPO loss types, e.g. 'sigmoid sft' (DPO + NLL on the chosen answer, as iterative RPO)",
+    )
     parser.add_argument("--skip_grpo", action="store_true", help="run only DPO (for tuning)")
     parser.add_argument("--dpo_batch_size", type=int, default=8)
     parser.add_argument("--dpo_epochs", type=float, default=2.0, help="DPO epochs over each round's pairs")
@@ -116,17 +155,27 @@ def main() -> int:
     renderer = Renderer(tokenizer)
     budget = RolloutBudget(max_turns=MAX_TURNS[args.env], max_tokens_per_turn=args.max_tokens)
     trajectories = args.rounds * args.groups_per_round * args.group_size
-    print(f"model {model_path}; {args.env}; {trajectories} sampled trajectories per method; evaluation on "
-          f"{args.eval_batches * args.groups_per_step * args.group_size} held-out episodes (temperature 1)",
-          flush=True)
+    print(
+        f"model {model_path}; {args.env}; {trajectories} sampled trajectories per method; evaluation on "
+        f"{args.eval_batches * args.groups_per_step * args.group_size} held-out episodes (temperature 1)",
+        flush=True,
+    )
     rows = []
     for seed in args.seeds:
-        _, test = run_sync(make_env_dataset(args.env, renderer, group_size=args.group_size,
-                                                batch_size=args.groups_per_step, num_test_batches=args.eval_batches,
-                                                seed=seed))
+        _, test = run_sync(
+            make_env_dataset(
+                args.env,
+                renderer,
+                group_size=args.group_size,
+                batch_size=args.groups_per_step,
+                num_test_batches=args.eval_batches,
+                seed=seed,
+            )
+        )
         methods = [("DPO", run_dpo)] if args.skip_grpo else [("GRPO", run_grpo), ("DPO", run_dpo)]
-        before = evaluate_model(AutoModelForCausalLM.from_pretrained(model_path), tokenizer, test, budget, seed,
-                                args.env)
+        before = evaluate_model(
+            AutoModelForCausalLM.from_pretrained(model_path), tokenizer, test, budget, seed, args.env
+        )
         results = {}
         for name, run in methods:
             set_seed(seed)
@@ -140,8 +189,11 @@ def main() -> int:
         for name, (reward, detail, seconds) in results.items():
             print(f"  {name:<8} {reward:+7.3f}  {detail}  ({seconds:.0f} s training)", flush=True)
     if len(rows) > 1:
-        print(f"mean over {len(rows)} seeds: before {sum(r[0] for r in rows) / len(rows):+.3f} | " + " | ".join(
-            f"{name} {sum(r[1][name] for r in rows) / len(rows):+.3f}" for name in rows[0][1]), flush=True)
+        print(
+            f"mean over {len(rows)} seeds: before {sum(r[0] for r in rows) / len(rows):+.3f} | "
+            + " | ".join(f"{name} {sum(r[1][name] for r in rows) / len(rows):+.3f}" for name in rows[0][1]),
+            flush=True,
+        )
     return 0
 
 

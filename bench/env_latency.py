@@ -27,8 +27,16 @@ from typing import Any
 
 import _common
 
-from trl_envs import (Env, EnvGroupBuilder, Renderer, RolloutBudget, SampleRequest, StepResult, TokensWithLogprobs,
-                      run_rollout_batch)
+from trl_envs import (
+    Env,
+    EnvGroupBuilder,
+    Renderer,
+    RolloutBudget,
+    SampleRequest,
+    StepResult,
+    TokensWithLogprobs,
+    run_rollout_batch,
+)
 
 
 class SleepyEnv(Env):
@@ -112,8 +120,10 @@ def measure(label: str, sampler, renderer: Renderer | None, args, runs: int) -> 
         assert all(len(t.transitions) == args.turns for t in trajectories), "an episode did not run all its turns"
         wait = result.wall_seconds - result.sampler_seconds
         kind = "warmup" if i < args.warmup else "run"
-        print(f"  {label} {kind} {i}: wall {result.wall_seconds:.3f}s, sampler {result.sampler_seconds:.3f}s, env wait "
-              f"{wait:.3f}s, sampler calls {result.num_sampler_calls}")
+        print(
+            f"  {label} {kind} {i}: wall {result.wall_seconds:.3f}s, sampler {result.sampler_seconds:.3f}s, env wait "
+            f"{wait:.3f}s, sampler calls {result.num_sampler_calls}"
+        )
         if i >= args.warmup:
             waits.append(wait)
     return _common.median(waits), waits
@@ -126,8 +136,10 @@ def main(argv=None) -> dict:
     serial = n * args.turns * args.latency
     ideal = args.turns * args.latency
     bound = ideal * (1 + args.tolerance)
-    print(f"{args.groups} groups x {args.group_size} = {n} episodes x {args.turns} turns, step latency "
-          f"{1000 * args.latency:.0f} ms")
+    print(
+        f"{args.groups} groups x {args.group_size} = {n} episodes x {args.turns} turns, step latency "
+        f"{1000 * args.latency:.0f} ms"
+    )
     print("timed: each whole run_rollout_batch (its wall_seconds) minus the time inside the sampler calls = env wait")
 
     stub_wait, stub_runs = measure("stub sampler", StubSampler(), None, args, args.warmup + args.repeats)
@@ -147,12 +159,16 @@ def main(argv=None) -> dict:
     print(f"ideal ({args.turns} x {args.latency:g} s): {ideal:.3f} s")
     print(f"env wait / ideal, stub sampler: {stub_wait / ideal:.2f}x")
     if model_line is not None:
-        print(f"env wait / ideal, tiny model: {model_line[0] / ideal:.2f}x   (info: includes rendering and engine "
-              "CPU time, see bench/rollout_batching.py)")
+        print(
+            f"env wait / ideal, tiny model: {model_line[0] / ideal:.2f}x   (info: includes rendering and engine "
+            "CPU time, see bench/rollout_batching.py)"
+        )
 
     targets = _common.Targets()
-    targets.add(f"env wait with stub sampler <= {bound:.3f} s (ideal + {100 * args.tolerance:.0f}%; got "
-                f"{stub_wait:.3f} s)", stub_wait <= bound)
+    targets.add(
+        f"env wait with stub sampler <= {bound:.3f} s (ideal + {100 * args.tolerance:.0f}%; got {stub_wait:.3f} s)",
+        stub_wait <= bound,
+    )
     targets.finish(args.check)
     return {"stub_wait": stub_wait, "ideal": ideal}
 

@@ -49,8 +49,14 @@ FIGURES = ("training reward", "greedy accuracy", "sampled accuracy")
 
 
 def env_builder(renderer: Renderer, seed: int, args) -> ArithmeticDatasetBuilder:
-    return ArithmeticDatasetBuilder(renderer, batch_size=args.groups_per_step, group_size=args.group_size,
-                                    num_batches=args.steps, max_operand=args.max_operand, seed=seed)
+    return ArithmeticDatasetBuilder(
+        renderer,
+        batch_size=args.groups_per_step,
+        group_size=args.group_size,
+        num_batches=args.steps,
+        max_operand=args.max_operand,
+        seed=seed,
+    )
 
 
 def problem_sequence(renderer: Renderer, seed: int, args) -> list[tuple[int, int]]:
@@ -74,48 +80,87 @@ def make_reward(end_of_turn: int, format_coef: float = 0.1):
 
 
 def common(out: str, seed: int, args) -> dict:
-    return dict(output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-                disable_tqdm=True, seed=seed, num_generations=args.group_size,
-                per_device_train_batch_size=args.group_size * args.groups_per_step, max_steps=args.steps,
-                learning_rate=args.lr, beta=0.0, temperature=1.0, max_completion_length=args.max_tokens,
-                logging_steps=1, save_strategy="no", shuffle_dataset=False)
+    return dict(
+        output_dir=out,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        seed=seed,
+        num_generations=args.group_size,
+        per_device_train_batch_size=args.group_size * args.groups_per_step,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        beta=0.0,
+        temperature=1.0,
+        max_completion_length=args.max_tokens,
+        logging_steps=1,
+        save_strategy="no",
+        shuffle_dataset=False,
+    )
 
 
 def train_plain(model_path, tokenizer, seed, args):
     renderer = Renderer(tokenizer)
     problems = problem_sequence(renderer, seed + args.plain_sequence_offset, args)
-    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": question(a, b)}] for a, b in problems],
-                              "answer": [a + b for a, b in problems]})
+    data = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": question(a, b)}] for a, b in problems],
+            "answer": [a + b for a, b in problems],
+        }
+    )
     out = tempfile.mkdtemp(prefix="parity-plain-")
-    trainer = GRPOTrainer(model_path, reward_funcs=[make_reward(renderer.end_of_turn_token_id)],
-                          args=GRPOConfig(**common(out, seed, args)), train_dataset=data, processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model_path,
+        reward_funcs=[make_reward(renderer.end_of_turn_token_id)],
+        args=GRPOConfig(**common(out, seed, args)),
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
     return trainer
 
 
 def train_env(model_path, tokenizer, seed, args):
     out = tempfile.mkdtemp(prefix="parity-env-")
-    return EnvGRPOTrainer(model_path, EnvGRPOConfig(**common(out, seed, args), max_turns=1),
-                          env_builder(Renderer(tokenizer), seed, args), processing_class=tokenizer)
+    return EnvGRPOTrainer(
+        model_path,
+        EnvGRPOConfig(**common(out, seed, args), max_turns=1),
+        env_builder(Renderer(tokenizer), seed, args),
+        processing_class=tokenizer,
+    )
 
 
 @torch.no_grad()
 def accuracy(model, tokenizer, max_operand: int, *, greedy: bool, samples: int, max_tokens: int, seed: int) -> float:
     """Fraction of right answers over every sum a + b with 0 <= a, b <= max_operand (``samples`` each)."""
     problems = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": question(a, b)}],
-                                             add_generation_prompt=True, tokenize=True, return_dict=False)
-               for a, b in problems]
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": question(a, b)}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for a, b in problems
+    ]
     n = 1 if greedy else samples
     width = max(len(p) for p in prompts)
     pad = tokenizer.pad_token_id
     ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts for _ in range(n)])
-    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts
-                                                          for _ in range(n)])[:, None]).long()
+    mask = (
+        torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts for _ in range(n)])[:, None]
+    ).long()
     model.eval()
     torch.manual_seed(10_000 + seed)
-    out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), do_sample=not greedy,
-                         temperature=None if greedy else 1.0, top_p=None, top_k=None, max_new_tokens=max_tokens,
-                         pad_token_id=pad, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    out = model.generate(
+        input_ids=ids.to(model.device),
+        attention_mask=mask.to(model.device),
+        do_sample=not greedy,
+        temperature=None if greedy else 1.0,
+        top_p=None,
+        top_k=None,
+        max_new_tokens=max_tokens,
+        pad_token_id=pad,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    )
     replies = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
     right = [reply.strip() == str(sum(problems[i // n])) for i, reply in enumerate(replies)]
     return sum(right) / len(right)
@@ -134,15 +179,27 @@ def run(side: str, model_path, tokenizer, seed, args) -> tuple[dict[str, float],
     model = trainer.model
     figures = {
         "training reward": statistics.fmean(rewards),
-        "greedy accuracy": accuracy(model, tokenizer, args.max_operand, greedy=True, samples=1,
-                                    max_tokens=args.max_tokens, seed=seed),
-        "sampled accuracy": accuracy(model, tokenizer, args.max_operand, greedy=False, samples=args.samples,
-                                     max_tokens=args.max_tokens, seed=seed),
+        "greedy accuracy": accuracy(
+            model, tokenizer, args.max_operand, greedy=True, samples=1, max_tokens=args.max_tokens, seed=seed
+        ),
+        "sampled accuracy": accuracy(
+            model,
+            tokenizer,
+            args.max_operand,
+            greedy=False,
+            samples=args.samples,
+            max_tokens=args.max_tokens,
+            seed=seed,
+        ),
     }
-    print(f"{side:5s} seed {seed}: " + "  ".join(f"{k} {v:.3f}" for k, v in figures.items())
-          + f"  (first-10-step reward {statistics.fmean(rewards[:10]):.3f}, last-50 {statistics.fmean(rewards[-50:]):.3f},"
-          f" clipped {statistics.fmean(clipped):.3f}; {len(rewards)} steps in {seconds:.0f} s,"
-          f" {seconds / max(len(rewards), 1):.2f} s/step)", flush=True)
+    print(
+        f"{side:5s} seed {seed}: "
+        + "  ".join(f"{k} {v:.3f}" for k, v in figures.items())
+        + f"  (first-10-step reward {statistics.fmean(rewards[:10]):.3f}, last-50 {statistics.fmean(rewards[-50:]):.3f},"
+        f" clipped {statistics.fmean(clipped):.3f}; {len(rewards)} steps in {seconds:.0f} s,"
+        f" {seconds / max(len(rewards), 1):.2f} s/step)",
+        flush=True,
+    )
     return figures, rewards
 
 
@@ -161,9 +218,13 @@ def main() -> int:
     parser.add_argument("--max_tokens", type=int, default=16, help="max_completion_length")
     parser.add_argument("--max_operand", type=int, default=3, help="operands 0..N (3: the default run's 16 sums)")
     parser.add_argument("--samples", type=int, default=16, help="sampled answers per held-out problem")
-    parser.add_argument("--plain_sequence_offset", type=int, default=0,
-                        help="give GRPOTrainer the problem sequence of seed + N instead (N != 0 shows what a "
-                             "different problem sequence alone does to the comparison)")
+    parser.add_argument(
+        "--plain_sequence_offset",
+        type=int,
+        default=0,
+        help="give GRPOTrainer the problem sequence of seed + N instead (N != 0 shows what a "
+        "different problem sequence alone does to the comparison)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model", default=None, help="model id or path (default: the offline tiny model)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every figure is at parity")
@@ -172,11 +233,13 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     model_path = args.model or build_tiny_model()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    print(f"model {model_path}; seeds {args.seeds}; {args.steps} steps of {args.groups_per_step} groups x "
-          f"{args.group_size}; lr {args.lr}; max_completion_length {args.max_tokens}; operands 0..{args.max_operand} "
-          f"(held-out: all {(args.max_operand + 1) ** 2} sums, greedy once and {args.samples} samples each at T=1); "
-          f"GRPOTrainer's problems: {'the same sequence' if not args.plain_sequence_offset else f'seed + {args.plain_sequence_offset} sequence'}",
-          flush=True)
+    print(
+        f"model {model_path}; seeds {args.seeds}; {args.steps} steps of {args.groups_per_step} groups x "
+        f"{args.group_size}; lr {args.lr}; max_completion_length {args.max_tokens}; operands 0..{args.max_operand} "
+        f"(held-out: all {(args.max_operand + 1) ** 2} sums, greedy once and {args.samples} samples each at T=1); "
+        f"GRPOTrainer's problems: {'the same sequence' if not args.plain_sequence_offset else f'seed + {args.plain_sequence_offset} sequence'}",
+        flush=True,
+    )
     results = {"plain": [], "env": []}
     for seed in args.seeds:  # alternate sides so drift on a shared machine hits both
         curves = {}
@@ -185,8 +248,11 @@ def main() -> int:
             results[side].append(figures)
         same = [abs(p - e) < 1e-6 for p, e in zip(curves["plain"], curves["env"])]
         first = same.index(False) if False in same else None
-        print(f"seed {seed}: the logged reward is the same (|Δ| < 1e-6) at {sum(same)} of {len(same)} steps"
-              + (f"; first difference at step {first + 1}" if first is not None else ""), flush=True)
+        print(
+            f"seed {seed}: the logged reward is the same (|Δ| < 1e-6) at {sum(same)} of {len(same)} steps"
+            + (f"; first difference at step {first + 1}" if first is not None else ""),
+            flush=True,
+        )
     all_met = True
     print(f"\n{'figure':18s} {'GRPOTrainer':>15s} {'EnvGRPOTrainer':>15s} {'mean |Δ|':>9s}  target <= {TARGET}")
     for fig in FIGURES:

@@ -75,15 +75,21 @@ def main(argv=None) -> dict:
     renderer = Renderer(tokenizer)
     sampler = HFSampler(model, tokenizer, temperature=1.0)
     budget = RolloutBudget(max_turns=args.turns, max_tokens_per_turn=args.max_tokens)
-    print(f"guess_number: {args.groups} x {args.group_size} episodes of {args.turns} turns, max_tokens_per_turn="
-          f"{args.max_tokens}, torch threads {args.threads}"
-          + (f", env steps slowed by {args.slow_env_ms} ms" if args.slow_env_ms else ""))
-    print("timed (wall): the whole run_rollout_batch call, the sampler calls inside it, trajectory_to_data of every "
-          "trajectory")
+    print(
+        f"guess_number: {args.groups} x {args.group_size} episodes of {args.turns} turns, max_tokens_per_turn="
+        f"{args.max_tokens}, torch threads {args.threads}"
+        + (f", env steps slowed by {args.slow_env_ms} ms" if args.slow_env_ms else "")
+    )
+    print(
+        "timed (wall): the whole run_rollout_batch call, the sampler calls inside it, trajectory_to_data of every "
+        "trajectory"
+    )
     runs = []
     for i in range(args.warmup + args.repeats):
-        builders = [GuessNumberGroupBuilder(renderer, 123_456_789 + g, args.group_size, 1, 10**9, args.turns)
-                    for g in range(args.groups)]
+        builders = [
+            GuessNumberGroupBuilder(renderer, 123_456_789 + g, args.group_size, 1, 10**9, args.turns)
+            for g in range(args.groups)
+        ]
         builders = _common.slow_env_steps(builders, args.slow_env_ms / 1000)
         result, rollout_s = _common.timed(lambda: run_rollout_batch(builders, sampler, budget))
         trajectories = [t for g in result.groups for t in g.trajectories]
@@ -91,27 +97,38 @@ def main(argv=None) -> dict:
         turns = [len(t.transitions) for t in trajectories]
         context = max(len(t.transitions[-1].ob) for t in trajectories)
         share = (rollout_s - result.sampler_seconds + rows_s) / (rollout_s + rows_s)
-        print(f"  {'warmup' if i < args.warmup else 'run'} {i}: rollout {rollout_s:.2f}s, sampler {result.sampler_seconds:.2f}s "
-              f"({result.num_sampler_calls} calls), rows {1000 * rows_s:.1f} ms, turns {min(turns)}..{max(turns)}, "
-              f"longest last context {context} tokens, outside-model share {100 * share:.2f}%")
+        print(
+            f"  {'warmup' if i < args.warmup else 'run'} {i}: rollout {rollout_s:.2f}s, sampler {result.sampler_seconds:.2f}s "
+            f"({result.num_sampler_calls} calls), rows {1000 * rows_s:.1f} ms, turns {min(turns)}..{max(turns)}, "
+            f"longest last context {context} tokens, outside-model share {100 * share:.2f}%"
+        )
         if i >= args.warmup:
             runs.append({"share": share, "rows_s": rows_s})
 
-    t1 = best_time(lambda: trajectory_to_data(short), 5) if (short := synthetic_trajectory(
-        args.turns, args.synthetic_tokens_per_turn)) else 0.0
+    t1 = (
+        best_time(lambda: trajectory_to_data(short), 5)
+        if (short := synthetic_trajectory(args.turns, args.synthetic_tokens_per_turn))
+        else 0.0
+    )
     long = synthetic_trajectory(2 * args.turns, args.synthetic_tokens_per_turn)
     t2 = best_time(lambda: trajectory_to_data(long), 5)
     scaling = t2 / t1
     share = _common.median([r["share"] for r in runs])
     print()
-    print(f"outside-model share: {100 * share:.2f}%   (median; target <= {100 * args.max_outside_share:.0f}%) "
-          f"{_common.spread([100 * r['share'] for r in runs], '{:.2f}')}")
-    print(f"trajectory_to_data, synthetic episodes (best of 5): {args.turns} turns / "
-          f"{len(short.transitions[-1].ob)} tokens {1000 * t1:.2f} ms; {2 * args.turns} turns / "
-          f"{len(long.transitions[-1].ob)} tokens {1000 * t2:.2f} ms; ratio {scaling:.2f} (linear ~2, quadratic ~4)")
+    print(
+        f"outside-model share: {100 * share:.2f}%   (median; target <= {100 * args.max_outside_share:.0f}%) "
+        f"{_common.spread([100 * r['share'] for r in runs], '{:.2f}')}"
+    )
+    print(
+        f"trajectory_to_data, synthetic episodes (best of 5): {args.turns} turns / "
+        f"{len(short.transitions[-1].ob)} tokens {1000 * t1:.2f} ms; {2 * args.turns} turns / "
+        f"{len(long.transitions[-1].ob)} tokens {1000 * t2:.2f} ms; ratio {scaling:.2f} (linear ~2, quadratic ~4)"
+    )
     targets = _common.Targets()
-    targets.add(f"outside-model share {100 * share:.2f}% <= {100 * args.max_outside_share:.0f}%",
-                share <= args.max_outside_share)
+    targets.add(
+        f"outside-model share {100 * share:.2f}% <= {100 * args.max_outside_share:.0f}%",
+        share <= args.max_outside_share,
+    )
     targets.add(f"token-exact check linear in episode length: time(2T)/time(T) = {scaling:.2f} < 3", scaling < 3)
     targets.finish(args.check)
     return {"outside_share": share, "scaling": scaling}

@@ -25,7 +25,6 @@ import tempfile
 import time
 
 import _common  # noqa: F401 - offline settings
-
 from _common import add_common_args, setup_torch
 
 
@@ -43,20 +42,42 @@ def run_side(side: str, steps: int, warmup: int, seed: int, max_wait_s: float) -
 
         from trl_envs.tinker import adapt
 
-        envs = adapt(TwoPlayerTextArenaDatasetBuilder(batch_size=8, num_train_datapoints=8 * total,
-                                                      num_test_datapoints=2, model_name=path,
-                                                      game_name="TicTacToe-v0", renderer_name="qwen3_instruct",
-                                                      test_opponent="random"))
+        envs = adapt(
+            TwoPlayerTextArenaDatasetBuilder(
+                batch_size=8,
+                num_train_datapoints=8 * total,
+                num_test_datapoints=2,
+                model_name=path,
+                game_name="TicTacToe-v0",
+                renderer_name="qwen3_instruct",
+                test_opponent="random",
+            )
+        )
     else:
         from trl_envs.envs.tic_tac_toe import TicTacToeDatasetBuilder
 
         envs = TicTacToeDatasetBuilder(Renderer(tokenizer), batch_size=4, group_size=2, num_batches=total, seed=seed)
     rollouts: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as out:
-        config = EnvGRPOConfig(output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-                               disable_tqdm=True, seed=seed, num_generations=2, per_device_train_batch_size=8,
-                               max_steps=total, learning_rate=1e-4, beta=0.0, max_completion_length=8, max_turns=9,
-                               logging_steps=1, save_strategy="no", sampler_max_wait_s=max_wait_s)
+        config = EnvGRPOConfig(
+            output_dir=out,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            seed=seed,
+            num_generations=2,
+            per_device_train_batch_size=8,
+            max_steps=total,
+            learning_rate=1e-4,
+            beta=0.0,
+            max_completion_length=8,
+            max_turns=9,
+            logging_steps=1,
+            save_strategy="no",
+            sampler_max_wait_s=max_wait_s,
+        )
         trainer = EnvGRPOTrainer(path, config, envs, processing_class=tokenizer)
         trainer.remove_callback(PrinterCallback)
         real_rollout = trainer._rollout
@@ -64,11 +85,18 @@ def run_side(side: str, steps: int, warmup: int, seed: int, max_wait_s: float) -
         def recording_rollout(prompts):
             rows = real_rollout(prompts)
             r = trainer.last_rollout
-            rollouts.append({"wall": r.wall_seconds, "sampling": r.sampler_seconds, "calls": r.num_sampler_calls, "valve": r.num_valve_flushes,
-                             "idle": r.num_idle_flushes, "ended": r.num_sibling_endings,
-                             "moves": sum(len(t.transitions) for g in r.groups if g for t in g.trajectories),
-                             "tokens": sum(len(tr.ob) for g in r.groups if g for t in g.trajectories
-                                           for tr in t.transitions)})
+            rollouts.append(
+                {
+                    "wall": r.wall_seconds,
+                    "sampling": r.sampler_seconds,
+                    "calls": r.num_sampler_calls,
+                    "valve": r.num_valve_flushes,
+                    "idle": r.num_idle_flushes,
+                    "ended": r.num_sibling_endings,
+                    "moves": sum(len(t.transitions) for g in r.groups if g for t in g.trajectories),
+                    "tokens": sum(len(tr.ob) for g in r.groups if g for t in g.trajectories for tr in t.transitions),
+                }
+            )
             return rows
 
         trainer._rollout = recording_rollout
@@ -76,12 +104,20 @@ def run_side(side: str, steps: int, warmup: int, seed: int, max_wait_s: float) -
     step_times = [float(h["step_time"]) for h in trainer.state.log_history if "step_time" in h][warmup:]
     measured = rollouts[warmup:]
     calls = sum(r["calls"] for r in measured)
-    return {"steps": len(step_times), "step_s": statistics.median(step_times), "step_sum": sum(step_times),
-            "rollout_sum": sum(r["wall"] for r in measured), "sampling_sum": sum(r["sampling"] for r in measured),
-            "calls": calls, "moves": sum(r["moves"] for r in measured),
-            "tokens_per_move": sum(r["tokens"] for r in measured) / max(sum(r["moves"] for r in measured), 1),
-            "valve": sum(r["valve"] for r in rollouts), "idle": sum(r["idle"] for r in rollouts),
-            "ended": sum(r["ended"] for r in rollouts), "per_move": sum(step_times) / max(calls, 1)}
+    return {
+        "steps": len(step_times),
+        "step_s": statistics.median(step_times),
+        "step_sum": sum(step_times),
+        "rollout_sum": sum(r["wall"] for r in measured),
+        "sampling_sum": sum(r["sampling"] for r in measured),
+        "calls": calls,
+        "moves": sum(r["moves"] for r in measured),
+        "tokens_per_move": sum(r["tokens"] for r in measured) / max(sum(r["moves"] for r in measured), 1),
+        "valve": sum(r["valve"] for r in rollouts),
+        "idle": sum(r["idle"] for r in rollouts),
+        "ended": sum(r["ended"] for r in rollouts),
+        "per_move": sum(step_times) / max(calls, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
@@ -96,20 +132,26 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         start = time.perf_counter()
         results[side] = run_side(side, args.steps, args.warmup, args.seed, args.max_wait_s)
         results[side]["total_s"] = time.perf_counter() - start
-    print(f"{'side':<10}{'steps':>6}{'step s (median)':>17}{'rollout s':>11}{'sampling s':>12}{'gen calls':>11}"
-          f"{'moves':>7}{'prompt tok/move':>16}{'s per move':>12}{'valve':>7}{'quiet':>7}{'ended':>7}")
+    print(
+        f"{'side':<10}{'steps':>6}{'step s (median)':>17}{'rollout s':>11}{'sampling s':>12}{'gen calls':>11}"
+        f"{'moves':>7}{'prompt tok/move':>16}{'s per move':>12}{'valve':>7}{'quiet':>7}{'ended':>7}"
+    )
     for side, r in results.items():
-        print(f"{side:<10}{r['steps']:>6}{r['step_s']:>17.3f}{r['rollout_sum']:>11.3f}{r['sampling_sum']:>12.3f}"
-              f"{r['calls']:>11}{r['moves']:>7}{r['tokens_per_move']:>16.0f}{r['per_move']:>12.3f}"
-              f"{r['valve']:>7}{r['idle']:>7}{r['ended']:>7}")
+        print(
+            f"{side:<10}{r['steps']:>6}{r['step_s']:>17.3f}{r['rollout_sum']:>11.3f}{r['sampling_sum']:>12.3f}"
+            f"{r['calls']:>11}{r['moves']:>7}{r['tokens_per_move']:>16.0f}{r['per_move']:>12.3f}"
+            f"{r['valve']:>7}{r['idle']:>7}{r['ended']:>7}"
+        )
     ratio = results["cookbook"]["per_move"] / results["ours"]["per_move"]
     valves = results["cookbook"]["valve"] + results["ours"]["valve"]
     met = ratio <= 2.0 and valves == 0
-    print(f"cookbook TextArena / our tic_tac_toe, time per move (step time / generation calls): {ratio:.2f}x "
-          f"(target <= 2x); valve flushes {valves} (target 0): {'met' if met else 'NOT met'}. "
-          "('quiet': calls sent because the loop was quiet; 'ended': players ended when their sibling stopped early; "
-          f"the cookbook's prompts are {results['cookbook']['tokens_per_move'] / results['ours']['tokens_per_move']:.1f}x "
-          "as long per move)")
+    print(
+        f"cookbook TextArena / our tic_tac_toe, time per move (step time / generation calls): {ratio:.2f}x "
+        f"(target <= 2x); valve flushes {valves} (target 0): {'met' if met else 'NOT met'}. "
+        "('quiet': calls sent because the loop was quiet; 'ended': players ended when their sibling stopped early; "
+        f"the cookbook's prompts are {results['cookbook']['tokens_per_move'] / results['ours']['tokens_per_move']:.1f}x "
+        "as long per move)"
+    )
     if args.check and not met:
         sys.exit(1)
     return results

@@ -41,8 +41,9 @@ SERVER = Path(__file__).parents[1] / "tests" / "openenv_server.py"
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(SERVER), "256"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "256"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     for line in proc.stdout:
         if match := re.match(r"PORT (\d+)", line):
             threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # drain its output
@@ -67,16 +68,29 @@ async def step_round_trips(url: str, steps: int) -> list[float]:
 
 
 def rollout(url: str, renderer: Renderer, groups: int, group_size: int, max_sessions: int | None) -> dict:
-    builder = OpenEnvDatasetBuilder(renderer, url=url, group_size=group_size, batch_size=groups, num_batches=1,
-                                    num_test_batches=0, max_sessions=max_sessions)
+    builder = OpenEnvDatasetBuilder(
+        renderer,
+        url=url,
+        group_size=group_size,
+        batch_size=groups,
+        num_batches=1,
+        num_test_batches=0,
+        max_sessions=max_sessions,
+    )
     train, _ = run_sync(builder)
     sampler = TextPolicySampler(renderer, lambda prompt: re.findall(r"[Ss]ay (\d)\.", prompt)[-1])
     made = sessions_made(url)
     result = run_rollout_batch(train.get_batch(0), sampler, RolloutBudget(max_turns=4))
     rewards = [t.step_reward for g in result.groups for t in g.trajectories]
-    return {"wall_s": result.wall_seconds, "env_s": result.wall_seconds - result.sampler_seconds,
-            "sampler_calls": result.num_sampler_calls, "valve_flushes": result.num_valve_flushes,
-            "sessions": sessions_made(url) - made, "mean_reward": statistics.mean(rewards), "episodes": len(rewards)}
+    return {
+        "wall_s": result.wall_seconds,
+        "env_s": result.wall_seconds - result.sampler_seconds,
+        "sampler_calls": result.num_sampler_calls,
+        "valve_flushes": result.num_valve_flushes,
+        "sessions": sessions_made(url) - made,
+        "mean_reward": statistics.mean(rewards),
+        "episodes": len(rewards),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -92,19 +106,24 @@ def main(argv: list[str] | None = None) -> dict:
         times = asyncio.run(step_round_trips(url, args.steps))
         ms = sorted(t * 1000 for t in times)
         p50, p90 = statistics.median(ms), ms[int(0.9 * (len(ms) - 1))]
-        print(f"step round trip over {args.steps} sequential steps of one session: median {p50:.2f} ms, "
-              f"p90 {p90:.2f} ms")
+        print(
+            f"step round trip over {args.steps} sequential steps of one session: median {p50:.2f} ms, p90 {p90:.2f} ms"
+        )
         out = {"step_ms_median": p50, "step_ms_p90": p90}
         for label, limit in (("unlimited", None), (f"max_sessions={args.max_sessions}", args.max_sessions)):
             r = rollout(url, renderer, args.groups, args.group_size, limit)
-            print(f"rollout batch, {label}: {r['episodes']} episodes x 2 turns in {r['wall_s']:.2f} s (env side "
-                  f"{r['env_s']:.2f} s), {r['sessions']} sessions, "
-                  f"{r['sampler_calls']} sampler calls, {r['valve_flushes']} valve flushes, mean reward "
-                  f"{r['mean_reward']:.2f}")
+            print(
+                f"rollout batch, {label}: {r['episodes']} episodes x 2 turns in {r['wall_s']:.2f} s (env side "
+                f"{r['env_s']:.2f} s), {r['sessions']} sessions, "
+                f"{r['sampler_calls']} sampler calls, {r['valve_flushes']} valve flushes, mean reward "
+                f"{r['mean_reward']:.2f}"
+            )
             out[label] = r
-        print(f"headline: one OpenEnv step costs {p50:.2f} ms (median) on this machine; {args.groups * args.group_size} "
-              f"concurrent 2-turn episodes (session opened, reset, 2 steps, closed) take {out['unlimited']['env_s']:.2f} s "
-              "of env time in all")
+        print(
+            f"headline: one OpenEnv step costs {p50:.2f} ms (median) on this machine; {args.groups * args.group_size} "
+            f"concurrent 2-turn episodes (session opened, reset, 2 steps, closed) take {out['unlimited']['env_s']:.2f} s "
+            "of env time in all"
+        )
         return out
     finally:
         proc.kill()

@@ -24,14 +24,30 @@ CONFIGS = REPO / "scripts" / "configs"
 
 ARCHITECTURES = {
     # The published config.json of each model (Qwen2ForCausalLM).
-    "Qwen/Qwen2.5-0.5B-Instruct": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
-                                       num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                                       max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                                       tie_word_embeddings=True),
-    "Qwen/Qwen2.5-1.5B-Instruct": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
-                                       num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                                       max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                                       tie_word_embeddings=True),
+    "Qwen/Qwen2.5-0.5B-Instruct": dict(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "Qwen/Qwen2.5-1.5B-Instruct": dict(
+        vocab_size=151936,
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
 }
 
 DPO_TRAIN_PAIRS = 512  # trl_envs.training_data.preference_data.NUM_TRAIN
@@ -78,21 +94,29 @@ def estimate(recipe: dict) -> dict:
     turns = recipe.get("max_turns", 1) or 1
     rows = recipe.get("per_device_train_batch_size", 8) * (2 if dpo else 1)  # a micro-batch; DPO: chosen + rejected
     rows_per_step = rows * recipe.get("gradient_accumulation_steps", 1)
-    tokens_per_row = ASSUMPTIONS["prompt_tokens"] + min(turns * (per_turn + 32), recipe.get(
-        "max_tokens_per_trajectory") or 10**9)
+    tokens_per_row = ASSUMPTIONS["prompt_tokens"] + min(
+        turns * (per_turn + 32), recipe.get("max_tokens_per_trajectory") or 10**9
+    )
     logits = rows * tokens_per_row * arch["vocab_size"] * 4
     peak = states + logits
     steps = recipe.get("max_steps", -1)
     if steps <= 0:  # DPO by epochs over the built-in preference dataset's training pairs
-        steps = math.ceil(DPO_TRAIN_PAIRS / recipe.get("per_device_train_batch_size", 8)) * recipe.get("num_train_epochs", 3)
+        steps = math.ceil(DPO_TRAIN_PAIRS / recipe.get("per_device_train_batch_size", 8)) * recipe.get(
+            "num_train_epochs", 3
+        )
     train_passes = 3 if recipe.get("use_peft") or dpo else 4  # forward + backward (x3), + the old-policy forward
     train_s = train_passes * 2 * params * rows_per_step * tokens_per_row / (ASSUMPTIONS["train_tflops"] * 1e12)
     generate_s = 0.0 if dpo else turns * per_turn * ASSUMPTIONS["decode_seconds_per_token"]
-    return {"parameters_m": round(params / 1e6, 1), "trained_parameters_m": round(trained / 1e6, 1),
-            "weights_grads_optimizer_gb": round(states / 1e9, 1), "logits_gb": round(logits / 1e9, 1),
-            "peak_memory_gb": round(peak / 1e9, 1), "steps": steps,
-            "seconds_per_step": round(train_s + generate_s, 1),
-            "minutes": round(steps * (train_s + generate_s) / 60, 1)}
+    return {
+        "parameters_m": round(params / 1e6, 1),
+        "trained_parameters_m": round(trained / 1e6, 1),
+        "weights_grads_optimizer_gb": round(states / 1e9, 1),
+        "logits_gb": round(logits / 1e9, 1),
+        "peak_memory_gb": round(peak / 1e9, 1),
+        "steps": steps,
+        "seconds_per_step": round(train_s + generate_s, 1),
+        "minutes": round(steps * (train_s + generate_s) / 60, 1),
+    }
 
 
 EXPECTS_PREFIX = "# EXPECTS:"
@@ -101,9 +125,11 @@ EXPECTS_PREFIX = "# EXPECTS:"
 def expects_line(r: dict) -> str:
     """The comment line a recipe states its hardware, memory and time in (``--write_configs`` writes it)."""
     gpu = 24 if r["peak_memory_gb"] <= 20 else 40 if r["peak_memory_gb"] <= 36 else 80
-    return (f"{EXPECTS_PREFIX} one GPU with {gpu} GB or more (peak ~{r['peak_memory_gb']} GB); ~{r['seconds_per_step']} s "
-            f"per step, ~{r['minutes']} min for {r['steps']} steps on an A100/H100-class GPU. Estimates computed by "
-            "bench/recipe_estimates.py, not measured.")
+    return (
+        f"{EXPECTS_PREFIX} one GPU with {gpu} GB or more (peak ~{r['peak_memory_gb']} GB); ~{r['seconds_per_step']} s "
+        f"per step, ~{r['minutes']} min for {r['steps']} steps on an A100/H100-class GPU. Estimates computed by "
+        "bench/recipe_estimates.py, not measured."
+    )
 
 
 def recipes() -> dict[str, dict]:
@@ -120,8 +146,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"Estimates (computed, not measured). Assumptions: {json.dumps(ASSUMPTIONS)}")
     print(f"{'recipe':<46} {'params':>7} {'peak GB':>8} {'s/step':>7} {'minutes':>8}")
     for path, r in results.items():
-        print(f"{path:<46} {r['parameters_m']:>6}M {r['peak_memory_gb']:>8} {r['seconds_per_step']:>7} "
-              f"{r['minutes']:>8}")
+        print(
+            f"{path:<46} {r['parameters_m']:>6}M {r['peak_memory_gb']:>8} {r['seconds_per_step']:>7} {r['minutes']:>8}"
+        )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps({"assumptions": ASSUMPTIONS, "recipes": results}, indent=2) + "\n")
     print(f"wrote {args.output}")

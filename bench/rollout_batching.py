@@ -110,15 +110,25 @@ def main(argv=None) -> dict:
     sampler = _MemoryPerTurn(HFSampler(model, tokenizer, temperature=args.temperature))
     logits_per_turn = args.groups * args.group_size * args.max_tokens * model.config.vocab_size * 4
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
-    dataset = GuessNumberDataset(renderer, batch_size=args.groups, group_size=args.group_size,
-                                 num_batches=args.warmup + args.repeats, high=args.high, max_guesses=args.max_turns,
-                                 seed=args.seed)
+    dataset = GuessNumberDataset(
+        renderer,
+        batch_size=args.groups,
+        group_size=args.group_size,
+        num_batches=args.warmup + args.repeats,
+        high=args.high,
+        max_guesses=args.max_turns,
+        seed=args.seed,
+    )
     n_episodes = args.groups * args.group_size
-    print(f"guess_number: {args.groups} groups x {args.group_size} = {n_episodes} episodes, max_turns="
-          f"{args.max_turns}, max_tokens_per_turn={args.max_tokens}, hidden numbers 1..{args.high}, torch threads="
-          f"{args.threads}" + (f", env steps slowed by {args.slow_env_ms} ms" if args.slow_env_ms else ""))
-    print("timed: the whole run_rollout_batch call (wall) and the sampler calls inside it; memory: resident set after "
-          "each turn's sampler call (after malloc_trim)")
+    print(
+        f"guess_number: {args.groups} groups x {args.group_size} = {n_episodes} episodes, max_turns="
+        f"{args.max_turns}, max_tokens_per_turn={args.max_tokens}, hidden numbers 1..{args.high}, torch threads="
+        f"{args.threads}" + (f", env steps slowed by {args.slow_env_ms} ms" if args.slow_env_ms else "")
+    )
+    print(
+        "timed: the whole run_rollout_batch call (wall) and the sampler calls inside it; memory: resident set after "
+        "each turn's sampler call (after malloc_trim)"
+    )
 
     runs = []
     for i in range(args.warmup + args.repeats):
@@ -142,12 +152,14 @@ def main(argv=None) -> dict:
             "outer_overhead_s": outer_wall - result.wall_seconds,
         }
         kind = "warmup" if i < args.warmup else "run"
-        print(f"  {kind} {i}: wall {result.wall_seconds:.2f}s, sampler {result.sampler_seconds:.2f}s "
-              f"(generate {gen_timer.seconds:.2f}s), sampler calls {result.num_sampler_calls}, batch sizes "
-              f"{result.sampler_batch_sizes}, turns max {max_turns} mean {sum(turns) / len(turns):.2f}, "
-              f"sampled tokens {tokens}, errors {result.error_counts or 'none'}; whole call {outer_wall:.2f}s; RSS per turn "
-              f"(MB) {', '.join(f'{b / 2**20:.0f}' for b in rss)} (reading it took {sampler.seconds:.3f}s, counted as "
-              "sampler time)")
+        print(
+            f"  {kind} {i}: wall {result.wall_seconds:.2f}s, sampler {result.sampler_seconds:.2f}s "
+            f"(generate {gen_timer.seconds:.2f}s), sampler calls {result.num_sampler_calls}, batch sizes "
+            f"{result.sampler_batch_sizes}, turns max {max_turns} mean {sum(turns) / len(turns):.2f}, "
+            f"sampled tokens {tokens}, errors {result.error_counts or 'none'}; whole call {outer_wall:.2f}s; RSS per turn "
+            f"(MB) {', '.join(f'{b / 2**20:.0f}' for b in rss)} (reading it took {sampler.seconds:.3f}s, counted as "
+            "sampler time)"
+        )
         if i >= args.warmup:
             runs.append(run)
 
@@ -160,26 +172,38 @@ def main(argv=None) -> dict:
     worst_calls = max(r["calls_per_turn"] for r in runs)
     print()
     print(f"generation calls per turn: {worst_calls:.2f}   (worst run; target 1.00) {each('calls_per_turn', '{:.2f}')}")
-    print(f"rollout time outside the model: {100 * med('outside_share'):.2f}%   (median; target <= "
-          f"{100 * args.max_outside_share:.0f}%) {each('outside_share', '{:.4f}')}")
+    print(
+        f"rollout time outside the model: {100 * med('outside_share'):.2f}%   (median; target <= "
+        f"{100 * args.max_outside_share:.0f}%) {each('outside_share', '{:.4f}')}"
+    )
     print(f"episodes/s: {med('episodes_per_s'):.2f}   {each('episodes_per_s', '{:.2f}')}")
     print(f"sampled tokens/s: {med('tokens_per_s'):.1f}   {each('tokens_per_s', '{:.1f}')}")
-    print(f"sampler time outside model.generate (info): {100 * med('sampler_overhead_share'):.2f}%   "
-          f"{each('sampler_overhead_share', '{:.4f}')}")
-    print(f"entering/leaving the event loop around the batch (info): {1000 * med('outer_overhead_s'):.1f} ms   "
-          f"{each('outer_overhead_s', '{:.4f}')}")
+    print(
+        f"sampler time outside model.generate (info): {100 * med('sampler_overhead_share'):.2f}%   "
+        f"{each('sampler_overhead_share', '{:.4f}')}"
+    )
+    print(
+        f"entering/leaving the event loop around the batch (info): {1000 * med('outer_overhead_s'):.1f} ms   "
+        f"{each('outer_overhead_s', '{:.4f}')}"
+    )
     print(f"episodes that played all {args.max_turns} turns: {100 * med('full_turns'):.0f}%")
     growth = max(r["growth_per_turn"] for r in runs)
-    print(f"resident memory growth per turn: {growth / 2**20:.2f} MB   (worst run; target < {logits_per_turn / 4 / 2**20:.1f} "
-          f"MB = a quarter of one turn's logits, {logits_per_turn / 2**20:.1f} MB) "
-          f"{_common.spread([r['growth_per_turn'] / 2**20 for r in runs], '{:.2f}')}")
+    print(
+        f"resident memory growth per turn: {growth / 2**20:.2f} MB   (worst run; target < {logits_per_turn / 4 / 2**20:.1f} "
+        f"MB = a quarter of one turn's logits, {logits_per_turn / 2**20:.1f} MB) "
+        f"{_common.spread([r['growth_per_turn'] / 2**20 for r in runs], '{:.2f}')}"
+    )
 
     targets = _common.Targets()
     targets.add(f"generation calls per turn == 1 (got {worst_calls:.2f})", abs(worst_calls - 1.0) < 1e-9)
-    targets.add(f"outside-model share <= {100 * args.max_outside_share:.0f}% (got {100 * med('outside_share'):.2f}%)",
-                med("outside_share") <= args.max_outside_share)
-    targets.add(f"memory flat across turns: growth per turn {growth / 2**20:.2f} MB < {logits_per_turn / 4 / 2**20:.1f} MB",
-                growth < logits_per_turn / 4)
+    targets.add(
+        f"outside-model share <= {100 * args.max_outside_share:.0f}% (got {100 * med('outside_share'):.2f}%)",
+        med("outside_share") <= args.max_outside_share,
+    )
+    targets.add(
+        f"memory flat across turns: growth per turn {growth / 2**20:.2f} MB < {logits_per_turn / 4 / 2**20:.1f} MB",
+        growth < logits_per_turn / 4,
+    )
     targets.finish(args.check)
     return {"outside_share": med("outside_share"), "growth_per_turn": growth, "calls_per_turn": worst_calls}
 

@@ -59,8 +59,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--env", default="guess_number", choices=["guess_number", "arithmetic"])
     parser.add_argument("--max_completion_length", type=int, default=6, help="tokens per turn")
     parser.add_argument("--max_turns", type=int, default=6)
-    parser.add_argument("--single_process_threads", type=int, default=None,
-                        help="torch threads of the 1-process run (default: --threads)")
+    parser.add_argument(
+        "--single_process_threads",
+        type=int,
+        default=None,
+        help="torch threads of the 1-process run (default: --threads)",
+    )
     parser.add_argument("--min_ratio", type=float, default=1.2, help="target for --check")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per launch")
     _common.add_common_args(parser, repeats=1, warmup=0)
@@ -69,17 +73,48 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def run_launch(config: str, nproc: int, threads: int, args, model_path: str, launch_args=()) -> dict:
     if args.total_batch % (nproc * args.num_generations):
-        raise SystemExit(f"--total_batch {args.total_batch} must be a multiple of processes x num_generations "
-                         f"({nproc} x {args.num_generations})")
+        raise SystemExit(
+            f"--total_batch {args.total_batch} must be a multiple of processes x num_generations "
+            f"({nproc} x {args.num_generations})"
+        )
     with tempfile.TemporaryDirectory(prefix="trl_envs_scaling_") as out:
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(REPO / "accelerate_configs" / config), *launch_args, str(WORKER), "--out", out,
-               "--scenarios", f"{args.env}:group", "--steps", str(args.steps),
-               "--num_generations", str(args.num_generations), "--per_device_batch", str(args.total_batch // nproc),
-               "--max_completion_length", str(args.max_completion_length), "--max_turns", str(args.max_turns),
-               "--threads", str(threads), "--seed", str(args.seed), "--model_path", model_path]
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1",
-                   TRL_EXPERIMENTAL_SILENCE="1", TOKENIZERS_PARALLELISM="false")
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(REPO / "accelerate_configs" / config),
+            *launch_args,
+            str(WORKER),
+            "--out",
+            out,
+            "--scenarios",
+            f"{args.env}:group",
+            "--steps",
+            str(args.steps),
+            "--num_generations",
+            str(args.num_generations),
+            "--per_device_batch",
+            str(args.total_batch // nproc),
+            "--max_completion_length",
+            str(args.max_completion_length),
+            "--max_turns",
+            str(args.max_turns),
+            "--threads",
+            str(threads),
+            "--seed",
+            str(args.seed),
+            "--model_path",
+            model_path,
+        ]
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS=str(threads),
+            MKL_NUM_THREADS=str(threads),
+            HF_HUB_OFFLINE="1",
+            TRL_EXPERIMENTAL_SILENCE="1",
+            TOKENIZERS_PARALLELISM="false",
+        )
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
         wall = time.perf_counter() - start
@@ -91,16 +126,21 @@ def run_launch(config: str, nproc: int, threads: int, args, model_path: str, lau
     sc = per_rank[0]
     if sc["world_size"] != nproc:
         raise SystemExit(f"{config}: expected {nproc} processes, the run had {sc['world_size']}")
-    measured = sc["step_seconds"][args.warmup_steps:]
+    measured = sc["step_seconds"][args.warmup_steps :]
     if not measured:
         raise SystemExit("no measured steps: raise --steps above --warmup_steps")
     episodes = args.total_batch * len(measured)
-    cpu = [sum(s["step_cpu_seconds"][args.warmup_steps:]) for s in per_rank]  # per process, measured steps
-    return {"episodes_per_s": episodes / sum(measured), "step_s": statistics.median(measured),
-            "wall_s": wall, "steps": sc["step_seconds"], "distributed_type": sc["distributed_type"],
-            "cpu_ms_per_episode": 1000 * sum(cpu) / episodes,
-            # if every process had a core of its own and never waited: wall = the busiest process's CPU time
-            "episodes_per_cpu_bound_s": episodes / max(cpu)}
+    cpu = [sum(s["step_cpu_seconds"][args.warmup_steps :]) for s in per_rank]  # per process, measured steps
+    return {
+        "episodes_per_s": episodes / sum(measured),
+        "step_s": statistics.median(measured),
+        "wall_s": wall,
+        "steps": sc["step_seconds"],
+        "distributed_type": sc["distributed_type"],
+        "cpu_ms_per_episode": 1000 * sum(cpu) / episodes,
+        # if every process had a core of its own and never waited: wall = the busiest process's CPU time
+        "episodes_per_cpu_bound_s": episodes / max(cpu),
+    }
 
 
 def main(argv=None) -> None:
@@ -108,10 +148,12 @@ def main(argv=None) -> None:
     model_path, _, _ = _common.load_tiny_model()
     single_threads = args.single_process_threads or args.threads
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{args.env}: total batch {args.total_batch} episodes/step ({args.total_batch // args.num_generations} groups "
-          f"of {args.num_generations}), {args.steps} steps ({args.warmup_steps} warm-up), max_turns={args.max_turns}, "
-          f"max_tokens/turn={args.max_completion_length}; threads/process: 1 proc {single_threads}, 2 procs "
-          f"{args.threads}; CPUs visible: {os.cpu_count()}")
+    print(
+        f"{args.env}: total batch {args.total_batch} episodes/step ({args.total_batch // args.num_generations} groups "
+        f"of {args.num_generations}), {args.steps} steps ({args.warmup_steps} warm-up), max_turns={args.max_turns}, "
+        f"max_tokens/turn={args.max_completion_length}; threads/process: 1 proc {single_threads}, 2 procs "
+        f"{args.threads}; CPUs visible: {os.cpu_count()}"
+    )
     ones, twos, ratios, cpu_ratios, overheads = [], [], [], [], []
     for rep in range(args.warmup + args.repeats):
         # a 1-process and a 2-process launch back to back (alternating which goes first), compared pairwise: on a
@@ -120,17 +162,21 @@ def main(argv=None) -> None:
         runs = {}
         for n in order:
             if n == 1:
-                runs[1] = run_launch("single_gpu.yaml", 1, single_threads, args, model_path, ["--mixed_precision", "no"])
+                runs[1] = run_launch(
+                    "single_gpu.yaml", 1, single_threads, args, model_path, ["--mixed_precision", "no"]
+                )
             else:
                 runs[2] = run_launch("cpu_2proc.yaml", 2, args.threads, args, model_path)
         kind = "warmup" if rep < args.warmup else "run"
         for n in order:
             r = runs[n]
-            print(f"  {kind} {rep}: {n} process{'es' if n > 1 else ''} ({r['distributed_type']}): "
-                  f"{r['episodes_per_s']:.2f} episodes/s, median step {r['step_s']:.2f}s, launch wall {r['wall_s']:.1f}s, "
-                  f"step times {[round(s, 2) for s in r['steps']]}; CPU {r['cpu_ms_per_episode']:.1f} ms/episode "
-                  f"(all processes), {r['episodes_per_cpu_bound_s']:.1f} episodes per busiest-process CPU second",
-                  flush=True)
+            print(
+                f"  {kind} {rep}: {n} process{'es' if n > 1 else ''} ({r['distributed_type']}): "
+                f"{r['episodes_per_s']:.2f} episodes/s, median step {r['step_s']:.2f}s, launch wall {r['wall_s']:.1f}s, "
+                f"step times {[round(s, 2) for s in r['steps']]}; CPU {r['cpu_ms_per_episode']:.1f} ms/episode "
+                f"(all processes), {r['episodes_per_cpu_bound_s']:.1f} episodes per busiest-process CPU second",
+                flush=True,
+            )
         if rep >= args.warmup:
             ones.append(runs[1]["episodes_per_s"])
             twos.append(runs[2]["episodes_per_s"])
@@ -142,12 +188,18 @@ def main(argv=None) -> None:
     print()
     print(f"1 process:   {e1:.2f} episodes/s {_common.spread(ones, '{:.2f}')}")
     print(f"2 processes: {e2:.2f} episodes/s {_common.spread(twos, '{:.2f}')}")
-    print(f"ratio (2 processes / 1 process): {ratio:.2f}   (median of back-to-back pairs) "
-          f"{_common.spread(ratios, '{:.2f}')}")
-    print(f"CPU-bound ratio (each process on a core of its own, from CPU time; less sensitive to the neighbours): "
-          f"{_common.median(cpu_ratios):.2f} {_common.spread(cpu_ratios, '{:.2f}')}")
-    print(f"CPU time per episode, 2 processes / 1 process (the cost of going distributed): "
-          f"{_common.median(overheads):.2f} {_common.spread(overheads, '{:.2f}')}")
+    print(
+        f"ratio (2 processes / 1 process): {ratio:.2f}   (median of back-to-back pairs) "
+        f"{_common.spread(ratios, '{:.2f}')}"
+    )
+    print(
+        f"CPU-bound ratio (each process on a core of its own, from CPU time; less sensitive to the neighbours): "
+        f"{_common.median(cpu_ratios):.2f} {_common.spread(cpu_ratios, '{:.2f}')}"
+    )
+    print(
+        f"CPU time per episode, 2 processes / 1 process (the cost of going distributed): "
+        f"{_common.median(overheads):.2f} {_common.spread(overheads, '{:.2f}')}"
+    )
     targets = _common.Targets()
     targets.add(f"2-process / 1-process throughput >= {args.min_ratio:.2f} (got {ratio:.2f})", ratio >= args.min_ratio)
     targets.finish(args.check)

@@ -32,8 +32,9 @@ BUDGET = RolloutBudget(max_turns=5, max_tokens_per_turn=4)
 
 def play(sampler, renderer, opponent: str, games: int, seed: int) -> dict[str, float]:
     """Rates over ``games`` games against ``opponent`` (8 games per group, marks alternating by group)."""
-    dataset = TicTacToeVsOpponentDataset(renderer, batch_size=games // 8, group_size=8, num_batches=1,
-                                         opponent=opponent, seed=seed)
+    dataset = TicTacToeVsOpponentDataset(
+        renderer, batch_size=games // 8, group_size=8, num_batches=1, opponent=opponent, seed=seed
+    )
     torch.manual_seed(seed)
     result = run_rollout_batch(dataset.get_batch(0), sampler, BUDGET)
     finals = [t.transitions[-1].metrics for g in result.groups for t in g.trajectories]
@@ -42,8 +43,10 @@ def play(sampler, renderer, opponent: str, games: int, seed: int) -> dict[str, f
 
 
 def show(label: str, rates: dict[str, float]) -> str:
-    return (f"{label:<28} win {rates['win']:.3f}  draw {rates['draw']:.3f}  loss {rates['loss']:.3f}  "
-            f"(illegal moves lost {rates['illegal']:.3f})  over {rates['games']} games")
+    return (
+        f"{label:<28} win {rates['win']:.3f}  draw {rates['draw']:.3f}  loss {rates['loss']:.3f}  "
+        f"(illegal moves lost {rates['illegal']:.3f})  over {rates['games']} games"
+    )
 
 
 def main() -> int:
@@ -61,14 +64,28 @@ def main() -> int:
     model_path = build_tiny_model()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     renderer = Renderer(tokenizer)
-    builder = TicTacToeDatasetBuilder(renderer, batch_size=args.groups_per_step, group_size=8,
-                                      num_batches=args.steps * 2, seed=args.seed)
+    builder = TicTacToeDatasetBuilder(
+        renderer, batch_size=args.groups_per_step, group_size=8, num_batches=args.steps * 2, seed=args.seed
+    )
     with tempfile.TemporaryDirectory() as out:
         config = EnvGRPOConfig(
-            output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-            disable_tqdm=True, seed=args.seed, num_generations=8, per_device_train_batch_size=8 * args.groups_per_step,
-            max_steps=args.steps, learning_rate=args.lr, beta=0.0, max_completion_length=4, max_turns=5,
-            logging_steps=1, save_strategy="no")
+            output_dir=out,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            seed=args.seed,
+            num_generations=8,
+            per_device_train_batch_size=8 * args.groups_per_step,
+            max_steps=args.steps,
+            learning_rate=args.lr,
+            beta=0.0,
+            max_completion_length=4,
+            max_turns=5,
+            logging_steps=1,
+            save_strategy="no",
+        )
         trainer = EnvGRPOTrainer(model_path, config, builder, processing_class=tokenizer)
         trainer.remove_callback(PrinterCallback)  # the summary below is the output
         sampler = HFSampler(trainer.model, tokenizer, temperature=1.0)
@@ -84,6 +101,7 @@ def main() -> int:
             flushes.append(trainer.last_rollout.num_valve_flushes)
             rollouts += 1
             return rows
+
         trainer._rollout = counting_rollout
         start = time.perf_counter()
         trainer.train()
@@ -97,10 +115,14 @@ def main() -> int:
     tenth = max(1, len(logged) // 10)
     for name, part in (("first", logged[:tenth]), ("last", logged[-tenth:])):
         mean = {k: sum(h[k] for h in part) / len(part) for k in ("env/all/illegal", "env/all/moves")}
-        print(f"self-play, {name} {len(part)} steps: illegal-move rate per episode {mean['env/all/illegal']:.3f}, "
-              f"legal moves per episode {mean['env/all/moves']:.2f}")
-    print(f"training: {train_s:.1f} s for {args.steps} steps; self-play rollouts: {rollouts}, sampler calls per "
-          f"rollout {min(calls)}-{max(calls)} (a game has at most 9 moves), valve flushes {sum(flushes)}")
+        print(
+            f"self-play, {name} {len(part)} steps: illegal-move rate per episode {mean['env/all/illegal']:.3f}, "
+            f"legal moves per episode {mean['env/all/moves']:.2f}"
+        )
+    print(
+        f"training: {train_s:.1f} s for {args.steps} steps; self-play rollouts: {rollouts}, sampler calls per "
+        f"rollout {min(calls)}-{max(calls)} (a game has at most 9 moves), valve flushes {sum(flushes)}"
+    )
     return 0
 
 

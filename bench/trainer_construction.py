@@ -56,9 +56,18 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     renderer = Renderer(tokenizer)
-    config = EnvGRPOConfig(output_dir="/tmp/trl_envs_bench_construction", use_cpu=True, bf16=False, report_to="none",
-                           gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=16,
-                           max_steps=1, save_strategy="no", beta=0.0)
+    config = EnvGRPOConfig(
+        output_dir="/tmp/trl_envs_bench_construction",
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        num_generations=4,
+        per_device_train_batch_size=16,
+        max_steps=1,
+        save_strategy="no",
+        beta=0.0,
+    )
 
     def build(n: int) -> tuple[float, int]:
         dataset = SlowArithmeticDataset(renderer, n, groups=4, group_size=4, delay_s=args.get_batch_ms / 1000)
@@ -67,8 +76,10 @@ def main() -> None:
         return time.perf_counter() - start, dataset.calls
 
     build(min(args.batches))  # warm-up: imports and first-use costs
-    print(f"EnvGRPOTrainer construction, RLDataset of N batches x 4 groups, get_batch sleeps {args.get_batch_ms} ms "
-          "(perf_counter around the constructor, 1 run each, after a warm-up)")
+    print(
+        f"EnvGRPOTrainer construction, RLDataset of N batches x 4 groups, get_batch sleeps {args.get_batch_ms} ms "
+        "(perf_counter around the constructor, 1 run each, after a warm-up)"
+    )
     for n in args.batches:
         seconds, calls = build(n)
         print(f"  N = {n:>9,} batches ({4 * n:>9,} groups): {seconds:7.2f} s, {calls} get_batch calls", flush=True)

@@ -124,8 +124,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--min_ratio", type=float, default=1.0, help="target for trl_envs/TRL tokens per second")
     parser.add_argument("--no_matched", action="store_true", help="skip the matched-workload trl_envs variant")
     parser.add_argument("--model_path", default=None)
-    parser.add_argument("--handicap", default=None, metavar="SIDE:MS", help="busy-wait MS ms in each timed call of "
-                                                                              "SIDE (trl or env): a self-check")
+    parser.add_argument(
+        "--handicap",
+        default=None,
+        metavar="SIDE:MS",
+        help="busy-wait MS ms in each timed call of SIDE (trl or env): a self-check",
+    )
     parser.add_argument("--tiny", action="store_true", help="2 groups x 2, 2 turns, 1 run, no warm-up, no matched")
     _common.add_common_args(parser, repeats=5)
     args = parser.parse_args(argv)
@@ -143,8 +147,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _matched_dataset(renderer, groups: int, group_size: int, max_turns: int, seed: int):
     """guess_number whose episodes play on after a correct guess and end on a non-number reply, like TRL's loop."""
-    from trl_envs.envs.guess_number import (GuessNumberDataset, GuessNumberEnv, GuessNumberGroupBuilder,
-                                            MessageStepResult, MessageTokenEnv)
+    from trl_envs.envs.guess_number import (
+        GuessNumberDataset,
+        GuessNumberEnv,
+        GuessNumberGroupBuilder,
+        MessageStepResult,
+        MessageTokenEnv,
+    )
 
     class PlayOnGuessNumberEnv(GuessNumberEnv):
         async def step(self, response):
@@ -158,13 +167,17 @@ def _matched_dataset(renderer, groups: int, group_size: int, max_turns: int, see
 
     class PlayOnBuilder(GuessNumberGroupBuilder):
         async def make_envs(self):
-            return [MessageTokenEnv(PlayOnGuessNumberEnv(self.target, self.low, self.high, self.max_guesses),
-                                    self.renderer) for _ in range(self.group_size)]
+            return [
+                MessageTokenEnv(PlayOnGuessNumberEnv(self.target, self.low, self.high, self.max_guesses), self.renderer)
+                for _ in range(self.group_size)
+            ]
 
     class PlayOnDataset(GuessNumberDataset):
         def get_batch(self, index: int):
-            return [PlayOnBuilder(b.renderer, b.target, b.group_size, b.low, b.high, b.max_guesses)
-                    for b in super().get_batch(index)]
+            return [
+                PlayOnBuilder(b.renderer, b.target, b.group_size, b.low, b.high, b.max_guesses)
+                for b in super().get_batch(index)
+            ]
 
     return PlayOnDataset(renderer, groups, group_size, 1, max_guesses=max_turns, seed=seed)
 
@@ -201,11 +214,19 @@ class Side:
         prompt_ids, completion_ids, mask, completions, *_ = self.probe.output
         model_tokens = sum(sum(m) for m in mask)
         turns = [_count_turns(m) for m in mask]
-        run = {"step_s": step_seconds, "tokens": model_tokens, "tokens_per_s": model_tokens / step_seconds,
-               "episodes": len(completion_ids), "mean_turns": sum(turns) / len(turns), "max_turns": max(turns)}
-        print(f"  {self.name:<28} {'run   ' if measured else 'warmup'}: _generate_and_score_completions "
-              f"{step_seconds:.3f}s, {run['episodes']} episodes, model tokens {model_tokens}, turns/episode mean "
-              f"{run['mean_turns']:.2f} max {run['max_turns']}, {run['tokens_per_s']:.1f} tok/s")
+        run = {
+            "step_s": step_seconds,
+            "tokens": model_tokens,
+            "tokens_per_s": model_tokens / step_seconds,
+            "episodes": len(completion_ids),
+            "mean_turns": sum(turns) / len(turns),
+            "max_turns": max(turns),
+        }
+        print(
+            f"  {self.name:<28} {'run   ' if measured else 'warmup'}: _generate_and_score_completions "
+            f"{step_seconds:.3f}s, {run['episodes']} episodes, model tokens {model_tokens}, turns/episode mean "
+            f"{run['mean_turns']:.2f} max {run['max_turns']}, {run['tokens_per_s']:.1f} tok/s"
+        )
         if measured:
             self.runs.append(run)
         return run
@@ -225,10 +246,23 @@ def _count_turns(mask: Sequence[int]) -> int:
 
 
 def _grpo_kwargs(args, output_dir: str, n_rows: int) -> dict:
-    return dict(output_dir=output_dir, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-                max_steps=1, num_generations=args.group_size, per_device_train_batch_size=n_rows,
-                gradient_accumulation_steps=1, beta=0.0, temperature=1.0, save_strategy="no", logging_strategy="no",
-                seed=args.seed, disable_tqdm=True)
+    return dict(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        max_steps=1,
+        num_generations=args.group_size,
+        per_device_train_batch_size=n_rows,
+        gradient_accumulation_steps=1,
+        beta=0.0,
+        temperature=1.0,
+        save_strategy="no",
+        logging_strategy="no",
+        seed=args.seed,
+        disable_tqdm=True,
+    )
 
 
 def main(argv=None) -> dict:
@@ -247,49 +281,78 @@ def main(argv=None) -> dict:
     dataset = GuessNumberDataset(renderer, args.groups, args.group_size, 1, max_guesses=args.max_turns, seed=args.seed)
     targets = [b.target for b in dataset.get_batch(0)]
     out_dir = tempfile.mkdtemp(prefix="bench-vs-env-factory-")
-    print(f"guess_number: {args.groups} groups x {args.group_size} = {n_rows} episodes, max_turns={args.max_turns}, "
-          f"max_tokens_per_turn={args.max_tokens}, torch threads={args.threads}")
-    print(f"timed on both sides: the whole _generate_and_score_completions call (wall clock), {args.warmup} warm-up + "
-          f"{args.repeats} measured runs, interleaved; tokens/s = model tokens / that time"
-          + (f"; handicap {args.handicap} ms" if args.handicap else ""))
+    print(
+        f"guess_number: {args.groups} groups x {args.group_size} = {n_rows} episodes, max_turns={args.max_turns}, "
+        f"max_tokens_per_turn={args.max_tokens}, torch threads={args.threads}"
+    )
+    print(
+        f"timed on both sides: the whole _generate_and_score_completions call (wall clock), {args.warmup} warm-up + "
+        f"{args.repeats} measured runs, interleaved; tokens/s = model tokens / that time"
+        + (f"; handicap {args.handicap} ms" if args.handicap else "")
+    )
 
     # -- TRL: first show why the stock tiny tokenizer cannot run environment_factory -----------------------------------
     trl_dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * args.groups, "target": targets})
-    longest_reply = max((renderer.render_suffix([{"role": "user", "content": r}])
-                         for r in ("Higher.", "Lower.", "Correct!")), key=len)
+    longest_reply = max(
+        (renderer.render_suffix([{"role": "user", "content": r}]) for r in ("Higher.", "Lower.", "Correct!")), key=len
+    )
     max_completion = args.max_turns * (args.max_tokens + len(longest_reply) + 1)
-    trl_config = GRPOConfig(**_grpo_kwargs(args, out_dir, n_rows), max_completion_length=max_completion,
-                            max_tool_calling_iterations=args.max_turns - 1,
-                            generation_kwargs={"max_new_tokens": args.max_tokens})
+    trl_config = GRPOConfig(
+        **_grpo_kwargs(args, out_dir, n_rows),
+        max_completion_length=max_completion,
+        max_tool_calling_iterations=args.max_turns - 1,
+        generation_kwargs={"max_new_tokens": args.max_tokens},
+    )
     stock_error = None
     try:
-        GRPOTrainer(model=path, args=trl_config, train_dataset=trl_dataset, processing_class=tokenizer,
-                    environment_factory=GuessNumberToolEnv)
+        GRPOTrainer(
+            model=path,
+            args=trl_config,
+            train_dataset=trl_dataset,
+            processing_class=tokenizer,
+            environment_factory=GuessNumberToolEnv,
+        )
     except Exception as e:  # noqa: BLE001 - reported, not hidden
         stock_error = f"{type(e).__name__}: {e}"
-    print(f"TRL environment_factory with the stock tiny tokenizer: "
-          f"{'refused -- ' + stock_error if stock_error else 'accepted'}")
+    print(
+        f"TRL environment_factory with the stock tiny tokenizer: "
+        f"{'refused -- ' + stock_error if stock_error else 'accepted'}"
+    )
 
     tool_tokenizer = type(tokenizer).from_pretrained(path)
     tool_tokenizer.chat_template = GUESS_CHAT_TEMPLATE
     tool_tokenizer.response_template = GUESS_RESPONSE_TEMPLATE
-    trl_trainer = GRPOTrainer(model=path, args=trl_config, train_dataset=trl_dataset, processing_class=tool_tokenizer,
-                              environment_factory=GuessNumberToolEnv)
-    print(f"TRL environment_factory with the tool-capable template copy: accepted (max_completion_length="
-          f"{max_completion}, max_tool_calling_iterations={args.max_turns - 1}, max_new_tokens={args.max_tokens}; "
-          f"TRL swapped the template for a training one: {trl_trainer.chat_template is not None})")
-    trl_inputs = [{"prompt": [{"role": "user", "content": ""}], "target": t} for t in targets
-                  for _ in range(args.group_size)]
+    trl_trainer = GRPOTrainer(
+        model=path,
+        args=trl_config,
+        train_dataset=trl_dataset,
+        processing_class=tool_tokenizer,
+        environment_factory=GuessNumberToolEnv,
+    )
+    print(
+        f"TRL environment_factory with the tool-capable template copy: accepted (max_completion_length="
+        f"{max_completion}, max_tool_calling_iterations={args.max_turns - 1}, max_new_tokens={args.max_tokens}; "
+        f"TRL swapped the template for a training one: {trl_trainer.chat_template is not None})"
+    )
+    trl_inputs = [
+        {"prompt": [{"role": "user", "content": ""}], "target": t} for t in targets for _ in range(args.group_size)
+    ]
 
     # -- trl_envs -------------------------------------------------------------------------------------------------
     def env_trainer(env_dataset):
-        config = EnvGRPOConfig(**_grpo_kwargs(args, out_dir, n_rows), max_completion_length=args.max_tokens,
-                               max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
+        config = EnvGRPOConfig(
+            **_grpo_kwargs(args, out_dir, n_rows),
+            max_completion_length=args.max_tokens,
+            max_turns=args.max_turns,
+            max_tokens_per_turn=args.max_tokens,
+        )
         return EnvGRPOTrainer(path, config, env_dataset, processing_class=tokenizer)
 
     env_inputs = [{"prompt": f"train/0/{k}"} for k in range(args.groups) for _ in range(args.group_size)]
-    sides = [Side("TRL environment_factory", trl_trainer, trl_inputs, args.handicap_s["trl"]),
-             Side("trl_envs EnvGRPOTrainer", env_trainer(dataset), env_inputs, args.handicap_s["env"])]
+    sides = [
+        Side("TRL environment_factory", trl_trainer, trl_inputs, args.handicap_s["trl"]),
+        Side("trl_envs EnvGRPOTrainer", env_trainer(dataset), env_inputs, args.handicap_s["env"]),
+    ]
     if not args.no_matched:
         matched = _matched_dataset(renderer, args.groups, args.group_size, args.max_turns, args.seed)
         sides.append(Side("trl_envs (matched workload)", env_trainer(matched), env_inputs))
@@ -303,17 +366,23 @@ def main(argv=None) -> dict:
     ratio = env_side.median("tokens_per_s") / trl_side.median("tokens_per_s")
     print()
     for side in sides:
-        print(f"{side.name} model tokens/s: {side.median('tokens_per_s'):.1f}   (median; per run ~"
-              f"{side.median('tokens'):.0f} model tokens, {side.median('mean_turns'):.2f} turns/episode) "
-              f"{_common.spread([r['tokens_per_s'] for r in side.runs], '{:.1f}')}")
-    print(f"tokens/s ratio trl_envs/TRL (whole _generate_and_score_completions): {ratio:.2f}   (target >= {args.min_ratio:.2f})")
+        print(
+            f"{side.name} model tokens/s: {side.median('tokens_per_s'):.1f}   (median; per run ~"
+            f"{side.median('tokens'):.0f} model tokens, {side.median('mean_turns'):.2f} turns/episode) "
+            f"{_common.spread([r['tokens_per_s'] for r in side.runs], '{:.1f}')}"
+        )
+    print(
+        f"tokens/s ratio trl_envs/TRL (whole _generate_and_score_completions): {ratio:.2f}   (target >= {args.min_ratio:.2f})"
+    )
     if not args.no_matched:
         matched_ratio = sides[2].median("tokens_per_s") / trl_side.median("tokens_per_s")
         print(f"tokens/s ratio trl_envs/TRL, matched workload (info): {matched_ratio:.2f}")
-    print(f"whole _generate_and_score_completions per batch of {n_rows} episodes (median): TRL "
-          f"{trl_side.median('step_s'):.3f}s {_common.spread([r['step_s'] for r in trl_side.runs])}; trl_envs "
-          f"{env_side.median('step_s'):.3f}s {_common.spread([r['step_s'] for r in env_side.runs])}   (info: TRL "
-          f"episodes play all {args.max_turns} turns, see the docstring)")
+    print(
+        f"whole _generate_and_score_completions per batch of {n_rows} episodes (median): TRL "
+        f"{trl_side.median('step_s'):.3f}s {_common.spread([r['step_s'] for r in trl_side.runs])}; trl_envs "
+        f"{env_side.median('step_s'):.3f}s {_common.spread([r['step_s'] for r in env_side.runs])}   (info: TRL "
+        f"episodes play all {args.max_turns} turns, see the docstring)"
+    )
 
     shutil.rmtree(out_dir, ignore_errors=True)
     checks = _common.Targets()

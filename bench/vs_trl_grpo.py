@@ -50,7 +50,6 @@ import time
 import traceback
 
 import _common  # noqa: F401 - offline settings first
-
 from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
@@ -62,8 +61,14 @@ from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 TARGETS = {"tiny": 1.10, "wide": 1.02}
 NUM_BATCHES = 1000
-WIDE_CONFIG = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
-                   num_key_value_heads=4, max_position_embeddings=1024)
+WIDE_CONFIG = dict(
+    hidden_size=512,
+    intermediate_size=1536,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    max_position_embeddings=1024,
+)
 
 
 SIDES = ("plain", "env")
@@ -134,16 +139,30 @@ class StepTimer(TrainerCallback):
 
 
 def common(out: str, args, max_tokens: int) -> dict:
-    return dict(output_dir=out, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-                disable_tqdm=True, seed=0, num_generations=args.group_size,
-                per_device_train_batch_size=args.group_size * args.groups_per_step, max_steps=args.steps,
-                learning_rate=args.lr, beta=0.0, max_completion_length=max_tokens, logging_steps=10_000,
-                save_strategy="no", shuffle_dataset=False)
+    return dict(
+        output_dir=out,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        seed=0,
+        num_generations=args.group_size,
+        per_device_train_batch_size=args.group_size * args.groups_per_step,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        beta=0.0,
+        max_completion_length=max_tokens,
+        logging_steps=10_000,
+        save_strategy="no",
+        shuffle_dataset=False,
+    )
 
 
 def env_builder(tokenizer, args) -> ArithmeticDatasetBuilder:
-    return ArithmeticDatasetBuilder(Renderer(tokenizer), batch_size=args.groups_per_step, group_size=args.group_size,
-                                    num_batches=NUM_BATCHES)
+    return ArithmeticDatasetBuilder(
+        Renderer(tokenizer), batch_size=args.groups_per_step, group_size=args.group_size, num_batches=NUM_BATCHES
+    )
 
 
 def env_problems(tokenizer, args, num_batches: int) -> list[tuple[int, int]]:
@@ -154,8 +173,12 @@ def env_problems(tokenizer, args, num_batches: int) -> list[tuple[int, int]]:
 
 def plain_dataset(problems: list[tuple[int, int]]) -> Dataset:
     """One prompt row per env group: the same questions, in the same order, as the env side."""
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": question(a, b)}] for a, b in problems],
-                              "answer": [a + b for a, b in problems]})
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": question(a, b)}] for a, b in problems],
+            "answer": [a + b for a, b in problems],
+        }
+    )
 
 
 def make_reward(eos_id: int):
@@ -172,19 +195,27 @@ def make_reward(eos_id: int):
 
 def time_plain(model_path, tokenizer, args, max_tokens: int, timer: StepTimer) -> StepTimer:
     with tempfile.TemporaryDirectory() as out:
-        trainer = GRPOTrainer(model_path, reward_funcs=[make_reward(tokenizer.eos_token_id)],
-                              args=GRPOConfig(**common(out, args, max_tokens)),
-                              train_dataset=plain_dataset(env_problems(tokenizer, args, args.steps + 1)),
-                              processing_class=tokenizer, callbacks=[timer])
+        trainer = GRPOTrainer(
+            model_path,
+            reward_funcs=[make_reward(tokenizer.eos_token_id)],
+            args=GRPOConfig(**common(out, args, max_tokens)),
+            train_dataset=plain_dataset(env_problems(tokenizer, args, args.steps + 1)),
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
         trainer.train()
     return timer
 
 
 def time_env(model_path, tokenizer, args, max_tokens: int, timer: StepTimer) -> StepTimer:
     with tempfile.TemporaryDirectory() as out:
-        trainer = EnvGRPOTrainer(model_path, EnvGRPOConfig(**common(out, args, max_tokens), max_turns=1),
-                                 env_builder(tokenizer, args),
-                                 processing_class=tokenizer, callbacks=[timer])
+        trainer = EnvGRPOTrainer(
+            model_path,
+            EnvGRPOConfig(**common(out, args, max_tokens), max_turns=1),
+            env_builder(tokenizer, args),
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
         trainer.train()
     return timer
 
@@ -196,9 +227,15 @@ def build_wide_model(tiny_path: str, directory: str) -> str:
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_path)
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=True, bos_token_id=None,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         use_sliding_window=False, **WIDE_CONFIG)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        use_sliding_window=False,
+        **WIDE_CONFIG,
+    )
     model = Qwen2ForCausalLM(config).to(torch.float32)
     model.generation_config.bos_token_id = None
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -221,8 +258,9 @@ def fix_malloc_thresholds() -> bool:
     return all(mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS.values())
 
 
-def _side_worker(side: str, model_path: str, args_dict: dict, max_tokens: int, handicap_s: float, baton: Baton,
-                 results) -> None:
+def _side_worker(
+    side: str, model_path: str, args_dict: dict, max_tokens: int, handicap_s: float, baton: Baton, results
+) -> None:
     """One side's process: ``--repeats`` runs, taking turns with the other side step by step."""
     me = SIDES.index(side)
     try:
@@ -248,9 +286,14 @@ def run_sides(model_path: str, args, max_tokens: int, handicap: dict[str, float]
     """Both sides' runs (see the module docstring): ``{side: [(wall, cpu, switches, faults) per run]}``."""
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per side: no torch state forked
     baton, results = Baton(ctx), ctx.Queue()
-    procs = [ctx.Process(target=_side_worker, args=(side, model_path, vars(args), max_tokens,
-                                                    handicap.get(side, 0.0), baton, results), daemon=True)
-             for side in SIDES]
+    procs = [
+        ctx.Process(
+            target=_side_worker,
+            args=(side, model_path, vars(args), max_tokens, handicap.get(side, 0.0), baton, results),
+            daemon=True,
+        )
+        for side in SIDES
+    ]
     for p in procs:
         p.start()
     runs: dict[str, list] = {}
@@ -261,8 +304,10 @@ def run_sides(model_path: str, args, max_tokens: int, handicap: dict[str, float]
             except queue.Empty:
                 dead = [SIDES[i] for i, p in enumerate(procs) if not p.is_alive() and SIDES[i] not in runs]
                 if dead:
-                    raise RuntimeError(f"vs_trl_grpo: the {', '.join(dead)} process died without a result "
-                                       f"(exit codes {[p.exitcode for p in procs]})")
+                    raise RuntimeError(
+                        f"vs_trl_grpo: the {', '.join(dead)} process died without a result "
+                        f"(exit codes {[p.exitcode for p in procs]})"
+                    )
                 continue
             if error is not None:
                 raise RuntimeError(f"vs_trl_grpo: the {side} side failed:\n{error}")
@@ -280,10 +325,13 @@ def measure(name: str, model_path: str, args, max_tokens: int, handicap: dict[st
     w = args.warmup
     for r in range(args.repeats):
         (pw, pc, ps, pf), (ew, ec, es, ef) = runs["plain"][r], runs["env"][r]
-        print(f"[{name}] run {r}: plain median {_common.median(pw[w:]):.4f} s wall {_common.median(pc[w:]):.4f} s "
-              f"cpu; env median {_common.median(ew[w:]):.4f} s wall {_common.median(ec[w:]):.4f} s cpu; per step, "
-              f"voluntary context switches plain {_common.median(ps[w:]):g} env {_common.median(es[w:]):g}, minor "
-              f"page faults plain {_common.median(pf[w:]):g} env {_common.median(ef[w:]):g}", flush=True)
+        print(
+            f"[{name}] run {r}: plain median {_common.median(pw[w:]):.4f} s wall {_common.median(pc[w:]):.4f} s "
+            f"cpu; env median {_common.median(ew[w:]):.4f} s wall {_common.median(ec[w:]):.4f} s cpu; per step, "
+            f"voluntary context switches plain {_common.median(ps[w:]):g} env {_common.median(es[w:]):g}, minor "
+            f"page faults plain {_common.median(pf[w:]):g} env {_common.median(ef[w:]):g}",
+            flush=True,
+        )
     out = {}
     for clock, k in (("wall", 0), ("cpu", 1)):
         steps = {side: [t for run in runs[side] for t in run[k][w:]] for side in SIDES}
@@ -291,13 +339,15 @@ def measure(name: str, model_path: str, args, max_tokens: int, handicap: dict[st
         ratio = _common.median(steps["env"]) / _common.median(steps["plain"])
         run_ratios = [e / p for e, p in zip(per_run["env"], per_run["plain"])]
         step_ratios = [e / p for pr, er in zip(runs["plain"], runs["env"]) for p, e in zip(pr[k][w:], er[k][w:])]
-        print(f"[{name}] {clock} time per step, median of {len(steps['plain'])} plain / {len(steps['env'])} env "
-              f"steps: plain GRPOTrainer {_common.median(steps['plain']):.4f} s "
-              f"{_common.spread(per_run['plain'], '{:.4f}')}, EnvGRPOTrainer {_common.median(steps['env']):.4f} s "
-              f"{_common.spread(per_run['env'], '{:.4f}')}; ratio env/plain {ratio:.3f} "
-              f"(per run {', '.join(f'{x:.3f}' for x in run_ratios)}: median {_common.median(run_ratios):.3f}, "
-              f"range {min(run_ratios):.3f}-{max(run_ratios):.3f}; median per-step ratio "
-              f"{_common.median(step_ratios):.3f} over {len(step_ratios)} step pairs)")
+        print(
+            f"[{name}] {clock} time per step, median of {len(steps['plain'])} plain / {len(steps['env'])} env "
+            f"steps: plain GRPOTrainer {_common.median(steps['plain']):.4f} s "
+            f"{_common.spread(per_run['plain'], '{:.4f}')}, EnvGRPOTrainer {_common.median(steps['env']):.4f} s "
+            f"{_common.spread(per_run['env'], '{:.4f}')}; ratio env/plain {ratio:.3f} "
+            f"(per run {', '.join(f'{x:.3f}' for x in run_ratios)}: median {_common.median(run_ratios):.3f}, "
+            f"range {min(run_ratios):.3f}-{max(run_ratios):.3f}; median per-step ratio "
+            f"{_common.median(step_ratios):.3f} over {len(step_ratios)} step pairs)"
+        )
         out[clock] = ratio
         out[f"{clock}_run_ratios"] = run_ratios
     return out
@@ -315,11 +365,19 @@ def main(argv=None) -> dict:
     parser.add_argument("--wide_max_tokens", type=int, default=16)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--model_path", default=None, help="the tiny model (default: build/load the offline one)")
-    parser.add_argument("--malloc", choices=("fixed", "adaptive"), default="adaptive",
-                        help="adaptive (default): glibc's own thresholds, as users run; fixed: both processes fix "
-                             "glibc's malloc thresholds (fewer, steadier page faults, slower steps)")
-    parser.add_argument("--handicap", default=None, metavar="SIDE:MS", help="busy-wait MS ms in each step of SIDE "
-                                                                              "(plain or env): a self-check")
+    parser.add_argument(
+        "--malloc",
+        choices=("fixed", "adaptive"),
+        default="adaptive",
+        help="adaptive (default): glibc's own thresholds, as users run; fixed: both processes fix "
+        "glibc's malloc thresholds (fewer, steadier page faults, slower steps)",
+    )
+    parser.add_argument(
+        "--handicap",
+        default=None,
+        metavar="SIDE:MS",
+        help="busy-wait MS ms in each step of SIDE (plain or env): a self-check",
+    )
     args = parser.parse_args(argv)
     _common.setup_torch(args.threads, args.seed)
     handicap: dict[str, float] = {}
@@ -328,12 +386,17 @@ def main(argv=None) -> dict:
         if side not in ("plain", "env"):
             parser.error(f"--handicap side must be plain or env, got {side!r}")
         handicap[side] = float(ms) / 1000
-    print(f"timed: each optimizer step (on_step_begin..on_step_end), wall and process CPU time, {args.repeats} runs "
-          f"per side in two processes taking turns step by step (same problems, same seed), first {args.warmup} "
-          f"steps of each run left out; torch threads {args.threads}; malloc thresholds {args.malloc}"
-          + (f" ({', '.join(f'{k} {v >> 20} MiB' for k, (_, v) in MALLOC_SETTINGS.items())})"
-             if args.malloc == "fixed" else "")
-          + (f"; handicap {args.handicap} ms" if handicap else ""))
+    print(
+        f"timed: each optimizer step (on_step_begin..on_step_end), wall and process CPU time, {args.repeats} runs "
+        f"per side in two processes taking turns step by step (same problems, same seed), first {args.warmup} "
+        f"steps of each run left out; torch threads {args.threads}; malloc thresholds {args.malloc}"
+        + (
+            f" ({', '.join(f'{k} {v >> 20} MiB' for k, (_, v) in MALLOC_SETTINGS.items())})"
+            if args.malloc == "fixed"
+            else ""
+        )
+        + (f"; handicap {args.handicap} ms" if handicap else "")
+    )
     tiny_path = args.model_path or build_tiny_model()
     targets = _common.Targets()
     results = {}
@@ -342,16 +405,20 @@ def main(argv=None) -> dict:
             ratios = measure("tiny", tiny_path, args, args.max_tokens, handicap)
         elif name == "wide":
             with tempfile.TemporaryDirectory() as wide_dir:
-                wide_args = argparse.Namespace(**{**vars(args), "steps": args.wide_steps,
-                                                  "warmup": min(args.warmup, args.wide_steps - 1)})
-                ratios = measure("wide", build_wide_model(tiny_path, wide_dir), wide_args, args.wide_max_tokens,
-                                 handicap)
+                wide_args = argparse.Namespace(
+                    **{**vars(args), "steps": args.wide_steps, "warmup": min(args.warmup, args.wide_steps - 1)}
+                )
+                ratios = measure(
+                    "wide", build_wide_model(tiny_path, wide_dir), wide_args, args.wide_max_tokens, handicap
+                )
         else:
             parser.error(f"unknown model {name!r} (tiny, wide)")
         results[name] = ratios
         for clock in ("cpu", "wall"):
-            targets.add(f"[{name}] ratio env/plain of median {clock} step time {ratios[clock]:.3f} <= "
-                        f"{TARGETS[name]:.2f}", ratios[clock] <= TARGETS[name])
+            targets.add(
+                f"[{name}] ratio env/plain of median {clock} step time {ratios[clock]:.3f} <= {TARGETS[name]:.2f}",
+                ratios[clock] <= TARGETS[name],
+            )
     targets.finish(args.check)
     return results
 

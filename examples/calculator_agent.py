@@ -24,9 +24,14 @@ import openai
 
 from trl_envs.core.tools import evaluate_expression, format_number
 
-CALCULATOR = {"type": "function", "function": {
-    "name": "calculator", "description": "Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses.",
-    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+}
 
 
 def calculate(expression: str) -> str:
@@ -40,12 +45,14 @@ def calculate(expression: str) -> str:
 async def agent(base_url: str, api_key: str, task: dict, model: str = "policy") -> float:
     """Answer ``task["question"]``, calling the calculator as the model asks; 1.0 for the right final number."""
     # Plain HTTP on localhost: a client without a TLS context starts ~40 ms faster than the default one.
-    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0,
-                                  http_client=httpx.AsyncClient(verify=False, timeout=600)) as client:
+    async with openai.AsyncOpenAI(
+        base_url=base_url, api_key=api_key, max_retries=0, http_client=httpx.AsyncClient(verify=False, timeout=600)
+    ) as client:
         messages = [{"role": "user", "content": task["question"]}]
         for _ in range(4):
-            response = await client.chat.completions.create(model=model, messages=messages, tools=[CALCULATOR],
-                                                            max_tokens=64)
+            response = await client.chat.completions.create(
+                model=model, messages=messages, tools=[CALCULATOR], max_tokens=64
+            )
             message = response.choices[0].message
             if not message.tool_calls:
                 answer = re.fullmatch(r"\s*(-?\d+)\s*\.?\s*", message.content or "")
@@ -73,9 +80,16 @@ def make_dataset(renderer, group_size: int = 4, batch_size: int = 4, num_batches
     """What ``scripts/train_grpo.py --env examples.calculator_agent:make_dataset`` calls."""
     from trl_envs.agents import AgentDatasetBuilder
 
-    return AgentDatasetBuilder(agent, tasks(num_batches * batch_size, seed), renderer,
-                               test_tasks=tasks(64, seed + 10_000), batch_size=batch_size, group_size=group_size,
-                               num_batches=num_batches, tags=["calculator"])
+    return AgentDatasetBuilder(
+        agent,
+        tasks(num_batches * batch_size, seed),
+        renderer,
+        test_tasks=tasks(64, seed + 10_000),
+        batch_size=batch_size,
+        group_size=group_size,
+        num_batches=num_batches,
+        tags=["calculator"],
+    )
 
 
 if __name__ == "__main__":

@@ -38,11 +38,18 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_envs import HFSampler, Renderer, RolloutBudget, TrainingRow, assemble_training_data, compute_advantages
-from trl_envs import run_rollout_batch
-from trl_envs import make_env_dataset
-from trl_envs.rollout.evaluation import evaluate
+from trl_envs import (
+    HFSampler,
+    Renderer,
+    RolloutBudget,
+    TrainingRow,
+    assemble_training_data,
+    compute_advantages,
+    make_env_dataset,
+    run_rollout_batch,
+)
 from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.evaluation import evaluate
 from trl_envs.tiny_model import build_tiny_model
 
 
@@ -93,13 +100,18 @@ def pad_rows(rows: list[TrainingRow], pad_token_id: int, device: str | torch.dev
     loss_mask = torch.zeros((len(rows), T))
     for i, row in enumerate(rows):
         p, c = len(row.prompt_ids), len(row.completion_ids)
-        input_ids[i, P - p:P] = torch.tensor(row.prompt_ids)
-        input_ids[i, P:P + c] = torch.tensor(row.completion_ids)
-        attention_mask[i, P - p:P + c] = 1
+        input_ids[i, P - p : P] = torch.tensor(row.prompt_ids)
+        input_ids[i, P : P + c] = torch.tensor(row.completion_ids)
+        attention_mask[i, P - p : P + c] = 1
         loss_mask[i, :c] = torch.tensor(row.mask, dtype=torch.float)
     advantages = torch.tensor([row.advantage for row in rows], dtype=torch.float)
-    return Batch(input_ids.to(device), attention_mask.to(device), input_ids[:, P:].to(device), loss_mask.to(device),
-                 advantages.to(device))
+    return Batch(
+        input_ids.to(device),
+        attention_mask.to(device),
+        input_ids[:, P:].to(device),
+        loss_mask.to(device),
+        advantages.to(device),
+    )
 
 
 # -- the loss --------------------------------------------------------------------------------------------------
@@ -110,16 +122,18 @@ def token_logprobs(model, batch: Batch, temperature: float) -> tuple[torch.Tenso
     from, both under ``softmax(logits / temperature)`` — the distribution the sampler drew from."""
     T = batch.completion_ids.shape[1]
     # The logits at position k predict token k + 1: keep the T + 1 last positions and drop the very last.
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
-                   logits_to_keep=T + 1).logits[:, :-1]
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, logits_to_keep=T + 1
+    ).logits[:, :-1]
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, T, vocab)
     logps = logp_all.gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logps, entropy
 
 
-def grpo_loss(model, batch: Batch, temperature: float, epsilon: float = 0.2,
-              old_logps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def grpo_loss(
+    model, batch: Batch, temperature: float, epsilon: float = 0.2, old_logps: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped policy-gradient (PPO/GRPO) loss, aggregated as TRL's ``loss_type="dapo"``.
 
     per-token loss = -min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon) * A), ratio = exp(logp - logp_old);
@@ -139,8 +153,10 @@ def grpo_loss(model, batch: Batch, temperature: float, epsilon: float = 0.2,
     loss = (per_token_loss * mask).sum() / n_tokens
     with torch.no_grad():
         was_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + epsilon) & (adv > 0))
-        stats = {"entropy": ((entropy * mask).sum() / n_tokens).item(),
-                 "clip_ratio": ((was_clipped.float() * mask).sum() / n_tokens).item()}
+        stats = {
+            "entropy": ((entropy * mask).sum() / n_tokens).item(),
+            "clip_ratio": ((was_clipped.float() * mask).sum() / n_tokens).item(),
+        }
     return loss, stats
 
 
@@ -158,11 +174,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model = AutoModelForCausalLM.from_pretrained(model_path).to(device)
     renderer = Renderer(tokenizer)
     env_kwargs = {"max_operand": args.max_operand} if args.env == "arithmetic" else {}
-    train_set, _ = run_sync(make_env_dataset(args.env, renderer, group_size=args.group_size,
-                                                 batch_size=args.groups_per_batch, num_batches=args.steps, **env_kwargs))
+    train_set, _ = run_sync(
+        make_env_dataset(
+            args.env,
+            renderer,
+            group_size=args.group_size,
+            batch_size=args.groups_per_batch,
+            num_batches=args.steps,
+            **env_kwargs,
+        )
+    )
     # Greedy evaluation plays each test problem once: the same test problems, in groups of one.
-    _, test_set = run_sync(make_env_dataset(args.env, renderer, group_size=1, batch_size=args.groups_per_batch,
-                                                **env_kwargs))
+    _, test_set = run_sync(
+        make_env_dataset(args.env, renderer, group_size=1, batch_size=args.groups_per_batch, **env_kwargs)
+    )
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
     sampler = HFSampler(model, tokenizer, temperature=args.temperature)
     greedy = HFSampler(model, tokenizer, temperature=0.0)
@@ -197,18 +222,23 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         schedule.step()
 
         rewards = [r for g in groups for r in g.get_total_rewards()]
-        last = {"step": step, "reward": sum(rewards) / len(rewards), "loss": loss.item(), **stats,
-                "mixed": sum(len(set(g.get_total_rewards())) > 1 for g in groups) / len(groups),
-                "turns": sum(len(t.transitions) for g in groups for t in g.trajectories) / len(rewards),
-                "grad_norm": grad_norm.item(), "seconds": time.perf_counter() - start}
+        last = {
+            "step": step,
+            "reward": sum(rewards) / len(rewards),
+            "loss": loss.item(),
+            **stats,
+            "mixed": sum(len(set(g.get_total_rewards())) > 1 for g in groups) / len(groups),
+            "turns": sum(len(t.transitions) for g in groups for t in g.trajectories) / len(rewards),
+            "grad_norm": grad_norm.item(),
+            "seconds": time.perf_counter() - start,
+        }
 
         # 6. Evaluate (greedy, on the test envs) and checkpoint.
         if step % args.eval_every == 0 or step == args.steps:
             last["eval_reward"] = evaluate(greedy, test_set, budget=budget).mean_reward
             model.save_pretrained(args.output_dir)
             tokenizer.save_pretrained(args.output_dir)
-        print(" | ".join([f"step {step:>4}"] + [f"{k} {v:.3f}" for k, v in last.items() if k != "step"]),
-              flush=True)
+        print(" | ".join([f"step {step:>4}"] + [f"{k} {v:.3f}" for k, v in last.items() if k != "step"]), flush=True)
         log_file.write(json.dumps(last) + "\n")
 
     log_file.close()

@@ -38,17 +38,18 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
-from trl_envs.registry.env_datasets import EnvRowDataset, data_file_builder, is_saved_to_disk, load_env_dataset
+from trl_envs.cli.scripts import run_training_script
 from trl_envs.envs import BUILTIN_ENVS
+from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
 from trl_envs.registry import ENV_FIELD, parse_env_kwargs
 from trl_envs.registry import make_env_dataset as make_named_env_dataset
-from trl_envs.training_data.preference_data import HELD_OUT_ENV_KWARGS, load_preference_dataset
-from trl_envs.trainers.progress import RewardProgressCallback
-from trl_envs.trainers.resume import resume_option
-from trl_envs.cli.scripts import run_training_script
-from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
+from trl_envs.registry.env_datasets import EnvRowDataset, data_file_builder, is_saved_to_disk, load_env_dataset
 from trl_envs.run_defaults import parse_run_args
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model
+from trl_envs.trainers.progress import RewardProgressCallback
+from trl_envs.trainers.resume import resume_option
+from trl_envs.training_data.preference_data import HELD_OUT_ENV_KWARGS, load_preference_dataset
+
 
 @dataclass
 class ScriptArguments:
@@ -67,29 +68,48 @@ class ScriptArguments:
     """
 
     dataset_name: str | None = field(
-        default=None, metadata={"help": "Preference dataset: Hub id, save_to_disk directory, dataset directory or "
-                                        "data file (default: the built-in arithmetic preference dataset)."})
+        default=None,
+        metadata={
+            "help": "Preference dataset: Hub id, save_to_disk directory, dataset directory or "
+            "data file (default: the built-in arithmetic preference dataset)."
+        },
+    )
     dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name (Hub datasets)."})
     data_files: list[str] | None = field(
-        default=None, metadata={"help": "Preference data files (json, jsonl, parquet, csv), used as the train split."})
+        default=None, metadata={"help": "Preference data files (json, jsonl, parquet, csv), used as the train split."}
+    )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_test_split: str = field(default="test", metadata={"help": "Split to evaluate on (with --eval_strategy)."})
     env_name: str | None = field(
-        default=None, metadata={"aliases": ["--env"], "help": f"Env-driven DPO on this env: a built-in env "
-                                f"{sorted(BUILTIN_ENVS)}, a registered or installed env, or 'package.module:factory'. "
-                                "(YAML key: env_name.)"})
+        default=None,
+        metadata={
+            "aliases": ["--env"],
+            "help": f"Env-driven DPO on this env: a built-in env "
+            f"{sorted(BUILTIN_ENVS)}, a registered or installed env, or 'package.module:factory'. "
+            "(YAML key: env_name.)",
+        },
+    )
     env_dataset: str | None = field(
-        default=None, metadata={"help": "Env-driven DPO on a dataset of env rows (one group per row): Hub id, "
-                                        "save_to_disk folder, json/jsonl/parquet/csv file or a folder of them."})
+        default=None,
+        metadata={
+            "help": "Env-driven DPO on a dataset of env rows (one group per row): Hub id, "
+            "save_to_disk folder, json/jsonl/parquet/csv file or a folder of them."
+        },
+    )
     env_dataset_split: str = field(default="train", metadata={"help": "Split of --env_dataset to use."})
     env_kwargs: str | None = field(  # a YAML mapping arrives as a dict default; parse_env_kwargs takes both
-        default=None, metadata={"help": "Extra env dataset options, a JSON object (a mapping in YAML)."})
+        default=None, metadata={"help": "Extra env dataset options, a JSON object (a mapping in YAML)."}
+    )
     group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
     groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})
     num_env_batches: int = field(default=1000, metadata={"help": "Env mode: batches in the training RLDataset."})
-    tiny_model: str = field(default=DEMO_MODEL_NAME, metadata={
-        "help": f"The offline model built and used when --model_name_or_path is not given: {MODEL_NAME} (small, built "
-                f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, bench/results/history.md)."})
+    tiny_model: str = field(
+        default=DEMO_MODEL_NAME,
+        metadata={
+            "help": f"The offline model built and used when --model_name_or_path is not given: {MODEL_NAME} (small, built "
+            f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, bench/results/history.md)."
+        },
+    )
 
     @property
     def env_mode(self) -> bool:
@@ -99,11 +119,15 @@ class ScriptArguments:
     def check(self) -> None:
         """Raise ``ValueError`` for options that do not go together or a bad ``--env_kwargs``."""
         if self.env_dataset and (self.env_name or self.env_kwargs):
-            raise ValueError("give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env "
-                             "rows, whose rows hold the env options)")
+            raise ValueError(
+                "give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env "
+                "rows, whose rows hold the env options)"
+            )
         if self.env_mode and (self.dataset_name or self.data_files):
-            raise ValueError("give either --env / --env_dataset (env-driven DPO) or a preference dataset "
-                             "(--dataset_name / --data_files)")
+            raise ValueError(
+                "give either --env / --env_dataset (env-driven DPO) or a preference dataset "
+                "(--dataset_name / --data_files)"
+            )
         parse_env_kwargs(self.env_kwargs)
 
 
@@ -126,6 +150,7 @@ CPU_FRIENDLY_DEFAULTS = dict(
     seed=0,
 )
 
+
 class DPOProgressCallback(RewardProgressCallback):
     """One compact line per Trainer log with the DPO metrics. In env mode, round logs and the end-of-round training
     summaries are skipped: EnvDPOTrainer prints its own line per round (env reward, pairs, loss, margin)."""
@@ -140,12 +165,22 @@ class DPOProgressCallback(RewardProgressCallback):
         return super().on_log(args, state, control, logs=logs, **kwargs)
 
 
-PROGRESS_KEYS = (("loss", "loss"), ("train_loss", "train_loss"), ("margin", "rewards/margins"),
-                 ("acc", "rewards/accuracies"), ("eval_loss", "eval_loss"), ("eval_margin", "eval_rewards/margins"))
+PROGRESS_KEYS = (
+    ("loss", "loss"),
+    ("train_loss", "train_loss"),
+    ("margin", "rewards/margins"),
+    ("acc", "rewards/accuracies"),
+    ("eval_loss", "eval_loss"),
+    ("eval_margin", "eval_rewards/margins"),
+)
 
 
-def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: ModelConfig,
-         publish_args: PublishArguments | None = None) -> None:
+def main(
+    script_args: ScriptArguments,
+    training_args: EnvDPOConfig,
+    model_args: ModelConfig,
+    publish_args: PublishArguments | None = None,
+) -> None:
     """Train with DPO on the preference data or the env of ``script_args``, save, then evaluate, write the model card
     and push (``publish_args``)."""
     script_args.check()
@@ -165,16 +200,28 @@ def main(script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: 
     envs = [script_args.env_name] if script_args.env_name else []
     if script_args.env_dataset:  # the card names (and evaluates) the env kinds of the rows, as train_grpo.py's
         envs = sorted(set(datasets["env_dataset"].rows[ENV_FIELD]))
-    publish_run(trainer, base_model=model_path, algorithm="dpo", push=push, publish_args=publish_args, envs=envs,
-                env_kwargs=parse_env_kwargs(script_args.env_kwargs), eval_env="arithmetic" if builtin_data else None,
-                # the built-in data asks only the training questions: the card scores the held-out ones
-                eval_env_kwargs=HELD_OUT_ENV_KWARGS if builtin_data else None,
-                datasets=[script_args.dataset_name] if script_args.dataset_name and not os.path.exists(
-                    script_args.dataset_name) else None, script_args=script_args, model_args=model_args)
+    publish_run(
+        trainer,
+        base_model=model_path,
+        algorithm="dpo",
+        push=push,
+        publish_args=publish_args,
+        envs=envs,
+        env_kwargs=parse_env_kwargs(script_args.env_kwargs),
+        eval_env="arithmetic" if builtin_data else None,
+        # the built-in data asks only the training questions: the card scores the held-out ones
+        eval_env_kwargs=HELD_OUT_ENV_KWARGS if builtin_data else None,
+        datasets=[script_args.dataset_name]
+        if script_args.dataset_name and not os.path.exists(script_args.dataset_name)
+        else None,
+        script_args=script_args,
+        model_args=model_args,
+    )
 
 
-def make_trainer(script_args: ScriptArguments, training_args: EnvDPOConfig,
-                 model_args: ModelConfig) -> tuple[EnvDPOTrainer, str, dict]:
+def make_trainer(
+    script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: ModelConfig
+) -> tuple[EnvDPOTrainer, str, dict]:
     """``(trainer, model path, datasets)``: the model, the data and the ``EnvDPOTrainer`` of a run, ready to train
     (also used by bench/learning.py)."""
     env_mode = script_args.env_mode
@@ -182,9 +229,12 @@ def make_trainer(script_args: ScriptArguments, training_args: EnvDPOConfig,
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
     model_path = model_args.model_name_or_path or build_tiny_model(name=script_args.tiny_model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    training_args.model_init_kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype,
-                                       "attn_implementation": model_args.attn_implementation,
-                                       **(training_args.model_init_kwargs or {})}
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "dtype": model_args.dtype,
+        "attn_implementation": model_args.attn_implementation,
+        **(training_args.model_init_kwargs or {}),
+    }
 
     # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
     datasets = {}
@@ -214,8 +264,9 @@ def load_preference_splits(args: ScriptArguments):
     from datasets import load_dataset, load_from_disk
 
     if args.data_files:
-        return load_dataset(data_file_builder(args.data_files, "--data_files"),
-                            data_files={args.dataset_train_split: args.data_files})
+        return load_dataset(
+            data_file_builder(args.data_files, "--data_files"), data_files={args.dataset_train_split: args.data_files}
+        )
     name = args.dataset_name
     if name is None:
         return load_preference_dataset()
@@ -231,8 +282,10 @@ def pick_split(data, split: str, role: str):
     if not hasattr(data, "keys"):  # a single Dataset
         return data
     if split not in data:
-        raise ValueError(f"the preference data has no {split!r} split for {role}; splits found: {list(data)} "
-                         f"(choose one with --dataset_{'train' if role == 'training' else 'test'}_split)")
+        raise ValueError(
+            f"the preference data has no {split!r} split for {role}; splits found: {list(data)} "
+            f"(choose one with --dataset_{'train' if role == 'training' else 'test'}_split)"
+        )
     return data[split]
 
 
@@ -243,11 +296,14 @@ def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -
         rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
         return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
     # An env option named group_size (a tinker-cookbook builder's field) is the env's to set.
-    return make_named_env_dataset(args.env_name, renderer,
-                                  **{"group_size": args.group_size, **parse_env_kwargs(args.env_kwargs)},
-                                  groups_per_batch=args.groups_per_round, num_batches=args.num_env_batches,
-                                  defaults={"seed": seed})
-
+    return make_named_env_dataset(
+        args.env_name,
+        renderer,
+        **{"group_size": args.group_size, **parse_env_kwargs(args.env_kwargs)},
+        groups_per_batch=args.groups_per_round,
+        num_batches=args.num_env_batches,
+        defaults={"seed": seed},
+    )
 
 
 def make_parser(subparsers=None, demo_defaults: bool = True) -> TrlParser:
@@ -255,13 +311,16 @@ def make_parser(subparsers=None, demo_defaults: bool = True) -> TrlParser:
     defaults above (``demo_defaults=False``: without them; ``parse_args`` adds them for the demo model only)."""
     dataclass_types = (ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments)
     if subparsers is not None:
-        parser = subparsers.add_parser("dpo", help="Train with DPO on preferences or an env",
-                                       dataclass_types=dataclass_types)
+        parser = subparsers.add_parser(
+            "dpo", help="Train with DPO on preferences or an env", dataclass_types=dataclass_types
+        )
     else:
         parser = TrlParser(dataclass_types)
-    parser.set_defaults_with_config(**(CPU_FRIENDLY_DEFAULTS if demo_defaults else {}),
-                                    use_cpu=not torch.cuda.is_available(),
-                                    bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    parser.set_defaults_with_config(
+        **(CPU_FRIENDLY_DEFAULTS if demo_defaults else {}),
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+    )
     return parser
 
 
@@ -272,8 +331,12 @@ def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None, r
     ``(parser, (script, training, model, publish args), settings)``."""
     parser = parser or make_parser(demo_defaults=False)
     parsed, settings = parse_run_args(
-        parser, CPU_FRIENDLY_DEFAULTS, argv, per_turn_key="max_tokens_per_turn",
-        script_defaults=lambda env: {"output_dir": f"outputs/dpo-{(env or 'preferences').replace('_', '-')}"})
+        parser,
+        CPU_FRIENDLY_DEFAULTS,
+        argv,
+        per_turn_key="max_tokens_per_turn",
+        script_defaults=lambda env: {"output_dir": f"outputs/dpo-{(env or 'preferences').replace('_', '-')}"},
+    )
     if report:
         settings.report()
     return parser, parsed, settings

@@ -25,15 +25,15 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
-from trl_envs.registry.env_datasets import load_env_dataset
-from trl_envs.envs import BUILTIN_ENVS
-from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
-from trl_envs.trainers.progress import RewardProgressCallback, use_step_progress
-from trl_envs.trainers.resume import resume_option
 from trl_envs.cli.scripts import run_training_script
+from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
+from trl_envs.registry import ENV_FIELD, make_env_dataset, parse_env_kwargs
+from trl_envs.registry.env_datasets import load_env_dataset
 from trl_envs.run_defaults import parse_run_args
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model
+from trl_envs.trainers.progress import RewardProgressCallback, use_step_progress
+from trl_envs.trainers.resume import resume_option
 
 
 @dataclass
@@ -50,29 +50,48 @@ class ScriptArguments:
         num_env_batches: batches in the training ``RLDataset`` (env by name).
     """
 
-    env_name: str | None = field(default=None, metadata={
-        "aliases": ["--env"], "help": f"Env to train on by name (default: arithmetic): built-in "
-                                      f"{sorted(BUILTIN_ENVS)}, registered or installed (`trl_envs.list_envs()`), or "
-                                      "'package.module:factory'. (YAML key: env_name; TRL's YAML `env:` key sets "
-                                      "environment variables.)"})
-    env_dataset: str | None = field(default=None, metadata={
-        "help": "Train on a dataset of env rows instead ({\"env\": \"arithmetic\", \"a\": 2, \"b\": 3} ...): a Hub id, "
-                "a save_to_disk folder, a json/jsonl/parquet/csv file or a folder of them."})
+    env_name: str | None = field(
+        default=None,
+        metadata={
+            "aliases": ["--env"],
+            "help": f"Env to train on by name (default: arithmetic): built-in "
+            f"{sorted(BUILTIN_ENVS)}, registered or installed (`trl_envs.list_envs()`), or "
+            "'package.module:factory'. (YAML key: env_name; TRL's YAML `env:` key sets "
+            "environment variables.)",
+        },
+    )
+    env_dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": 'Train on a dataset of env rows instead ({"env": "arithmetic", "a": 2, "b": 3} ...): a Hub id, '
+            "a save_to_disk folder, a json/jsonl/parquet/csv file or a folder of them."
+        },
+    )
     env_dataset_split: str = field(default="train", metadata={"help": "Split of --env_dataset to train on."})
     env_kwargs: str | None = field(
-        default=None, metadata={"help": "Env dataset options, a JSON object (a mapping in YAML), e.g. "
-                                        "'{\"max_operand\": 9}'. Default: DEFAULT_ENV_KWARGS[env]."})
+        default=None,
+        metadata={
+            "help": "Env dataset options, a JSON object (a mapping in YAML), e.g. "
+            "'{\"max_operand\": 9}'. Default: DEFAULT_ENV_KWARGS[env]."
+        },
+    )
     groups_per_batch: int = field(default=16, metadata={"help": "Env groups per RLDataset batch."})
-    tiny_model: str = field(default=DEMO_MODEL_NAME, metadata={
-        "help": f"The offline model built and used when --model_name_or_path is not given: {DEMO_MODEL_NAME} (the "
-                f"demo model, bench/results/history.md) or {MODEL_NAME} (smaller, built faster; the tests' model)."})
+    tiny_model: str = field(
+        default=DEMO_MODEL_NAME,
+        metadata={
+            "help": f"The offline model built and used when --model_name_or_path is not given: {DEMO_MODEL_NAME} (the "
+            f"demo model, bench/results/history.md) or {MODEL_NAME} (smaller, built faster; the tests' model)."
+        },
+    )
     num_env_batches: int = field(default=1000, metadata={"help": "Batches in the training RLDataset."})
 
     def check(self) -> None:
         """Raise ``ValueError`` for options that do not go together or a bad ``--env_kwargs``."""
         if self.env_dataset and (self.env_name or self.env_kwargs):
-            raise ValueError("give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
-                             "env rows, whose rows hold the env options)")
+            raise ValueError(
+                "give either --env_name / --env_kwargs (an env by name) or --env_dataset (a dataset of "
+                "env rows, whose rows hold the env options)"
+            )
         parse_env_kwargs(self.env_kwargs)
 
 
@@ -104,8 +123,12 @@ CPU_FRIENDLY_DEFAULTS = dict(
 )
 
 
-def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args: ModelConfig,
-         publish_args: PublishArguments | None = None) -> None:
+def main(
+    script_args: ScriptArguments,
+    training_args: EnvGRPOConfig,
+    model_args: ModelConfig,
+    publish_args: PublishArguments | None = None,
+) -> None:
     """Train with GRPO on the env of ``script_args``, save, then evaluate, write the model card and push
     (``publish_args``)."""
     script_args.check()
@@ -130,9 +153,13 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
         # An env option named group_size (a tinker-cookbook builder's field) is the env's to set; by default it is
         # num_generations.
         env_builder = make_env_dataset(
-            env_name, Renderer(tokenizer), **{"group_size": training_args.num_generations, **env_kwargs},
-            groups_per_batch=script_args.groups_per_batch, num_batches=script_args.num_env_batches,
-            defaults={"seed": training_args.seed})
+            env_name,
+            Renderer(tokenizer),
+            **{"group_size": training_args.num_generations, **env_kwargs},
+            groups_per_batch=script_args.groups_per_batch,
+            num_batches=script_args.num_env_batches,
+            defaults={"seed": training_args.seed},
+        )
 
     # 3. GRPO on it.
     trainer = EnvGRPOTrainer(
@@ -151,8 +178,17 @@ def main(script_args: ScriptArguments, training_args: EnvGRPOConfig, model_args:
     save_run(trainer, tokenizer)
 
     # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
-    publish_run(trainer, base_model=model_path, algorithm="grpo", envs=env_names, push=push,
-                publish_args=publish_args, env_kwargs=env_kwargs, script_args=script_args, model_args=model_args)
+    publish_run(
+        trainer,
+        base_model=model_path,
+        algorithm="grpo",
+        envs=env_names,
+        push=push,
+        publish_args=publish_args,
+        env_kwargs=env_kwargs,
+        script_args=script_args,
+        model_args=model_args,
+    )
 
 
 def env_options(script_args: ScriptArguments) -> dict:
@@ -160,7 +196,6 @@ def env_options(script_args: ScriptArguments) -> dict:
     if script_args.env_kwargs is None:
         return dict(DEFAULT_ENV_KWARGS.get(script_args.env_name or "arithmetic", {}))
     return parse_env_kwargs(script_args.env_kwargs)
-
 
 
 def make_parser(subparsers=None, demo_defaults: bool = True) -> TrlParser:
@@ -171,9 +206,11 @@ def make_parser(subparsers=None, demo_defaults: bool = True) -> TrlParser:
         parser = subparsers.add_parser("grpo", help="Train with GRPO on an env", dataclass_types=dataclass_types)
     else:
         parser = TrlParser(dataclass_types)
-    parser.set_defaults_with_config(**(CPU_FRIENDLY_DEFAULTS if demo_defaults else {}),
-                                    use_cpu=not torch.cuda.is_available(),
-                                    bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    parser.set_defaults_with_config(
+        **(CPU_FRIENDLY_DEFAULTS if demo_defaults else {}),
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+    )
     return parser
 
 
@@ -184,8 +221,12 @@ def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None, r
     args), settings)``."""
     parser = parser or make_parser(demo_defaults=False)
     parsed, settings = parse_run_args(
-        parser, CPU_FRIENDLY_DEFAULTS, argv, env_default="arithmetic",
-        script_defaults=lambda env: {"output_dir": f"outputs/grpo-{(env or 'env').replace('_', '-')}"})
+        parser,
+        CPU_FRIENDLY_DEFAULTS,
+        argv,
+        env_default="arithmetic",
+        script_defaults=lambda env: {"output_dir": f"outputs/grpo-{(env or 'env').replace('_', '-')}"},
+    )
     if report:
         settings.report()
     return parser, parsed, settings

@@ -39,10 +39,23 @@ def cpu_grpo_config(tmp_path):
     def make(**overrides):
         from trl_envs import EnvGRPOConfig
 
-        defaults = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                        gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=8, max_steps=1,
-                        max_completion_length=8, max_turns=4, learning_rate=1e-3, logging_steps=1,
-                        save_strategy="no", seed=0, beta=0.0)
+        defaults = dict(
+            output_dir=str(tmp_path / "out"),
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            gradient_checkpointing=False,
+            num_generations=4,
+            per_device_train_batch_size=8,
+            max_steps=1,
+            max_completion_length=8,
+            max_turns=4,
+            learning_rate=1e-3,
+            logging_steps=1,
+            save_strategy="no",
+            seed=0,
+            beta=0.0,
+        )
         return EnvGRPOConfig(**{**defaults, **overrides})
 
     return make

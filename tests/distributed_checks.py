@@ -7,7 +7,6 @@ import types
 from pathlib import Path
 
 import pytest
-
 from mp_launch import accelerate_launch, read_ranks
 
 G = 4  # num_generations
@@ -16,15 +15,45 @@ STEPS = 2
 SHORT, LONG = 1, 5  # turns of the uneven env's episodes on rank 0 / rank 1
 
 
-def run_worker(tmp_path: Path, config: str, scenarios: list[str], *, world_size: int, model_path: str,
-               timeout_s: float, launch_args=(), worker_args=()) -> list[dict]:
+def run_worker(
+    tmp_path: Path,
+    config: str,
+    scenarios: list[str],
+    *,
+    world_size: int,
+    model_path: str,
+    timeout_s: float,
+    launch_args=(),
+    worker_args=(),
+) -> list[dict]:
     """Launch tests/distributed_worker.py with ``config``; every rank's result (all must have finished)."""
     out = tmp_path / "out"
-    accelerate_launch(config, "tests/distributed_worker.py",
-                      ["--out", str(out), "--scenarios", *scenarios, "--steps", str(STEPS), "--num_generations", str(G),
-                       "--per_device_batch", str(PER_DEVICE), "--short_turns", str(SHORT), "--long_turns", str(LONG),
-                       "--model_path", model_path, *worker_args],
-                      timeout_s=timeout_s, log_path=tmp_path / "launch.log", launch_args=list(launch_args))
+    accelerate_launch(
+        config,
+        "tests/distributed_worker.py",
+        [
+            "--out",
+            str(out),
+            "--scenarios",
+            *scenarios,
+            "--steps",
+            str(STEPS),
+            "--num_generations",
+            str(G),
+            "--per_device_batch",
+            str(PER_DEVICE),
+            "--short_turns",
+            str(SHORT),
+            "--long_turns",
+            str(LONG),
+            "--model_path",
+            model_path,
+            *worker_args,
+        ],
+        timeout_s=timeout_s,
+        log_path=tmp_path / "launch.log",
+        launch_args=list(launch_args),
+    )
     ranks = read_ranks(out, world_size)
     assert all(r["finished"] for r in ranks)
     return ranks
@@ -69,7 +98,7 @@ def check_groups_rewards_advantages_metrics(per_rank: list[dict]) -> None:
         for rec in recs:
             rows = rec["row_keys"]
             assert len(rows) == PER_DEVICE
-            blocks = [rows[i:i + G] for i in range(0, len(rows), G)]
+            blocks = [rows[i : i + G] for i in range(0, len(rows), G)]
             assert all(len(set(b)) == 1 for b in blocks), f"a group was split inside rank rows: {rows}"
             keys_per_rank.append([b[0] for b in blocks])
             assert all(len(g["totals"]) == G for g in rec["groups"])
@@ -86,7 +115,7 @@ def check_groups_rewards_advantages_metrics(per_rank: list[dict]) -> None:
         # advantages: a single-process computation over all ranks' trajectories, sliced per rank
         expected = expected_advantages(totals_per_group, scale)
         for rank, rec in enumerate(recs):
-            local = expected[rank * PER_DEVICE:(rank + 1) * PER_DEVICE]
+            local = expected[rank * PER_DEVICE : (rank + 1) * PER_DEVICE]
             assert rec["advantages"] == pytest.approx(local, abs=1e-4), f"rank {rank} trained on other advantages"
             assert rec["gathered_advantages"] == pytest.approx(expected, abs=1e-4)
         assert any(abs(a) > 0 for a in expected), "no learning signal at all: the check would be vacuous"
@@ -126,10 +155,12 @@ def check_evaluation(per_rank: list[dict], num_test_groups: int) -> None:
     for recs in evals:
         for rec in recs:
             rows = rec["row_keys"]
-            blocks = [rows[i:i + G] for i in range(0, len(rows), G)]
+            blocks = [rows[i : i + G] for i in range(0, len(rows), G)]
             assert all(len(set(b)) == 1 for b in blocks), f"an evaluation group was split: {rows}"
             keys += [b[0] for b in blocks]
-    assert sorted(keys) == sorted(set(keys)) and len(keys) == num_test_groups and all(k.startswith("eval/") for k in keys)
+    assert (
+        sorted(keys) == sorted(set(keys)) and len(keys) == num_test_groups and all(k.startswith("eval/") for k in keys)
+    )
     metrics = per_rank[0]["eval_metrics"]
     total = sum(rec["metric_sums"]["env/all/reward/total"][0] for recs in evals for rec in recs)
     count = sum(rec["metric_sums"]["env/all/reward/total"][1] for recs in evals for rec in recs)

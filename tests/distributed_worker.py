@@ -32,8 +32,12 @@ import sys
 import time
 from collections.abc import Sequence
 
-for _key, _value in (("HF_HUB_OFFLINE", "1"), ("HF_HUB_DISABLE_TELEMETRY", "1"), ("TRL_EXPERIMENTAL_SILENCE", "1"),
-                     ("TOKENIZERS_PARALLELISM", "false")):
+for _key, _value in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("HF_HUB_DISABLE_TELEMETRY", "1"),
+    ("TRL_EXPERIMENTAL_SILENCE", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+):
     os.environ.setdefault(_key, _value)
 
 import warnings  # noqa: E402
@@ -44,10 +48,14 @@ warnings.filterwarnings("ignore")
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory for rank<k>.json")
-    p.add_argument("--scenarios", nargs="+", default=["guess_number:group"],
-                   help="ENV[:SCALE_REWARDS] runs, one trainer each, in this order, in the same processes; ENV is "
-                        "guess_number, arithmetic or uneven; SCALE_REWARDS is group (default), batch or none; a third "
-                        "part asyncK trains with max_staleness=K (ENV:SCALE:asyncK)")
+    p.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=["guess_number:group"],
+        help="ENV[:SCALE_REWARDS] runs, one trainer each, in this order, in the same processes; ENV is "
+        "guess_number, arithmetic or uneven; SCALE_REWARDS is group (default), batch or none; a third "
+        "part asyncK trains with max_staleness=K (ENV:SCALE:asyncK)",
+    )
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--num_generations", type=int, default=4)
     p.add_argument("--per_device_batch", type=int, default=8, help="per_device_train_batch_size (rows)")
@@ -58,35 +66,59 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--model_path", default=None)
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                   help="cpu: use_cpu=True (gloo); cuda: the launcher's GPUs (nccl), as scripts/gpu_check.sh runs it")
-    p.add_argument("--vllm_mode", default="none", choices=["none", "colocate", "server"],
-                   help="use_vllm with this vllm_mode (needs a GPU and vllm; server: a `trl vllm-serve` running)")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cpu: use_cpu=True (gloo); cuda: the launcher's GPUs (nccl), as scripts/gpu_check.sh runs it",
+    )
+    p.add_argument(
+        "--vllm_mode",
+        default="none",
+        choices=["none", "colocate", "server"],
+        help="use_vllm with this vllm_mode (needs a GPU and vllm; server: a `trl vllm-serve` running)",
+    )
     p.add_argument("--vllm_server_port", type=int, default=8000)
     p.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.25)
-    p.add_argument("--collective_generate", action="store_true",
-                   help="make every generate call a collective (an all_reduce first, like ZeRO-3's parameter "
-                        "gather), so that unequal numbers of calls across ranks break the run even under plain DDP")
-    p.add_argument("--no_lockstep", action="store_true",
-                   help="negative control: turn the lock-step off (ranks stop calling generate when their episodes "
-                        "end); with --collective_generate or ZeRO-3 the run then hangs or fails")
-    p.add_argument("--evaluate", action="store_true",
-                   help="after training, run trainer.evaluate() on the env's test split (guess_number, arithmetic)")
-    p.add_argument("--lockstep_checks", action="store_true",
-                   help="first run the model-free lock-step / vLLM-batching checks of tests/lockstep_worker.py on this "
-                        "process group (saves the tests a separate launch)")
+    p.add_argument(
+        "--collective_generate",
+        action="store_true",
+        help="make every generate call a collective (an all_reduce first, like ZeRO-3's parameter "
+        "gather), so that unequal numbers of calls across ranks break the run even under plain DDP",
+    )
+    p.add_argument(
+        "--no_lockstep",
+        action="store_true",
+        help="negative control: turn the lock-step off (ranks stop calling generate when their episodes "
+        "end); with --collective_generate or ZeRO-3 the run then hangs or fails",
+    )
+    p.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="after training, run trainer.evaluate() on the env's test split (guess_number, arithmetic)",
+    )
+    p.add_argument(
+        "--lockstep_checks",
+        action="store_true",
+        help="first run the model-free lock-step / vLLM-batching checks of tests/lockstep_worker.py on this "
+        "process group (saves the tests a separate launch)",
+    )
     p.add_argument("--max_staleness", type=int, default=0, help="EnvGRPOConfig.max_staleness (async rollouts)")
-    p.add_argument("--deepspeed_shm", action="store_true",
-                   help="let DeepSpeed JIT-compile its shared-memory CPU allreduce op (needs a C++ compiler, about a "
-                        "minute the first time); by default the worker skips it and DeepSpeed uses gloo directly")
+    p.add_argument(
+        "--deepspeed_shm",
+        action="store_true",
+        help="let DeepSpeed JIT-compile its shared-memory CPU allreduce op (needs a C++ compiler, about a "
+        "minute the first time); by default the worker skips it and DeepSpeed uses gloo directly",
+    )
     return p.parse_args(argv)
 
 
 # -- the test env with episodes of very different lengths ---------------------------------------------------------
 
 
-def _uneven_dataset(renderer, group_size: int, groups_per_batch: int, short_turns: int, long_turns: int,
-                    num_batches: int):
+def _uneven_dataset(
+    renderer, group_size: int, groups_per_batch: int, short_turns: int, long_turns: int, num_batches: int
+):
     from trl_envs import EnvGroupBuilder, MessageEnv, MessageStepResult, MessageTokenEnv, RLDataset
 
     class FixedTurnsEnv(MessageEnv):
@@ -102,8 +134,9 @@ def _uneven_dataset(renderer, group_size: int, groups_per_batch: int, short_turn
             self.t += 1
             done = self.t >= self.turns
             reward = float(len(response.message["content"]) % 3) / 2 if done else 0.0
-            return MessageStepResult(reward, done, [] if done else [{"role": "user", "content": "Next."}],
-                                     {"turn_reached": float(self.t)})
+            return MessageStepResult(
+                reward, done, [] if done else [{"role": "user", "content": "Next."}], {"turn_reached": float(self.t)}
+            )
 
     class FixedTurnsGroup(EnvGroupBuilder):
         def __init__(self, turns: int):
@@ -154,21 +187,25 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
         result = trainer.last_rollout
         n_global = len(inputs) * world_size
         metrics = rollout_metrics(result.groups, result.error_counts)
-        records.append({
-            "mode": "train" if trainer.model.training else "eval",
-            "global_step": trainer.state.global_step,
-            "row_keys": [x["prompt"] for x in inputs],
-            "groups": [{"totals": g.get_total_rewards(), "turns": [len(t.transitions) for t in g.trajectories]}
-                       for g in result.groups],
-            "advantages": out["advantages"].float().tolist(),
-            "gathered_rewards": [float(x) for x in list(trainer._logs["rewards"]["env"])[-n_global:]],
-            "gathered_advantages": [float(x) for x in list(trainer._logs["advantages"])[-n_global:]],
-            "metric_sums": {k: [float(sum(v)), len(v)] for k, v in metrics.items()},
-            "generate_calls": made[-1].num_calls if made else 0,  # none made by async rollouts (max_staleness)
-            "dummy_calls": made[-1].num_dummy_calls if made else 0,
-            "real_sampler_calls": result.num_sampler_calls,
-            "seconds": time.perf_counter() - start,
-        })
+        records.append(
+            {
+                "mode": "train" if trainer.model.training else "eval",
+                "global_step": trainer.state.global_step,
+                "row_keys": [x["prompt"] for x in inputs],
+                "groups": [
+                    {"totals": g.get_total_rewards(), "turns": [len(t.transitions) for t in g.trajectories]}
+                    for g in result.groups
+                ],
+                "advantages": out["advantages"].float().tolist(),
+                "gathered_rewards": [float(x) for x in list(trainer._logs["rewards"]["env"])[-n_global:]],
+                "gathered_advantages": [float(x) for x in list(trainer._logs["advantages"])[-n_global:]],
+                "metric_sums": {k: [float(sum(v)), len(v)] for k, v in metrics.items()},
+                "generate_calls": made[-1].num_calls if made else 0,  # none made by async rollouts (max_staleness)
+                "dummy_calls": made[-1].num_dummy_calls if made else 0,
+                "real_sampler_calls": result.num_sampler_calls,
+                "seconds": time.perf_counter() - start,
+            }
+        )
         return out
 
     trainer._generate_and_score_completions = recorded
@@ -218,8 +255,7 @@ def _step_clock():
 
 
 def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
-    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
-    from trl_envs import make_env_dataset
+    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, make_env_dataset
 
     env, _, scale = spec.partition(":")
     scale, _, asynchronous = scale.partition(":")  # ENV:SCALE:asyncK trains with max_staleness=K
@@ -230,24 +266,52 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
         env, per_turn = "uneven", dict(training_rows="turn", credit_assignment="per_turn")
     vllm = {}
     if args.vllm_mode != "none":
-        vllm = dict(use_vllm=True, vllm_mode=args.vllm_mode, vllm_server_port=args.vllm_server_port,
-                    vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_max_model_length=1024)
+        vllm = dict(
+            use_vllm=True,
+            vllm_mode=args.vllm_mode,
+            vllm_server_port=args.vllm_server_port,
+            vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+            vllm_max_model_length=1024,
+        )
     config = EnvGRPOConfig(
-        output_dir=os.path.join(args.out, "trainer", name), use_cpu=args.device == "cpu", bf16=False,
-        report_to="none", gradient_checkpointing=False, num_generations=args.num_generations,
-        per_device_train_batch_size=args.per_device_batch, per_device_eval_batch_size=args.per_device_batch,
-        max_steps=args.steps, max_completion_length=args.max_completion_length, max_turns=args.max_turns, learning_rate=1e-3,
-        logging_steps=1, save_strategy="no", seed=args.seed, beta=0.0, scale_rewards=scale or "group",
-        disable_tqdm=True, ddp_timeout=600, max_staleness=max_staleness, **vllm, **per_turn,
+        output_dir=os.path.join(args.out, "trainer", name),
+        use_cpu=args.device == "cpu",
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        num_generations=args.num_generations,
+        per_device_train_batch_size=args.per_device_batch,
+        per_device_eval_batch_size=args.per_device_batch,
+        max_steps=args.steps,
+        max_completion_length=args.max_completion_length,
+        max_turns=args.max_turns,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        seed=args.seed,
+        beta=0.0,
+        scale_rewards=scale or "group",
+        disable_tqdm=True,
+        ddp_timeout=600,
+        max_staleness=max_staleness,
+        **vllm,
+        **per_turn,
     )
     world_size = config.world_size
     groups_per_batch = args.per_device_batch * world_size // args.num_generations
     if env == "uneven":
-        dataset = _uneven_dataset(renderer, args.num_generations, groups_per_batch, args.short_turns, args.long_turns,
-                                  num_batches=args.steps + 2)
+        dataset = _uneven_dataset(
+            renderer,
+            args.num_generations,
+            groups_per_batch,
+            args.short_turns,
+            args.long_turns,
+            num_batches=args.steps + 2,
+        )
     else:
-        dataset = make_env_dataset(env, renderer, group_size=args.num_generations,
-                                       batch_size=groups_per_batch, num_batches=args.steps + 2)
+        dataset = make_env_dataset(
+            env, renderer, group_size=args.num_generations, batch_size=groups_per_batch, num_batches=args.steps + 2
+        )
     clock = _step_clock()
     trainer = EnvGRPOTrainer(model_path, config, dataset, processing_class=tokenizer, callbacks=[clock])
     records: list[dict] = []
@@ -255,17 +319,27 @@ def run_scenario(spec: str, args, model_path: str, tokenizer, renderer) -> dict:
     start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - start
-    print(f"[rank {trainer.accelerator.process_index}] {name}: {args.steps} steps in {train_seconds:.1f}s",
-          file=sys.stderr, flush=True)
+    print(
+        f"[rank {trainer.accelerator.process_index}] {name}: {args.steps} steps in {train_seconds:.1f}s",
+        file=sys.stderr,
+        flush=True,
+    )
     eval_metrics = trainer.evaluate() if args.evaluate and env != "uneven" else None
     return {
-        "env": env, "scale_rewards": config.scale_rewards, "rank": trainer.accelerator.process_index,
-        "device": str(trainer.accelerator.device), "use_vllm": bool(config.use_vllm),
+        "env": env,
+        "scale_rewards": config.scale_rewards,
+        "rank": trainer.accelerator.process_index,
+        "device": str(trainer.accelerator.device),
+        "use_vllm": bool(config.use_vllm),
         "world_size": trainer.accelerator.num_processes,
         "distributed_type": str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1],
-        "zero_stage": _zero_stage(trainer), "num_generations": args.num_generations, "rollouts": records,
+        "zero_stage": _zero_stage(trainer),
+        "num_generations": args.num_generations,
+        "rollouts": records,
         "async_batches": getattr(trainer, "async_batches", []),
-        "log_history": trainer.state.log_history, "eval_metrics": eval_metrics, "train_seconds": train_seconds,
+        "log_history": trainer.state.log_history,
+        "eval_metrics": eval_metrics,
+        "train_seconds": train_seconds,
         "step_seconds": [b - a for a, b in zip(clock.times, clock.times[1:])],
         "step_cpu_seconds": [b - a for a, b in zip(clock.cpu_times, clock.cpu_times[1:])],
         "episodes": sum(len(r["row_keys"]) for r in records if r["mode"] == "train"),

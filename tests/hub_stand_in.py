@@ -111,8 +111,11 @@ class HubStandIn:
             if m["repo"] not in self.repos:
                 return 404, {"error": "Repository not found"}
             files = json.loads(body)["files"]
-            return 200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
-                                   for f in files]}
+            return 200, {
+                "files": [
+                    {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files
+                ]
+            }
         if m := re.fullmatch(_REPO + r"/commit/(?P<revision>[^/]+)", path):
             repo = self.repos.get(m["repo"])
             if repo is None:
@@ -128,7 +131,6 @@ class HubStandIn:
                     self.unexpected.append(f"commit operation {line['key']}")
             oid = hashlib.sha1(body).hexdigest()
             repo.commits.append({"summary": header["summary"], "revision": m["revision"], "oid": oid})
-            return 200, {"commitUrl": f"{self.url}/{m['repo']}/commit/{oid}", "commitOid": oid,
-                         "pullRequestUrl": None}
+            return 200, {"commitUrl": f"{self.url}/{m['repo']}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
         self.unexpected.append(f"{method} {path}")
         return 404, {"error": f"not implemented by the stand-in: {method} {path}"}

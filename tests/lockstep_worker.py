@@ -65,8 +65,12 @@ def check_equal_batch_sizes(rank: int) -> dict:
     if rank == 1:
         lock.sample([SampleRequest([5], [], 2)] * 2)  # rank 0 answers this one from drain()
     lock.drain()
-    return {"returned": len(results), "batch_sizes": inner.batch_sizes, "padding": lock.num_padding_requests,
-            "num_calls": lock.num_calls}
+    return {
+        "returned": len(results),
+        "batch_sizes": inner.batch_sizes,
+        "padding": lock.num_padding_requests,
+        "num_calls": lock.num_calls,
+    }
 
 
 class FakeVLLMClient:
@@ -119,17 +123,23 @@ def check_vllm_server_mode(rank: int, world_size: int) -> dict:
     observed = []
     if rank == 0:
         reqs = [SampleRequest([10], [], 1)]
-        observed.append([(r.prompt[0], out.tokens, out.logprobs, out.finish_reason)
-                         for r, out in zip(reqs, lock.sample(reqs))])
+        observed.append(
+            [(r.prompt[0], out.tokens, out.logprobs, out.finish_reason) for r, out in zip(reqs, lock.sample(reqs))]
+        )
     else:
         for turn in range(3):
             reqs = [SampleRequest([20 + turn], [], 5), SampleRequest([30 + turn], [30_002 + 1000 * turn], 5)]
-            observed.append([(r.prompt[0], out.tokens, out.logprobs, out.finish_reason)
-                             for r, out in zip(reqs, lock.sample(reqs))])
+            observed.append(
+                [(r.prompt[0], out.tokens, out.logprobs, out.finish_reason) for r, out in zip(reqs, lock.sample(reqs))]
+            )
     lock.drain()
-    return {"observed": observed, "num_calls": lock.num_calls, "num_dummy_calls": lock.num_dummy_calls,
-            "client_calls": client.calls if rank == 0 else None,
-            "max_completion_length_after": gen.max_completion_length}
+    return {
+        "observed": observed,
+        "num_calls": lock.num_calls,
+        "num_dummy_calls": lock.num_dummy_calls,
+        "client_calls": client.calls if rank == 0 else None,
+        "max_completion_length_after": gen.max_completion_length,
+    }
 
 
 def run_checks(rank: int, world_size: int) -> dict:

@@ -29,8 +29,15 @@ def free_port() -> int:
 
 def launch_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-               TRL_EXPERIMENTAL_SILENCE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        TRL_EXPERIMENTAL_SILENCE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+    )
     for key in [k for k in env if k.startswith(("ACCELERATE_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_"))]:
         del env[key]  # nothing from an enclosing launch leaks into ours
     return env
@@ -39,20 +46,24 @@ def launch_env() -> dict[str, str]:
 def run_with_timeout(cmd: list[str], timeout_s: float, log_path: Path) -> str:
     """Run ``cmd``; on timeout kill the launcher and its workers and fail; on a non-zero exit fail. Returns the output."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=launch_env(), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=launch_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             rc = proc.wait(timeout=timeout_s)
         except BaseException as e:  # the timeout, or pytest-timeout / Ctrl-C interrupting the wait
             kill_tree(proc)
             if not isinstance(e, subprocess.TimeoutExpired):
                 raise
-            pytest.fail(f"multi-process run did not finish within {timeout_s:.0f}s (hang?): {' '.join(cmd)}\n"
-                        f"--- last output ---\n{_tail(log_path)}")
+            pytest.fail(
+                f"multi-process run did not finish within {timeout_s:.0f}s (hang?): {' '.join(cmd)}\n"
+                f"--- last output ---\n{_tail(log_path)}"
+            )
     output = log_path.read_text(errors="replace")
     if rc != 0:
-        pytest.fail(f"multi-process run failed with exit code {rc}: {' '.join(cmd)}\n--- last output ---\n"
-                    f"{_tail(log_path)}")
+        pytest.fail(
+            f"multi-process run failed with exit code {rc}: {' '.join(cmd)}\n--- last output ---\n{_tail(log_path)}"
+        )
     return output
 
 
@@ -77,16 +88,36 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def accelerate_launch(config: str, script: str, script_args: list[str], *, timeout_s: float, log_path: Path,
-                      launch_args: list[str] = ()) -> str:
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
-           "--main_process_port", str(free_port()), *launch_args, str(REPO / script), *script_args]
+def accelerate_launch(
+    config: str, script: str, script_args: list[str], *, timeout_s: float, log_path: Path, launch_args: list[str] = ()
+) -> str:
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(CONFIGS / config),
+        "--main_process_port",
+        str(free_port()),
+        *launch_args,
+        str(REPO / script),
+        *script_args,
+    ]
     return run_with_timeout(cmd, timeout_s, log_path)
 
 
 def torchrun(script: str, script_args: list[str], *, nproc: int, timeout_s: float, log_path: Path) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-           str(free_port()), str(REPO / script), *script_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_port",
+        str(free_port()),
+        str(REPO / script),
+        *script_args,
+    ]
     return run_with_timeout(cmd, timeout_s, log_path)
 
 

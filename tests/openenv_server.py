@@ -55,8 +55,9 @@ class SayEnv(Environment):
         self._state.step_count += 1
         done = self._state.step_count >= 2
         reward = 1.0 if str(self.target) in action.message else 0.0
-        return SayObservation(prompt=f"Again: say {self.target}.", reward=reward, done=done,
-                              metadata={"said": action.message})
+        return SayObservation(
+            prompt=f"Again: say {self.target}.", reward=reward, done=done, metadata={"said": action.message}
+        )
 
     @property
     def state(self):
@@ -82,8 +83,9 @@ def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", ws_ping_interval=ping,
-                                           ws_ping_timeout=ping))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", ws_ping_interval=ping, ws_ping_timeout=ping)
+    )
     original_startup = server.startup
 
     async def startup(sockets=None):

@@ -69,8 +69,9 @@ class Builder(RLDatasetBuilder):
 
     async def __call__(self):
         def split():
-            return ListRLDataset([Group(self.make, self.group_size) for _ in range(self.batch_size * self.num_batches)],
-                                 self.batch_size)
+            return ListRLDataset(
+                [Group(self.make, self.group_size) for _ in range(self.batch_size * self.num_batches)], self.batch_size
+            )
 
         return split(), split()
 
@@ -87,8 +88,9 @@ def spread(renderer, scale=1e30, group_size=2, batch_size=1, num_batches=4):
 
 def failing(renderer, group_size=2, batch_size=1, num_batches=4):
     """Every step raises ``RuntimeError``."""
-    return Builder(lambda i: Chat(renderer, fail=RuntimeError("the env's server is down")), group_size, batch_size,
-                   num_batches)
+    return Builder(
+        lambda i: Chat(renderer, fail=RuntimeError("the env's server is down")), group_size, batch_size, num_batches
+    )
 
 
 def endless(renderer, group_size=2, batch_size=1, num_batches=1, num_test_batches=1, max_turns_cap=400):

@@ -65,8 +65,7 @@ class CountingSampler(TextPolicySampler):
         return super().sample(requests)
 
 
-def rollout(renderer, agent, tasks, group_size=1, policy=calculator_policy, budget=None, strategy=FailFast(),
-            **kwargs):
+def rollout(renderer, agent, tasks, group_size=1, policy=calculator_policy, budget=None, strategy=FailFast(), **kwargs):
     sampler = CountingSampler(renderer, policy)
     builders = [AgentGroupBuilder(agent, task, renderer, group_size, **kwargs) for task in tasks]
     return run_rollout_batch(builders, sampler, budget or RolloutBudget(max_turns=8), strategy), sampler
@@ -132,7 +131,8 @@ async def rewriting_agent(base_url, api_key, task):
     async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
         first = await client.chat.completions.create(model="p", messages=[{"role": "user", "content": "1+1?"}])
         second = await client.chat.completions.create(
-            model="p", messages=[{"role": "user", "content": f"Earlier you said {first.choices[0].message.content}"}])
+            model="p", messages=[{"role": "user", "content": f"Earlier you said {first.choices[0].message.content}"}]
+        )
         return float(bool(second.choices[0].message.content))
 
 
@@ -158,8 +158,9 @@ def test_max_tokens_caps_the_turn(renderer):
 
 async def streaming_agent(base_url, api_key, task):
     async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
-        stream = await client.chat.completions.create(model="p", messages=[{"role": "user", "content": "Hi"}],
-                                                      stream=True, stream_options={"include_usage": True})
+        stream = await client.chat.completions.create(
+            model="p", messages=[{"role": "user", "content": "Hi"}], stream=True, stream_options={"include_usage": True}
+        )
         text, finish, usage = "", None, None
         async for chunk in stream:
             if chunk.choices:
@@ -170,8 +171,13 @@ async def streaming_agent(base_url, api_key, task):
             await client.chat.completions.create(model="p", messages=[{"role": "user", "content": "Hi"}], n=2)
         except openai.BadRequestError as e:
             n_error = e.body
-        return float(text == "Hello there" and finish == "stop" and usage.completion_tokens > 0
-                     and n_error["param"] == "n" and "n must be 1" in n_error["message"])
+        return float(
+            text == "Hello there"
+            and finish == "stop"
+            and usage.completion_tokens > 0
+            and n_error["param"] == "n"
+            and "n must be 1" in n_error["message"]
+        )
 
 
 def test_stream_is_supported_and_n_above_1_refused(renderer):
@@ -254,16 +260,20 @@ def test_calls_after_the_episode_ended_get_409_and_lose_nothing(renderer):
 
 def test_messages_the_template_cannot_render_get_400_and_the_agent_can_go_on(renderer, tokenizer):
     strict = copy.deepcopy(tokenizer)
-    strict.chat_template = ("{%- for m in messages %}{%- if m['role'] == 'developer' %}"
-                            "{{ raise_exception('developer messages are not supported') }}{%- endif %}"
-                            "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endfor %}"
-                            "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    strict.chat_template = (
+        "{%- for m in messages %}{%- if m['role'] == 'developer' %}"
+        "{{ raise_exception('developer messages are not supported') }}{%- endif %}"
+        "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
     errors = []
 
     async def agent(base_url, api_key, task):
         async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
-            for messages in ([{"role": "developer", "content": "Be brief"}],
-                             [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]):
+            for messages in (
+                [{"role": "developer", "content": "Be brief"}],
+                [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+            ):
                 try:
                     await client.chat.completions.create(model="p", messages=messages)
                 except openai.BadRequestError as e:
@@ -287,8 +297,7 @@ async def endless_agent(base_url, api_key, task):
 
 
 def test_budget_stop_cancels_the_agent_and_stops_the_endpoint(renderer):
-    result, sampler = rollout(renderer, endless_agent, ["t"], policy=lambda p: "1",
-                              budget=RolloutBudget(max_turns=3))
+    result, sampler = rollout(renderer, endless_agent, ["t"], policy=lambda p: "1", budget=RolloutBudget(max_turns=3))
     traj = result.groups[0].trajectories[0]
     assert traj.stop_reason == "max_turns" and len(traj.transitions) == 3 and traj.observations_extend
     with pytest.raises(httpx.ConnectError):  # the endpoint stopped with the rollout
@@ -301,8 +310,13 @@ def test_reward_fn_scores_what_the_agent_returns_and_bad_rewards_are_named(rende
             r = await client.chat.completions.create(model="p", messages=[{"role": "user", "content": task}])
         return [{"role": "user", "content": task}, {"role": "assistant", "content": r.choices[0].message.content}]
 
-    result, _ = rollout(renderer, agent, ["say 7"], policy=lambda p: "7",
-                        reward_fn=lambda task, messages: float(messages[-1]["content"] == "7"))
+    result, _ = rollout(
+        renderer,
+        agent,
+        ["say 7"],
+        policy=lambda p: "7",
+        reward_fn=lambda task, messages: float(messages[-1]["content"] == "7"),
+    )
     assert result.groups[0].trajectories[0].transitions[-1].reward == 1.0
     with pytest.raises(TypeError, match="must return a finite number as the reward.*reward_fn"):
         rollout(renderer, agent, ["say 7"], policy=lambda p: "7")
@@ -358,8 +372,13 @@ def test_a_timed_out_agent_is_retried_and_cancelled(renderer):
                     raise
         return 1.0
 
-    result, _ = rollout(renderer, hangs_once, ["t"], policy=lambda p: "ok",
-                        strategy=RetryOnFailure(max_retries=1, per_rollout_timeout=1.0))
+    result, _ = rollout(
+        renderer,
+        hangs_once,
+        ["t"],
+        policy=lambda p: "ok",
+        strategy=RetryOnFailure(max_retries=1, per_rollout_timeout=1.0),
+    )
     assert result.groups[0].trajectories[0].transitions[-1].reward == 1.0
     assert len(set(calls)) == 2 and result.error_counts == {"TimeoutError": 1}
     assert cancelled == calls[:1]  # the stuck run did not outlive its rollout

@@ -22,12 +22,37 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_train_script_trains_an_openai_client_agent_two_steps(tiny_model_path, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "train_grpo.py"),
-                          "--env", "examples.calculator_agent:make_dataset", "--model_name_or_path", tiny_model_path,
-                          "--output_dir", str(tmp_path / "run"), "--max_steps", "2", "--num_generations", "4",
-                          "--per_device_train_batch_size", "8", "--max_completion_length", "8", "--max_turns", "3",
-                          "--card_eval", "false", "--logging_steps", "1"],
-                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "train_grpo.py"),
+            "--env",
+            "examples.calculator_agent:make_dataset",
+            "--model_name_or_path",
+            tiny_model_path,
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_steps",
+            "2",
+            "--num_generations",
+            "4",
+            "--per_device_train_batch_size",
+            "8",
+            "--max_completion_length",
+            "8",
+            "--max_turns",
+            "3",
+            "--card_eval",
+            "false",
+            "--logging_steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     history = json.loads((tmp_path / "run" / "log_history.json").read_text())
     logs = [h for h in history if "env/calculator/agent_calls" in h]
@@ -38,11 +63,13 @@ def test_train_script_trains_an_openai_client_agent_two_steps(tiny_model_path, t
 async def two_call_agent(base_url, api_key, task):
     """Asks, then asks again about a rewritten conversation (its prompts stop extending each other)."""
     async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
-        first = await client.chat.completions.create(model="p", messages=[{"role": "user", "content": task}],
-                                                     max_tokens=4)
+        first = await client.chat.completions.create(
+            model="p", messages=[{"role": "user", "content": task}], max_tokens=4
+        )
         text = first.choices[0].message.content or ""
-        await client.chat.completions.create(model="p", max_tokens=4, messages=[
-            {"role": "user", "content": f"{task} (you said: {text[:20]})"}])
+        await client.chat.completions.create(
+            model="p", max_tokens=4, messages=[{"role": "user", "content": f"{task} (you said: {text[:20]})"}]
+        )
         return float(len(text) % 2)
 
 
@@ -58,16 +85,35 @@ def test_grpo_trains_per_call_rows_for_an_agent_that_rewrites_history(tiny_model
 
 
 def test_builtin_calculator_agent_by_name_and_eval_cli(tiny_model_path, renderer, tmp_path):
-    builder = make_env_dataset("calculator_agent", renderer, group_size=2, groups_per_batch=2, num_batches=3,
-                               max_operand=5)
+    builder = make_env_dataset(
+        "calculator_agent", renderer, group_size=2, groups_per_batch=2, num_batches=3, max_operand=5
+    )
     with pytest.raises(ValueError, match="env 'calculator_agent': option 'problem' must be one of"):
         make_env_dataset("calculator_agent", renderer, problem="div")
     assert builder.max_operand == 5
     from trl_envs.cli.commands import main as trl_envs_cli
 
     result = tmp_path / "eval.json"
-    assert trl_envs_cli(["eval", "--model", tiny_model_path, "--env", "calculator_agent", "--num_problems", "2",
-                         "--samples_per_problem", "2", "--max_tokens", "8", "--output", str(result),
-                         "--no_progress"]) == 0
+    assert (
+        trl_envs_cli(
+            [
+                "eval",
+                "--model",
+                tiny_model_path,
+                "--env",
+                "calculator_agent",
+                "--num_problems",
+                "2",
+                "--samples_per_problem",
+                "2",
+                "--max_tokens",
+                "8",
+                "--output",
+                str(result),
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     data = json.loads(result.read_text())
     assert data["num_episodes"] == 4 and "env/calculator_agent/correct" in data["metrics"]

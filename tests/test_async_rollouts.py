@@ -16,8 +16,16 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, EnvGroupBuilder, MessageEnv, MessageStepResult, MessageTokenEnv
-from trl_envs import RLDataset, make_env_dataset
+from trl_envs import (
+    EnvGroupBuilder,
+    EnvGRPOConfig,
+    EnvGRPOTrainer,
+    MessageEnv,
+    MessageStepResult,
+    MessageTokenEnv,
+    RLDataset,
+    make_env_dataset,
+)
 from trl_envs.trainers import async_rollouts
 from trl_envs.trainers.async_rollouts import THREAD_NAME, SamplerWeights, check_async_supported
 
@@ -25,10 +33,25 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def config(tmp_path, **overrides) -> EnvGRPOConfig:
-    kwargs = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                  gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=8, max_steps=4,
-                  max_completion_length=6, max_turns=3, learning_rate=1e-3, logging_steps=1, save_strategy="no",
-                  seed=0, beta=0.0, disable_tqdm=True, max_staleness=1)
+    kwargs = dict(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_steps=4,
+        max_completion_length=6,
+        max_turns=3,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        beta=0.0,
+        disable_tqdm=True,
+        max_staleness=1,
+    )
     kwargs.update(overrides)
     return EnvGRPOConfig(**kwargs)
 
@@ -60,8 +83,9 @@ class WaitingEnv(MessageEnv):
             raise ConnectionError("the env's server went away")
         self.t += 1
         done = self.t >= 2
-        return MessageStepResult(float(len(response.message["content"]) % 3), done,
-                                 [] if done else [{"role": "user", "content": "More."}])
+        return MessageStepResult(
+            float(len(response.message["content"]) % 3), done, [] if done else [{"role": "user", "content": "More."}]
+        )
 
 
 class Counting:
@@ -96,8 +120,12 @@ def waiting_dataset(renderer, counts: Counting, wait_s=0.05, fail_at_batch=None,
 
 @pytest.mark.parametrize("k", [1, 2])
 def test_staleness_never_exceeds_k_and_rollouts_overlap(k, tmp_path, tiny_model_path, tokenizer, renderer):
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_staleness=k, max_steps=5), guess_number(renderer),
-                             processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_staleness=k, max_steps=5),
+        guess_number(renderer),
+        processing_class=tokenizer,
+    )
     trainer.train()
     batches = trainer.async_batches
     assert [b["step"] for b in batches] == [0, 1, 2, 3, 4]
@@ -106,8 +134,12 @@ def test_staleness_never_exceeds_k_and_rollouts_overlap(k, tmp_path, tiny_model_
     assert not any(b["rerolled"] for b in batches)
     assert max(logged(trainer, "async/staleness_max")) <= k
     assert logged(trainer, "async/rerolled_groups") == [0.0] * 5
-    for name in ("async/trainer_wait_s", "async/sampler_wait_s", "async/importance_weight_mean",
-                 "async/importance_weight_clip_fraction"):
+    for name in (
+        "async/trainer_wait_s",
+        "async/sampler_wait_s",
+        "async/importance_weight_mean",
+        "async/importance_weight_clip_fraction",
+    ):
         assert len(logged(trainer, name)) == 5, name
     # the first batch is sampled by weights equal to the policy's: the importance weights are 1 there, later not
     weights = logged(trainer, "async/importance_weight_mean")
@@ -118,8 +150,12 @@ def test_staleness_never_exceeds_k_and_rollouts_overlap(k, tmp_path, tiny_model_
 def test_several_passes_per_batch_use_trl_scoring_ratio(tmp_path, tiny_model_path, tokenizer, renderer):
     """num_iterations=2: two optimizer steps per generation batch, so TRL keeps the scoring-time logprobs and its own
     importance-sampling path computes the ratio (logged as sampling/importance_sampling_ratio/*); the bound holds."""
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=6, num_iterations=2), guess_number(renderer),
-                             processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_steps=6, num_iterations=2),
+        guess_number(renderer),
+        processing_class=tokenizer,
+    )
     trainer.train()
     batches = trainer.async_batches
     assert [b["step"] for b in batches] == [0, 2, 4]
@@ -135,8 +171,9 @@ def test_stale_batches_are_rerolled_and_counted(tmp_path, tiny_model_path, token
     they are trained are rolled out again by the current policy, counted, and never trained stale."""
     monkeypatch.setattr(async_rollouts, "lookahead_batches", lambda k, steps: 3)
     monkeypatch.setattr(async_rollouts._AsyncState, "train_step_of", lambda self, index: -100)
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=5), guess_number(renderer),
-                             processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path, config(tmp_path, max_steps=5), guess_number(renderer), processing_class=tokenizer
+    )
     trainer.train()
     batches = trainer.async_batches
     assert any(b["rerolled"] for b in batches), batches
@@ -148,10 +185,17 @@ def test_stale_batches_are_rerolled_and_counted(tmp_path, tiny_model_path, token
 def test_importance_weights_truncated_at_the_cap(tmp_path, tiny_model_path, tokenizer, renderer):
     """A cap below 1 truncates every token's ratio of the first batch (sampled by weights equal to the policy's, ratio
     1): the clip fraction shows it and the weights' mean is the cap (TRL's truncation of the sampler copy's ratio)."""
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=2, vllm_importance_sampling_clip_max=0.5),
-                             guess_number(renderer), processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_steps=2, vllm_importance_sampling_clip_max=0.5),
+        guess_number(renderer),
+        processing_class=tokenizer,
+    )
     trainer.train()
-    clip, mean = logged(trainer, "async/importance_weight_clip_fraction"), logged(trainer, "async/importance_weight_mean")
+    clip, mean = (
+        logged(trainer, "async/importance_weight_clip_fraction"),
+        logged(trainer, "async/importance_weight_mean"),
+    )
     assert clip[0] == 1.0 and mean[0] == pytest.approx(0.5)
     assert 0.5 < clip[1] <= 1.0 and mean[1] <= 0.5
 
@@ -161,8 +205,12 @@ def test_max_staleness_zero_is_the_synchronous_path(tmp_path, tiny_model_path, t
         raise AssertionError("the async pipeline was used with max_staleness=0")
 
     monkeypatch.setattr(EnvGRPOTrainer, "_async_rollout", no_pipeline)
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_staleness=0, max_steps=2), guess_number(renderer),
-                             processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_staleness=0, max_steps=2),
+        guess_number(renderer),
+        processing_class=tokenizer,
+    )
     trainer.train()
     keys = {k for h in trainer.state.log_history for k in h}
     assert not {k for k in keys if k.startswith(("async/", "sampling/importance_sampling_ratio"))}
@@ -174,11 +222,19 @@ def test_max_staleness_zero_is_the_synchronous_path(tmp_path, tiny_model_path, t
 
 
 def test_resume_restarts_the_pipeline_from_the_checkpoint_weights(tmp_path, tiny_model_path, tokenizer, renderer):
-    first = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=4, save_strategy="steps", save_steps=2),
-                           guess_number(renderer), processing_class=tokenizer)
+    first = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_steps=4, save_strategy="steps", save_steps=2),
+        guess_number(renderer),
+        processing_class=tokenizer,
+    )
     first.train()
-    resumed = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=4, save_strategy="no"),
-                             guess_number(renderer), processing_class=tokenizer)
+    resumed = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_steps=4, save_strategy="no"),
+        guess_number(renderer),
+        processing_class=tokenizer,
+    )
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
     assert [b["step"] for b in resumed.async_batches] == [2, 3]
     assert resumed.async_batches[0]["oldest_version"] == 2
@@ -195,9 +251,13 @@ def test_ctrl_c_stops_the_pipeline_and_cleans_up_envs(tmp_path, tiny_model_path,
                 raise KeyboardInterrupt
 
     counts = Counting()
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=10, max_staleness=2),
-                             waiting_dataset(renderer, counts, wait_s=0.2), processing_class=tokenizer,
-                             callbacks=[Interrupt()])
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_steps=10, max_staleness=2),
+        waiting_dataset(renderer, counts, wait_s=0.2),
+        processing_class=tokenizer,
+        callbacks=[Interrupt()],
+    )
     with pytest.raises(KeyboardInterrupt):
         trainer.train()
     assert not async_threads()
@@ -207,8 +267,12 @@ def test_ctrl_c_stops_the_pipeline_and_cleans_up_envs(tmp_path, tiny_model_path,
 
 def test_env_error_in_the_pipeline_reaches_the_trainer(tmp_path, tiny_model_path, tokenizer, renderer):
     counts = Counting()
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=6),
-                             waiting_dataset(renderer, counts, wait_s=0.01, fail_at_batch=2), processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_steps=6),
+        waiting_dataset(renderer, counts, wait_s=0.01, fail_at_batch=2),
+        processing_class=tokenizer,
+    )
     with pytest.raises(ConnectionError, match="went away"):
         trainer.train()
     assert len(trainer.async_batches) == 2  # batches 0 and 1 trained, batch 2's error stopped training
@@ -233,8 +297,11 @@ def test_bad_settings_are_refused_naming_the_option(tmp_path):
 @pytest.mark.parametrize("stage, fsdp, match", [(3, False, "ZeRO-3"), (None, True, "FSDP")])
 def test_zero3_and_fsdp_are_refused_at_start(stage, fsdp, match):
     plugin = None if stage is None else types.SimpleNamespace(zero_stage=stage)
-    trainer = types.SimpleNamespace(accelerator=types.SimpleNamespace(state=types.SimpleNamespace(
-        deepspeed_plugin=plugin)), is_fsdp_enabled=fsdp, custom_sampler=None)
+    trainer = types.SimpleNamespace(
+        accelerator=types.SimpleNamespace(state=types.SimpleNamespace(deepspeed_plugin=plugin)),
+        is_fsdp_enabled=fsdp,
+        custom_sampler=None,
+    )
     with pytest.raises(ValueError, match=match):
         check_async_supported(trainer)
     trainer.is_fsdp_enabled, trainer.accelerator.state.deepspeed_plugin = False, types.SimpleNamespace(zero_stage=2)
@@ -271,9 +338,13 @@ def test_lora_copies_only_the_adapter(tmp_path, tiny_model_path, tokenizer, rend
         made.append(self)
 
     monkeypatch.setattr(SamplerWeights, "__init__", recording)
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=3, beta=0.01, credit_assignment="per_turn"),
-                             guess_number(renderer), processing_class=tokenizer,
-                             peft_config=peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, max_steps=3, beta=0.01, credit_assignment="per_turn"),
+        guess_number(renderer),
+        processing_class=tokenizer,
+        peft_config=peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+    )
     trainer.train()
     adapter = sum(p.numel() for n, p in trainer.model.named_parameters() if "lora_" in n)
     assert len(made) == 1 and made[0].num_copied_parameters == adapter > 0

@@ -43,18 +43,62 @@ def test_long_episodes_share_rises_when_envs_are_slowed(bench, tiny_model_path, 
 
 def test_env_latency_wait_follows_the_env_latency(bench, capsys):
     run = bench("env_latency").main
-    short = run(["--no_model", "--groups", "2", "--group_size", "2", "--turns", "3", "--latency", "0.01",
-                 "--repeats", "1", "--warmup", "0"])
-    long = run(["--no_model", "--groups", "2", "--group_size", "2", "--turns", "3", "--latency", "0.1",
-                "--repeats", "1", "--warmup", "0"])
+    short = run(
+        [
+            "--no_model",
+            "--groups",
+            "2",
+            "--group_size",
+            "2",
+            "--turns",
+            "3",
+            "--latency",
+            "0.01",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+        ]
+    )
+    long = run(
+        [
+            "--no_model",
+            "--groups",
+            "2",
+            "--group_size",
+            "2",
+            "--turns",
+            "3",
+            "--latency",
+            "0.1",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+        ]
+    )
     assert "timed:" in capsys.readouterr().out
     assert long["stub_wait"] >= 0.3 > short["stub_wait"]
 
 
 @pytest.mark.parametrize("side, expect_above_one", [("env", True), ("plain", False)])
 def test_vs_trl_grpo_ratio_follows_a_slowed_side(bench, tiny_model_path, side, expect_above_one, capsys):
-    ratios = bench("vs_trl_grpo").main(["--models", "tiny", "--steps", "3", "--warmup", "1", "--repeats", "1",
-                                        "--model_path", tiny_model_path, "--handicap", f"{side}:600"])
+    ratios = bench("vs_trl_grpo").main(
+        [
+            "--models",
+            "tiny",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "--repeats",
+            "1",
+            "--model_path",
+            tiny_model_path,
+            "--handicap",
+            f"{side}:600",
+        ]
+    )
     assert "timed: each optimizer step" in capsys.readouterr().out
     for clock in ("wall", "cpu"):
         assert (ratios["tiny"][clock] > 1.3) if expect_above_one else (ratios["tiny"][clock] < 0.77), ratios
@@ -74,8 +118,20 @@ def test_agent_endpoint_overhead_rises_when_the_agent_is_slowed(bench, tiny_mode
     pytest.importorskip("fastapi")
     pytest.importorskip("openai")
     run = bench("agent_endpoint").main
-    tiny = ["--model_path", tiny_model_path, "--groups", "2", "--group_size", "2", "--repeats", "1", "--warmup", "0",
-            "--max_tokens", "80"]
+    tiny = [
+        "--model_path",
+        tiny_model_path,
+        "--groups",
+        "2",
+        "--group_size",
+        "2",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--max_tokens",
+        "80",
+    ]
     base = run(tiny)
     slowed = run(tiny + ["--slow_agent_ms", "30"])
     out = capsys.readouterr().out
@@ -87,8 +143,9 @@ def test_agent_endpoint_overhead_rises_when_the_agent_is_slowed(bench, tiny_mode
 def test_async_rollouts_overlap_shows_when_envs_wait(bench, capsys):
     """Env steps waiting 150 ms each (2 turns) on 2 groups: rolling out 2 batches ahead (k=2) overlaps those waits
     with training, so async/sync episodes/s must be well above 1; the ratios come from the timed runs."""
-    ratios = bench("async_rollouts").main(["--steps", "3", "--warmup", "1", "--groups_per_step", "2", "--repeats", "1",
-                                           "--wait_ms", "150", "150"])
+    ratios = bench("async_rollouts").main(
+        ["--steps", "3", "--warmup", "1", "--groups_per_step", "2", "--repeats", "1", "--wait_ms", "150", "150"]
+    )
     out = capsys.readouterr().out
     assert "HEADLINE async k=1 / sync episodes/s, with env wait" in out and "Timed: wall clock" in out
     assert ratios["async k=2, env wait"] > 1.3

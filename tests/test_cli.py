@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from trl_envs.cli.commands import main
-from trl_envs.rollout.evaluation import pass_at_k, summarize_groups
 from trl_envs.core.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from trl_envs.rollout.evaluation import pass_at_k, summarize_groups
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -23,10 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
     """``python -m trl_envs ARGS`` from this checkout, as the ``trl-envs`` console script runs ``cli.main``."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run([sys.executable, "-m", "trl_envs", *args], input=stdin, capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=240)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "trl_envs", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=240,
+    )
 
 
 def test_console_script_is_declared():
@@ -48,13 +59,16 @@ def test_list_shows_every_env_with_a_description(capsys):
     assert sorted(n for n in json.loads(capsys.readouterr().out) if "/" not in n) == sorted(BUILTIN_ENVS)
 
 
-@pytest.mark.parametrize("command,expected", [
-    (None, ["list", "play", "eval", "build-tiny-model"]),
-    ("list", ["--json"]),
-    ("play", ["--show_tokens", "--max_tokens", "env"]),
-    ("eval", ["--model", "--env", "--samples_per_problem", "--pass_k", "--num_problems", "--output", "--seed"]),
-    ("build-tiny-model", ["--output_dir", "--force"]),
-])
+@pytest.mark.parametrize(
+    "command,expected",
+    [
+        (None, ["list", "play", "eval", "build-tiny-model"]),
+        ("list", ["--json"]),
+        ("play", ["--show_tokens", "--max_tokens", "env"]),
+        ("eval", ["--model", "--env", "--samples_per_problem", "--pass_k", "--num_problems", "--output", "--seed"]),
+        ("build-tiny-model", ["--output_dir", "--force"]),
+    ],
+)
 def test_help_of_each_command(command, expected, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(([command] if command else []) + ["--help"])
@@ -115,14 +129,36 @@ def test_eval_numbers_equal_a_direct_computation_on_the_same_seeds(tmp_path, tin
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    from trl_envs import HFSampler, Renderer, RolloutBudget, run_rollout_batch
-    from trl_envs import make_env_dataset
+    from trl_envs import HFSampler, Renderer, RolloutBudget, make_env_dataset, run_rollout_batch
     from trl_envs.rollout.engine import run_sync
 
     out = tmp_path / "eval.json"
-    args = ["eval", "--model", tiny_model_path, "--env", "arithmetic", "--env_kwargs", '{"max_operand": 3}',
-            "--num_problems", "3", "--samples_per_problem", "4", "--pass_k", "1", "2", "4", "--seed", "7",
-            "--max_tokens", "8", "--device", "cpu", "--no_progress", "--output", str(out)]
+    args = [
+        "eval",
+        "--model",
+        tiny_model_path,
+        "--env",
+        "arithmetic",
+        "--env_kwargs",
+        '{"max_operand": 3}',
+        "--num_problems",
+        "3",
+        "--samples_per_problem",
+        "4",
+        "--pass_k",
+        "1",
+        "2",
+        "4",
+        "--seed",
+        "7",
+        "--max_tokens",
+        "8",
+        "--device",
+        "cpu",
+        "--no_progress",
+        "--output",
+        str(out),
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
@@ -130,20 +166,25 @@ def test_eval_numbers_equal_a_direct_computation_on_the_same_seeds(tmp_path, tin
     # Direct: the env's test split with groups of 4, the same seed, an HFSampler at temperature 1.
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
-    builder = make_env_dataset("arithmetic", Renderer(tokenizer), group_size=4, batch_size=3, num_test_batches=1,
-                                   max_operand=3)
+    builder = make_env_dataset(
+        "arithmetic", Renderer(tokenizer), group_size=4, batch_size=3, num_test_batches=1, max_operand=3
+    )
     _, test = run_sync(builder)
     set_seed(7)
     with torch.no_grad():
-        result = run_rollout_batch(test.get_batch(0)[:3], HFSampler(model, tokenizer, temperature=1.0),
-                                   RolloutBudget(max_turns=16, max_tokens_per_turn=8))
+        result = run_rollout_batch(
+            test.get_batch(0)[:3],
+            HFSampler(model, tokenizer, temperature=1.0),
+            RolloutBudget(max_turns=16, max_tokens_per_turn=8),
+        )
     totals = [[t.step_reward + g for t, g in zip(group.trajectories, group.group_rewards)] for group in result.groups]
     flat = np.array([r for group in totals for r in group])
     solved = [[r > 0 for r in group] for group in totals]
 
     def brute_pass_at(k):  # the definition: share of k-subsets of a problem's samples holding a solved one
-        return np.mean([np.mean([any(s[i] for i in subset) for subset in itertools.combinations(range(4), k)])
-                        for s in solved])
+        return np.mean(
+            [np.mean([any(s[i] for i in subset) for subset in itertools.combinations(range(4), k)]) for s in solved]
+        )
 
     assert report["episode_rewards"] == pytest.approx(flat.tolist())
     assert report["num_episodes"] == 12 and report["num_problems"] == 3
@@ -161,8 +202,9 @@ def test_eval_is_reproducible_and_the_seed_matters(tiny_model_path):
     from trl_envs.hub.model_eval import evaluate_model
 
     def run(seed):
-        return evaluate_model(tiny_model_path, "arithmetic", num_problems=4, samples_per_problem=4, seed=seed,
-                              max_tokens=8, device="cpu").episode_rewards
+        return evaluate_model(
+            tiny_model_path, "arithmetic", num_problems=4, samples_per_problem=4, seed=seed, max_tokens=8, device="cpu"
+        ).episode_rewards
 
     first = run(1)
     assert run(1) == first
@@ -172,8 +214,7 @@ def test_eval_is_reproducible_and_the_seed_matters(tiny_model_path):
 def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
     from transformers import AutoTokenizer
 
-    from trl_envs import HFSampler, Renderer, evaluate
-    from trl_envs import make_env_dataset
+    from trl_envs import HFSampler, Renderer, evaluate, make_env_dataset
     from trl_envs.rollout.engine import run_sync
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
@@ -185,14 +226,19 @@ def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
 
 
 def _group(totals: list[float], tags: list[str]) -> TrajectoryGroup:
-    trajectories = [Trajectory([Transition([1], TokensWithLogprobs([2], None, "stop"), r, True)], [1, 2])
-                    for r in totals]
+    trajectories = [
+        Trajectory([Transition([1], TokensWithLogprobs([2], None, "stop"), r, True)], [1, 2]) for r in totals
+    ]
     return TrajectoryGroup(trajectories, [0.0] * len(totals), [{}] * len(totals), tags=tags)
 
 
 def test_per_tag_stats_and_pass_at_k_of_played_groups():
-    groups = [_group([1.0, 0.0, 0.0], ["easy"]), _group([0.0, 0.0, -0.1], ["hard"]), None,
-              _group([1.0, 1.0, 0.5], ["easy"])]
+    groups = [
+        _group([1.0, 0.0, 0.0], ["easy"]),
+        _group([0.0, 0.0, -0.1], ["hard"]),
+        None,
+        _group([1.0, 1.0, 0.5], ["easy"]),
+    ]
     result = summarize_groups(groups, {"ValueError": 1}, ks=[1, 3])
     rewards = [1.0, 0.0, 0.0, 0.0, 0.0, -0.1, 1.0, 1.0, 0.5]
     assert result.num_episodes == 9 and result.num_problems == 3

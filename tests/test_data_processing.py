@@ -20,8 +20,10 @@ from trl_envs import (
 
 
 def _group(step_rewards, group_rewards=None, tags=("toy",)):
-    trajs = [Trajectory([Transition([1, 2], TokensWithLogprobs([3, 4], [-0.3, -0.4]), r, True)], final_ob=[1, 2, 3, 4])
-             for r in step_rewards]
+    trajs = [
+        Trajectory([Transition([1, 2], TokensWithLogprobs([3, 4], [-0.3, -0.4]), r, True)], final_ob=[1, 2, 3, 4])
+        for r in step_rewards
+    ]
     group_rewards = list(group_rewards) if group_rewards is not None else [0.0] * len(trajs)
     return TrajectoryGroup(trajs, group_rewards, [{} for _ in trajs], tags=list(tags))
 
@@ -125,16 +127,27 @@ def test_empty_trajectories_are_rejected():
         trajectory_to_data(Trajectory([Transition([1], TokensWithLogprobs([]), 0.0, True)], final_ob=[1]), "e")
 
 
-@pytest.mark.parametrize("second_ob, where", [
-    ([10, 11, 12, 99, 30], "rewritten history"),              # an action token changed (re-tokenized)
-    ([10, 11, 30, 31], "history cut"),                        # thinking stripped / context truncated
-    ([40, 41, 42], "fresh board"),                            # a new observation each turn
-])
+@pytest.mark.parametrize(
+    "second_ob, where",
+    [
+        ([10, 11, 12, 99, 30], "rewritten history"),  # an action token changed (re-tokenized)
+        ([10, 11, 30, 31], "history cut"),  # thinking stripped / context truncated
+        ([40, 41, 42], "fresh board"),  # a new observation each turn
+    ],
+)
 def test_non_extending_observation_names_env_and_turn(second_ob, where):
-    tr = Trajectory([Transition([10, 11, 12], TokensWithLogprobs([20, 2]), 0.0, False),
-                     Transition(second_ob, TokensWithLogprobs([22, 2]), 1.0, True)], final_ob=[])
-    with pytest.raises(NonExtendingObservationError, match=r"BoardGameEnv: the observation of turn 1 does not "
-                                                           r"extend") as info:
+    tr = Trajectory(
+        [
+            Transition([10, 11, 12], TokensWithLogprobs([20, 2]), 0.0, False),
+            Transition(second_ob, TokensWithLogprobs([22, 2]), 1.0, True),
+        ],
+        final_ob=[],
+    )
+    with pytest.raises(
+        NonExtendingObservationError,
+        match=r"BoardGameEnv: the observation of turn 1 does not "
+        r"extend",
+    ) as info:
         trajectory_to_data(tr, env_name="BoardGameEnv")
     assert isinstance(info.value, ValueError), where
 
@@ -167,8 +180,9 @@ def test_rewritten_system_prompt_is_caught_by_the_head_check():
     prompt = list(range(100, 180))
     a1 = TokensWithLogprobs([20, 2])
     second = [999] + prompt[1:] + a1.tokens + [30]  # a per-turn template edit of the first token; suffix intact
-    tr = Trajectory([Transition(prompt, a1, 0.0, False), Transition(second, TokensWithLogprobs([22, 2]), 1.0, True)],
-                    final_ob=[])
+    tr = Trajectory(
+        [Transition(prompt, a1, 0.0, False), Transition(second, TokensWithLogprobs([22, 2]), 1.0, True)], final_ob=[]
+    )
     with pytest.raises(NonExtendingObservationError, match=r"turn 1 .*\(first difference at token 0"):
         trajectory_to_data(tr, env_name="TemplateEnv")
 

@@ -5,10 +5,10 @@ import warnings
 
 import pytest
 
-from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder
-from trl_envs.trainers.dataset_seed import seed_dataset_builder
 from trl_envs.core.types import RLDatasetBuilder
+from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder
 from trl_envs.rollout.engine import run_sync
+from trl_envs.trainers.dataset_seed import seed_dataset_builder
 
 
 def _questions(builder) -> list[str]:
@@ -52,8 +52,9 @@ def test_grpo_trainer_passes_its_seed(tiny_model_path, tokenizer, renderer, cpu_
     builder = ArithmeticDatasetBuilder(renderer, batch_size=2, group_size=4, num_batches=3)
     firsts = []
     for seed in (0, 5):
-        trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(seed=seed), env_dataset=builder,
-                                 processing_class=tokenizer)
+        trainer = EnvGRPOTrainer(
+            tiny_model_path, cpu_grpo_config(seed=seed), env_dataset=builder, processing_class=tokenizer
+        )
         index = trainer._train_index
         firsts.append([(index.builder(k).a, index.builder(k).b) for k in index.as_dataset()["prompt"][:6]])
     assert firsts[0] != firsts[1]

@@ -58,7 +58,9 @@ def test_model_card_build_hint_names_the_model():
 
 
 def test_cli_does_not_import_the_builder_at_start():
-    code = "import sys; import trl_envs.cli.commands as c; c.build_parser(); print('trl_envs.tiny_model' in sys.modules)"
+    code = (
+        "import sys; import trl_envs.cli.commands as c; c.build_parser(); print('trl_envs.tiny_model' in sys.modules)"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
     assert out.stdout.strip() == "False"

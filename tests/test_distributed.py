@@ -24,17 +24,22 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-
-from distributed_checks import (check_evaluation, check_groups_rewards_advantages_metrics, check_uneven, run_worker,
-                                scenario)
+from distributed_checks import (
+    check_evaluation,
+    check_groups_rewards_advantages_metrics,
+    check_uneven,
+    run_worker,
+    scenario,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
 LAUNCH_TIMEOUT_S = 200  # a normal run takes 20-45 s on 2 shared cores; a lock-step bug hangs forever
 CPU_OVERRIDES = ["--num_processes", "2", "--mixed_precision", "no"]  # GPU configs on 2 CPU processes
 
-needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                                     reason="deepspeed is not installed (pip install -e '.[deepspeed]')")
+needs_deepspeed = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (pip install -e '.[deepspeed]')"
+)
 
 
 # -- the tests ------------------------------------------------------------------------------------------------------
@@ -45,10 +50,15 @@ def ddp_ranks(tmp_path_factory, tiny_model_path) -> list[dict]:
     """One launch of accelerate_configs/cpu_2proc.yaml: the model-free lock-step checks, then guess_number, then the
     uneven env, in the same two processes (one launch: the imports dominate a run's time)."""
     tmp = tmp_path_factory.mktemp("ddp")
-    return run_worker(tmp, "cpu_2proc.yaml", ["guess_number:group", "uneven:batch", "uneven_turns:group",
-                                              "guess_number:group:async1"], world_size=2,
-                      worker_args=["--collective_generate", "--lockstep_checks", "--evaluate"], model_path=tiny_model_path,
-                      timeout_s=LAUNCH_TIMEOUT_S)
+    return run_worker(
+        tmp,
+        "cpu_2proc.yaml",
+        ["guess_number:group", "uneven:batch", "uneven_turns:group", "guess_number:group:async1"],
+        world_size=2,
+        worker_args=["--collective_generate", "--lockstep_checks", "--evaluate"],
+        model_path=tiny_model_path,
+        timeout_s=LAUNCH_TIMEOUT_S,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +89,13 @@ def test_two_processes_per_turn_rows_pad_every_rank_to_the_same_rows(ddp_ranks):
     per_turn = scenario(ddp_ranks, "uneven_turns_group")
     assert [r["mode"] for r in per_turn[0]["rollouts"]] == [r["mode"] for r in per_turn[1]["rollouts"]] == ["train"] * 2
     for r0, r1 in zip(per_turn[0]["rollouts"], per_turn[1]["rollouts"], strict=True):
-        assert {t for g in r0["groups"] for t in g["turns"]} == {1} and {t for g in r1["groups"] for t in g["turns"]} == {5}
+        assert {t for g in r0["groups"] for t in g["turns"]} == {1} and {
+            t for g in r1["groups"] for t in g["turns"]
+        } == {5}
         rows = len(r1["row_keys"]) * 5  # 5 blocks per group of G rows
         assert len(r0["advantages"]) == len(r1["advantages"]) == rows
         assert isinstance(r1["advantages"][0], list)  # per-token advantages (per-turn credit)
-        assert all(a == 0.0 for row in r0["advantages"][len(r0["row_keys"]):] for a in row)  # padding trains nothing
+        assert all(a == 0.0 for row in r0["advantages"][len(r0["row_keys"]) :] for a in row)  # padding trains nothing
     logged = [h for h in per_turn[0]["log_history"] if "rows/filler_fraction" in h]
     assert logged and logged[0]["rows/filler_fraction"] == pytest.approx(0.4)  # 32 of rank 0's 40 rows, none of 1's
 
@@ -136,7 +148,7 @@ def test_vllm_server_mode_each_rank_gets_its_own_completions(lockstep):
         (p_a, tokens_a, _, reason_a), (p_b, tokens_b, _, reason_b) = row
         assert p_a == 20 + turn and tokens_a == [1000 * p_a + j for j in range(5)] and reason_a == "length"
         assert p_b == 30 + turn and tokens_b == [1000 * p_b + j for j in range(3)] and reason_b == "stop"
-    (p0, tokens0, _, _), = lockstep[0]["vllm_server"]["observed"][0]
+    ((p0, tokens0, _, _),) = lockstep[0]["vllm_server"]["observed"][0]
     assert p0 == 10 and tokens0 == [10000]  # rank 0's own 1-token budget
 
 
@@ -166,8 +178,15 @@ def test_vllm_server_logprobs_are_the_sampled_tokens_not_the_top_ranked(lockstep
 @needs_deepspeed
 def test_zero3_rank_finishing_early_does_not_hang(tmp_path, tiny_model_path):
     """accelerate_configs/zero3.yaml on 2 CPU processes: generation gathers the sharded parameters on every call."""
-    ranks = run_worker(tmp_path, "zero3.yaml", ["uneven:batch"], world_size=2, model_path=tiny_model_path,
-                       launch_args=CPU_OVERRIDES, timeout_s=LAUNCH_TIMEOUT_S)
+    ranks = run_worker(
+        tmp_path,
+        "zero3.yaml",
+        ["uneven:batch"],
+        world_size=2,
+        model_path=tiny_model_path,
+        launch_args=CPU_OVERRIDES,
+        timeout_s=LAUNCH_TIMEOUT_S,
+    )
     uneven = scenario(ranks, "uneven_batch")
     assert all(s["distributed_type"] == "DEEPSPEED" and s["zero_stage"] == 3 for s in uneven)
     check_groups_rewards_advantages_metrics(uneven)
@@ -177,8 +196,15 @@ def test_zero3_rank_finishing_early_does_not_hang(tmp_path, tiny_model_path):
 @needs_deepspeed
 def test_zero2_two_processes_guess_number(tmp_path, tiny_model_path):
     """accelerate_configs/zero2.yaml on 2 CPU processes."""
-    ranks = run_worker(tmp_path, "zero2.yaml", ["guess_number:group", "guess_number:group:async1"], world_size=2,
-                       model_path=tiny_model_path, launch_args=CPU_OVERRIDES, timeout_s=LAUNCH_TIMEOUT_S)
+    ranks = run_worker(
+        tmp_path,
+        "zero2.yaml",
+        ["guess_number:group", "guess_number:group:async1"],
+        world_size=2,
+        model_path=tiny_model_path,
+        launch_args=CPU_OVERRIDES,
+        timeout_s=LAUNCH_TIMEOUT_S,
+    )
     guess = scenario(ranks, "guess_number_group")
     assert all(s["distributed_type"] == "DEEPSPEED" and s["zero_stage"] == 2 for s in guess)
     check_groups_rewards_advantages_metrics(guess)
@@ -190,7 +216,6 @@ def test_zero2_two_processes_guess_number(tmp_path, tiny_model_path):
 
 def _resolved_launch(config: str, *extra: str):
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-
     from mp_launch import CONFIGS
 
     args = launch_command_parser().parse_args(["--config_file", str(CONFIGS / config), *extra, "train.py"])
@@ -200,11 +225,16 @@ def _resolved_launch(config: str, *extra: str):
 
 def test_every_config_loads_with_the_intended_distributed_type():
     from accelerate.commands.config.config_args import load_config_from_file
-
     from mp_launch import CONFIGS
 
-    expected = {"single_gpu.yaml": ("NO", 1), "multi_gpu.yaml": ("MULTI_GPU", 8), "zero2.yaml": ("DEEPSPEED", 8),
-                "zero3.yaml": ("DEEPSPEED", 8), "fsdp2.yaml": ("FSDP", 8), "cpu_2proc.yaml": ("MULTI_GPU", 2)}
+    expected = {
+        "single_gpu.yaml": ("NO", 1),
+        "multi_gpu.yaml": ("MULTI_GPU", 8),
+        "zero2.yaml": ("DEEPSPEED", 8),
+        "zero3.yaml": ("DEEPSPEED", 8),
+        "fsdp2.yaml": ("FSDP", 8),
+        "cpu_2proc.yaml": ("MULTI_GPU", 2),
+    }
     assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == sorted(expected)
     for name, (dist_type, nproc) in expected.items():
         cfg = load_config_from_file(str(CONFIGS / name))
@@ -222,5 +252,6 @@ def test_cpu_config_starts_two_processes_and_multi_gpu_on_cpu_is_the_same_launch
     assert cpu.multi_gpu and not cpu.cpu and cpu.num_processes == 2 and cpu.mixed_precision == "no"
     ddp = _resolved_launch("multi_gpu.yaml", "--num_processes", "2", "--mixed_precision", "no")
     ignore = {"config_file", "nondefault"}  # nondefault: which flags were typed
-    assert {k: v for k, v in vars(ddp).items() if k not in ignore} == \
-        {k: v for k, v in vars(cpu).items() if k not in ignore}
+    assert {k: v for k, v in vars(ddp).items() if k not in ignore} == {
+        k: v for k, v in vars(cpu).items() if k not in ignore
+    }

@@ -39,9 +39,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN_DOCS = ["docs/tutorial_first_rl.md", "docs/custom_envs.md", "docs/hyperparameters.md", "docs/zh/README.md",
-            "docs/envs_as_datasets.md",
-            "docs/gymnasium.md", "docs/traces.md"]
+RUN_DOCS = [
+    "docs/tutorial_first_rl.md",
+    "docs/custom_envs.md",
+    "docs/hyperparameters.md",
+    "docs/zh/README.md",
+    "docs/envs_as_datasets.md",
+    "docs/gymnasium.md",
+    "docs/traces.md",
+]
 SAME_CODE_AS = {"docs/zh/tutorial_first_rl.md": "docs/tutorial_first_rl.md"}
 LEARN_DOCS = RUN_DOCS + list(SAME_CODE_AS)
 SHELL = {"bash", "sh", "shell"}
@@ -78,7 +84,7 @@ def parse(doc: str) -> list[Block]:
     blocks = []
     for m in FENCE.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
-        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         directives: dict[str, list[str]] = {}
         d = DIRECTIVE.search(before)
         if d:
@@ -119,10 +125,18 @@ def python_code(block: Block) -> str:
 
 def child_env(workdir: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TRL_EXPERIMENTAL_SILENCE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
-               # experiment trackers offline, their files in the doc's working directory
-               TRACKIO_DIR=str(workdir / "trackio"), WANDB_MODE="offline", WANDB_DIR=str(workdir), WANDB_SILENT="true")
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        TRL_EXPERIMENTAL_SILENCE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+        # experiment trackers offline, their files in the doc's working directory
+        TRACKIO_DIR=str(workdir / "trackio"),
+        WANDB_MODE="offline",
+        WANDB_DIR=str(workdir),
+        WANDB_SILENT="true",
+    )
     return env
 
 
@@ -150,14 +164,22 @@ def run_doc(doc: str, workdir: Path, monkeypatch) -> list[tuple[str, float]]:
             elif block.lang in SHELL:
                 stdin = block.get("stdin")
                 stdin = stdin.encode().decode("unicode_escape") if stdin is not None else ""
-                proc = subprocess.run(["bash", "-euo", "pipefail", "-c", shell_command(block)], cwd=workdir,
-                                      env=child_env(workdir), input=stdin, capture_output=True, text=True,
-                                      timeout=3600 if FULL else 300)
+                proc = subprocess.run(
+                    ["bash", "-euo", "pipefail", "-c", shell_command(block)],
+                    cwd=workdir,
+                    env=child_env(workdir),
+                    input=stdin,
+                    capture_output=True,
+                    text=True,
+                    timeout=3600 if FULL else 300,
+                )
                 if FULL:
                     print(f"\n===== {block.where} $ {shell_command(block).strip()}\n{proc.stdout}")
-                assert proc.returncode == 0, (f"{block.where}: exit status {proc.returncode}\n--- command\n"
-                                              f"{shell_command(block)}--- stdout\n{proc.stdout[-4000:]}\n"
-                                              f"--- stderr\n{proc.stderr[-6000:]}")
+                assert proc.returncode == 0, (
+                    f"{block.where}: exit status {proc.returncode}\n--- command\n"
+                    f"{shell_command(block)}--- stdout\n{proc.stdout[-4000:]}\n"
+                    f"--- stderr\n{proc.stderr[-6000:]}"
+                )
             elif block.lang in PYTHON:
                 out = io.StringIO()
                 with contextlib.redirect_stdout(out):
@@ -210,7 +232,13 @@ def test_relative_links_resolve(doc):
 
 def test_readme_links_the_learning_docs():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for doc in ["docs/tutorial_first_rl.md", "docs/custom_envs.md", "docs/hyperparameters.md",
-                "scripts/minimal_grpo_loop.py", "docs/zh/README.md", "docs/zh/tutorial_first_rl.md"]:
+    for doc in [
+        "docs/tutorial_first_rl.md",
+        "docs/custom_envs.md",
+        "docs/hyperparameters.md",
+        "scripts/minimal_grpo_loop.py",
+        "docs/zh/README.md",
+        "docs/zh/tutorial_first_rl.md",
+    ]:
         assert f"]({doc})" in readme, f"README.md does not link {doc}"
         assert (ROOT / doc).exists(), f"README.md links {doc}, which does not exist"

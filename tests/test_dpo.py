@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import Dataset
 import transformers
+from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_envs import (
@@ -20,11 +20,15 @@ from trl_envs import (
     ListRLDataset,
     ProblemEnv,
     ProblemGroupBuilder,
+    make_env_dataset,
     make_preference_pairs,
 )
-from trl_envs import make_env_dataset
-from trl_envs.training_data.preference_data import (HELD_OUT_FRACTION, arithmetic_preference_rows, build_preference_dataset,
-                                                    load_preference_dataset)
+from trl_envs.training_data.preference_data import (
+    HELD_OUT_FRACTION,
+    arithmetic_preference_rows,
+    build_preference_dataset,
+    load_preference_dataset,
+)
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parent.parent
@@ -32,9 +36,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 def config(tmp_path, **overrides) -> EnvDPOConfig:
     kwargs = dict(
-        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-        per_device_train_batch_size=8, learning_rate=1e-3, beta=0.1, num_train_epochs=1, logging_steps=1,
-        save_strategy="no", disable_tqdm=True, seed=0, num_rounds=1, max_tokens_per_turn=8, max_turns=6,
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        per_device_train_batch_size=8,
+        learning_rate=1e-3,
+        beta=0.1,
+        num_train_epochs=1,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        num_rounds=1,
+        max_tokens_per_turn=8,
+        max_turns=6,
         eval_envs_each_round=False,
     )
     kwargs.update(overrides)
@@ -55,9 +72,12 @@ def train_logs(trainer) -> list[dict]:
 def test_offline_dpo_loss_falls_and_margin_grows(tmp_path, tiny_model_path, tokenizer):
     # 16 pairs of the built-in dataset, one full batch per step: the setting where the trend is reliable.
     data = load_preference_dataset(build_preference_dataset(str(tmp_path / "prefs"), num_train=16, num_test=8))
-    trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path, per_device_train_batch_size=16, max_steps=10,
-                                                         lr_scheduler_type="constant"),
-                            train_dataset=data["train"], processing_class=tokenizer)
+    trainer = EnvDPOTrainer(
+        tiny_model_path,
+        args=config(tmp_path, per_device_train_batch_size=16, max_steps=10, lr_scheduler_type="constant"),
+        train_dataset=data["train"],
+        processing_class=tokenizer,
+    )
     trainer.train()
     logs = train_logs(trainer)
     assert len(logs) == 10
@@ -71,18 +91,32 @@ def test_offline_dpo_loss_falls_and_margin_grows(tmp_path, tiny_model_path, toke
 
 def test_text_format_and_eval_dataset(tmp_path, tiny_model_path, tokenizer):
     rows = [{"prompt": f"{a} + {a} =", "chosen": f" {2 * a}", "rejected": f" {2 * a + 1}"} for a in range(8)]
-    trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path, max_steps=1), train_dataset=Dataset.from_list(rows),
-                            eval_dataset=Dataset.from_list(rows[:4]), processing_class=tokenizer)
+    trainer = EnvDPOTrainer(
+        tiny_model_path,
+        args=config(tmp_path, max_steps=1),
+        train_dataset=Dataset.from_list(rows),
+        eval_dataset=Dataset.from_list(rows[:4]),
+        processing_class=tokenizer,
+    )
     trainer.train()
     assert trainer.train_dataset[0]["chosen_ids"][-1] == tokenizer.eos_token_id  # TRL's text handling (EOS added)
     assert "eval_rewards/margins" in trainer.evaluate()
 
 
 def test_pretokenized_pairs_pass_through_with_their_masks(tmp_path, tiny_model_path, tokenizer):
-    row = {"prompt_ids": [1, 5, 6], "chosen_ids": [7, 8, 9], "rejected_ids": [10, 11], "chosen_mask": [1, 0, 1],
-           "rejected_mask": [1, 1]}
-    trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path, max_steps=1), train_dataset=Dataset.from_list([row]),
-                            processing_class=tokenizer)
+    row = {
+        "prompt_ids": [1, 5, 6],
+        "chosen_ids": [7, 8, 9],
+        "rejected_ids": [10, 11],
+        "chosen_mask": [1, 0, 1],
+        "rejected_mask": [1, 1],
+    }
+    trainer = EnvDPOTrainer(
+        tiny_model_path,
+        args=config(tmp_path, max_steps=1),
+        train_dataset=Dataset.from_list([row]),
+        processing_class=tokenizer,
+    )
     assert trainer.train_dataset[0] == row
     batch = trainer.data_collator([trainer.train_dataset[0]])
     assert batch["completion_mask"].tolist() == [[0, 0, 0, 1, 0, 1], [0, 0, 0, 1, 1, 0]]
@@ -93,8 +127,9 @@ def test_in_memory_model_gets_a_frozen_reference(tmp_path, tiny_model_path, toke
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     model.config._name_or_path = ""  # built in memory: TRL could not reload a reference from a path
     rows = arithmetic_preference_rows(8)
-    trainer = EnvDPOTrainer(model, args=config(tmp_path, max_steps=2), train_dataset=Dataset.from_list(rows),
-                            processing_class=tokenizer)
+    trainer = EnvDPOTrainer(
+        model, args=config(tmp_path, max_steps=2), train_dataset=Dataset.from_list(rows), processing_class=tokenizer
+    )
     ref_before = {n: p.detach().clone() for n, p in trainer.ref_model.named_parameters()}
     trainer.train()
     assert trainer.ref_model is not trainer.model
@@ -106,9 +141,13 @@ def test_lora_trains_only_the_adapter_and_saves_it(tmp_path, tiny_model_path, to
     from peft import LoraConfig
 
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path, max_steps=2),
-                            train_dataset=Dataset.from_list(arithmetic_preference_rows(8)), processing_class=tokenizer,
-                            peft_config=peft_config)
+    trainer = EnvDPOTrainer(
+        tiny_model_path,
+        args=config(tmp_path, max_steps=2),
+        train_dataset=Dataset.from_list(arithmetic_preference_rows(8)),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
     assert trainer.ref_model is None  # the reference is the base model, adapter switched off
     base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora" not in n}
     lora = params(trainer.model)
@@ -133,8 +172,14 @@ def test_one_round_of_env_driven_dpo(env, tmp_path, tiny_model_path, tokenizer, 
     assert round_logs["round"] == 1.0
     assert 0 < round_logs["pairs/pairs"] <= 8 and round_logs["pairs/groups"] == 8
     assert round_logs["pairs/pairs"] + round_logs["pairs/ties"] + round_logs["pairs/identical"] == 8
-    for key in ("env/all/reward/total", f"env/{env}/reward/total", "round/loss", "round/rewards/margins",
-                "round/rewards/accuracies", "round/steps"):
+    for key in (
+        "env/all/reward/total",
+        f"env/{env}/reward/total",
+        "round/loss",
+        "round/rewards/margins",
+        "round/rewards/accuracies",
+        "round/steps",
+    ):
         assert key in round_logs, key
     totals = [t for g in trainer.last_rollout.groups for t in g.get_total_rewards()]
     assert round_logs["env/all/reward/total"] == pytest.approx(sum(totals) / len(totals))  # the policy's env reward
@@ -148,8 +193,7 @@ def test_one_round_of_env_driven_dpo(env, tmp_path, tiny_model_path, tokenizer, 
 
 
 def test_rounds_continue_steps_logs_and_learning_rate(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
-    builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=8, num_batches=4,
-                                   num_test_batches=1)
+    builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=8, num_batches=4, num_test_batches=1)
     args = config(tmp_path, num_rounds=2, eval_envs_each_round=True, lr_scheduler_type="linear")
     trainer = EnvDPOTrainer(tiny_model_path, args=args, env_dataset=builder, processing_class=tokenizer)
     optimizer_types = []
@@ -191,8 +235,8 @@ def test_env_tokens_are_excluded_from_the_dpo_loss(tmp_path, tiny_model_path, to
         side = "chosen" if i < len(rows) else "rejected"
         start = len(row["prompt_ids"])
         n = len(row[f"{side}_ids"])
-        sampled[i, start:start + n] = torch.tensor(row[f"{side}_mask"])
-        all_completion[i, start:start + n] = 1
+        sampled[i, start : start + n] = torch.tensor(row[f"{side}_mask"])
+        all_completion[i, start : start + n] = 1
     expected = (token_logps * sampled[:, 1:]).sum(1)
     with_env_tokens = (token_logps * all_completion[:, 1:]).sum(1)
     assert torch.all((expected - with_env_tokens).abs() > 0.1)  # the env tokens do weigh in if included
@@ -222,10 +266,12 @@ def test_a_round_without_pairs_warns_with_the_count(tmp_path, tiny_model_path, t
         def get_reference_answer(self):
             return "anything"
 
-    envs = ListRLDataset([ProblemGroupBuilder(lambda: AlwaysRight(renderer, format_coef=0.0), 4, "ties")
-                          for _ in range(3)], batch_size=3)
-    trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path, num_rounds=2), env_dataset=envs,
-                            processing_class=tokenizer)
+    envs = ListRLDataset(
+        [ProblemGroupBuilder(lambda: AlwaysRight(renderer, format_coef=0.0), 4, "ties") for _ in range(3)], batch_size=3
+    )
+    trainer = EnvDPOTrainer(
+        tiny_model_path, args=config(tmp_path, num_rounds=2), env_dataset=envs, processing_class=tokenizer
+    )
     with pytest.warns(EmptyPairsWarning, match=r"round 1 made no preference pair from 3 env groups \(3 all ties"):
         out = trainer.train()
     assert out.global_step == 0
@@ -248,24 +294,33 @@ def test_empty_answers_are_rejected(column, value, tmp_path, tiny_model_path, to
         rows = [{"prompt": "1 + 1 =", "chosen": " 2", "rejected": " 3"} for _ in range(3)]
     rows[1][column] = value
     with pytest.raises(ValueError, match=rf"row 1 of the train dataset has an empty '{column}' answer"):
-        EnvDPOTrainer(tiny_model_path, args=config(tmp_path), train_dataset=Dataset.from_list(rows),
-                      processing_class=tokenizer)
+        EnvDPOTrainer(
+            tiny_model_path, args=config(tmp_path), train_dataset=Dataset.from_list(rows), processing_class=tokenizer
+        )
 
 
 def test_chat_data_needs_a_chat_template(tmp_path, tiny_model_path):
     bare = AutoTokenizer.from_pretrained(tiny_model_path)
     bare.chat_template = None
     with pytest.raises(ValueError, match="conversational.*no chat template"):
-        EnvDPOTrainer(tiny_model_path, args=config(tmp_path),
-                      train_dataset=Dataset.from_list(arithmetic_preference_rows(2)), processing_class=bare)
+        EnvDPOTrainer(
+            tiny_model_path,
+            args=config(tmp_path),
+            train_dataset=Dataset.from_list(arithmetic_preference_rows(2)),
+            processing_class=bare,
+        )
 
 
 def test_exactly_one_kind_of_data(tmp_path, tiny_model_path, tokenizer, renderer):
     with pytest.raises(ValueError, match="exactly one of train_dataset"):
         EnvDPOTrainer(tiny_model_path, args=config(tmp_path), processing_class=tokenizer)
     with pytest.raises(ValueError, match="precompute_ref_log_probs"):
-        EnvDPOTrainer(tiny_model_path, args=config(tmp_path, precompute_ref_log_probs=True),
-                      env_dataset=make_env_dataset("arithmetic", renderer), processing_class=tokenizer)
+        EnvDPOTrainer(
+            tiny_model_path,
+            args=config(tmp_path, precompute_ref_log_probs=True),
+            env_dataset=make_env_dataset("arithmetic", renderer),
+            processing_class=tokenizer,
+        )
 
 
 # -- the script ------------------------------------------------------------------------------------------------
@@ -285,18 +340,42 @@ def run_script(monkeypatch, capsys, tmp_path, *args) -> str:
 
 
 def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypatch, capsys):
-    stdout = run_script(monkeypatch, capsys, tmp_path, "--model_name_or_path", tiny_model_path, "--max_steps", "2",
-                        "--logging_steps", "1", "--output_dir", str(tmp_path / "offline"))
+    stdout = run_script(
+        monkeypatch,
+        capsys,
+        tmp_path,
+        "--model_name_or_path",
+        tiny_model_path,
+        "--max_steps",
+        "2",
+        "--logging_steps",
+        "1",
+        "--output_dir",
+        str(tmp_path / "offline"),
+    )
     assert "step    2 | loss" in stdout and "margin" in stdout, stdout
     assert (tmp_path / "offline" / "model.safetensors").exists()
     assert (tmp_path / "cache" / "arithmetic-preferences-v2").is_dir()  # the default run's dataset
     card_eval = json.loads((tmp_path / "offline" / "eval_results.json").read_text())
     assert card_eval["env"] == "arithmetic"  # scored on the questions the built-in data leaves out, not on seen ones
     assert card_eval["env_kwargs"] == {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION}
-    stdout = run_script(monkeypatch, capsys, tmp_path, "--config",
-                        str(REPO / "scripts" / "configs" / "dpo_env_guess_number.yaml"), "--model_name_or_path",
-                        tiny_model_path, "--num_rounds", "1", "--groups_per_round", "4", "--group_size", "4",
-                        "--output_dir", str(tmp_path / "env"))
+    stdout = run_script(
+        monkeypatch,
+        capsys,
+        tmp_path,
+        "--config",
+        str(REPO / "scripts" / "configs" / "dpo_env_guess_number.yaml"),
+        "--model_name_or_path",
+        tiny_model_path,
+        "--num_rounds",
+        "1",
+        "--groups_per_round",
+        "4",
+        "--group_size",
+        "4",
+        "--output_dir",
+        str(tmp_path / "env"),
+    )
     assert "round  1/1 | env reward" in stdout, stdout
     assert (tmp_path / "env" / "log_history.json").exists()
 
@@ -313,8 +392,11 @@ def test_script_loads_preference_data_from_files_and_disk(tmp_path, monkeypatch)
     data.to_parquet(str(tmp_path / "p.parquet"))
     data.train_test_split(test_size=2).save_to_disk(str(tmp_path / "saved"))
     args = script.ScriptArguments
-    for kwargs in ({"data_files": [str(tmp_path / "p.jsonl")]}, {"data_files": [str(tmp_path / "p.parquet")]},
-                   {"dataset_name": str(tmp_path / "p.csv")}):
+    for kwargs in (
+        {"data_files": [str(tmp_path / "p.jsonl")]},
+        {"data_files": [str(tmp_path / "p.parquet")]},
+        {"dataset_name": str(tmp_path / "p.csv")},
+    ):
         train = script.pick_split(script.load_preference_splits(args(**kwargs)), "train", "training")
         assert train.column_names == ["prompt", "chosen", "rejected"] and len(train) == 4
     saved = script.load_preference_splits(args(dataset_name=str(tmp_path / "saved")))

@@ -118,10 +118,12 @@ def test_forked_child_gets_its_own_loop():
 def test_interpreter_exits_promptly_with_the_loop_started():
     import trl_envs.rollout.event_loop as module
 
-    code = ("import importlib.util\n"  # the module alone: importing trl_envs (torch, transformers) takes seconds
-            f"spec = importlib.util.spec_from_file_location('event_loop', {module.__file__!r})\n"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-            "async def f():\n    return 1\nprint(m.run_sync(f))\n")
+    code = (
+        "import importlib.util\n"  # the module alone: importing trl_envs (torch, transformers) takes seconds
+        f"spec = importlib.util.spec_from_file_location('event_loop', {module.__file__!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "async def f():\n    return 1\nprint(m.run_sync(f))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr
     assert "Traceback" not in out.stderr and "Task was destroyed" not in out.stderr

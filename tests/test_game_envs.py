@@ -50,14 +50,18 @@ def player(name, seed=0, illegal=None):
             return reply
         moves = legal_moves(name, text)
         return rng.choice(moves) if moves else "0"
+
     return respond
 
 
 def rollout(name, renderer, policy, split=0, group_size=4, **options):
     from trl_envs.registry import make_env_dataset
 
-    train, test = run_sync(make_env_dataset(name, renderer, group_size=group_size, groups_per_batch=2, num_batches=1,
-                                            num_test_batches=1, **options))
+    train, test = run_sync(
+        make_env_dataset(
+            name, renderer, group_size=group_size, groups_per_batch=2, num_batches=1, num_test_batches=1, **options
+        )
+    )
     return run_rollout_batch((train, test)[split].get_batch(0), TextPolicySampler(renderer, policy), BUDGET)
 
 
@@ -72,7 +76,7 @@ def test_self_play_games_are_zero_sum_group_rewards_without_valve_stalls(name, r
             assert sum(game) == 0 and sorted(game) in ([-1.0, 1.0], [0.0, 0.0])
         tokens = group.trajectories[0].transitions
         for before, after in itertools.pairwise(tokens):  # one growing conversation per seat
-            assert after.ob[:len(before.ob)] == before.ob
+            assert after.ob[: len(before.ob)] == before.ob
 
 
 @pytest.mark.parametrize("name", [TEXTARENA, PETTINGZOO])
@@ -106,8 +110,9 @@ def test_a_seat_cut_by_max_turns_ends_the_game_for_the_others_at_once(name, rend
     from trl_envs.registry import make_env_dataset
 
     train, _ = run_sync(make_env_dataset(name, renderer, group_size=2, groups_per_batch=1, num_batches=1))
-    result = run_rollout_batch(train.get_batch(0), TextPolicySampler(renderer, player(name)),
-                               RolloutBudget(max_turns=2, max_tokens_per_turn=8))
+    result = run_rollout_batch(
+        train.get_batch(0), TextPolicySampler(renderer, player(name)), RolloutBudget(max_turns=2, max_tokens_per_turn=8)
+    )
     group = result.groups[0]
     assert result.error_counts == {} and result.wall_seconds < 30
     assert group.group_rewards == [0.0, 0.0]
@@ -170,9 +175,31 @@ def test_trl_envs_eval_plays_a_game_against_the_random_opponent(name, tmp_path, 
     from trl_envs.cli.commands import main
 
     out = tmp_path / "eval.json"
-    assert main(["eval", "--model", tiny_model_path, "--env", name, "--num_problems", "2", "--samples_per_problem",
-                 "2", "--max_tokens", "4", "--max_turns", "6", "--device", "cpu", "--no_progress", "--output",
-                 str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                tiny_model_path,
+                "--env",
+                name,
+                "--num_problems",
+                "2",
+                "--samples_per_problem",
+                "2",
+                "--max_tokens",
+                "4",
+                "--max_turns",
+                "6",
+                "--device",
+                "cpu",
+                "--no_progress",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())
 
 
@@ -208,7 +235,6 @@ def test_bad_names_and_options_are_named(renderer):
     assert TEXTARENA in names and PETTINGZOO in names
 
 
-
 def test_trl_envs_play_and_a_mistyped_name_on_the_command_line(tiny_model_path, monkeypatch, capsys):
     needs(TEXTARENA)
     import io
@@ -216,8 +242,10 @@ def test_trl_envs_play_and_a_mistyped_name_on_the_command_line(tiny_model_path, 
     from trl_envs.cli.commands import main
 
     monkeypatch.setattr("sys.stdin", io.StringIO("4\n0\n8\n2\n6\n1\n3\n5\n7\n"))
-    assert main(["play", TEXTARENA, "--model_name_or_path", tiny_model_path, "--env_kwargs",
-                 '{"opponent": "random"}']) == 0
+    assert (
+        main(["play", TEXTARENA, "--model_name_or_path", tiny_model_path, "--env_kwargs", '{"opponent": "random"}'])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "[GAME] You are Player 0 in Tic Tac Toe." in out and "total reward" in out
     assert main(["eval", "--model", tiny_model_path, "--env", "textarena/TicTacToo-v0"]) == 2
@@ -243,8 +271,9 @@ def test_rows_of_both_libraries_play_in_one_batch_and_builders_pickle(renderer):
     assert result.error_counts == {} and result.num_valve_flushes == 0
     pz, ta = result.groups
     assert len(pz.trajectories) == 2 and sum(pz.group_rewards) <= 0  # one self-play game
-    assert len(ta.trajectories) == 2 and all("[Player 0]" in renderer.tokenizer.decode(t.transitions[0].ob)
-                                            for t in ta.trajectories)  # the model is seat 1: the opponent opened
+    assert len(ta.trajectories) == 2 and all(
+        "[Player 0]" in renderer.tokenizer.decode(t.transitions[0].ob) for t in ta.trajectories
+    )  # the model is seat 1: the opponent opened
 
 
 def test_a_failing_seat_is_retried_with_its_whole_game_and_nothing_hangs(renderer):
@@ -262,10 +291,12 @@ def test_a_failing_seat_is_retried_with_its_whole_game_and_nothing_hangs(rendere
             raise RuntimeError("sampler hiccup")
         return player(PETTINGZOO)(text)
 
-    train, _ = run_sync(make_env_dataset(PETTINGZOO, renderer, group_size=2, groups_per_batch=1, num_batches=1,
-                                         move_timeout=60.0))
-    result = run_rollout_batch(train.get_batch(0), TextPolicySampler(renderer, policy), BUDGET,
-                               RetryOnFailure(max_retries=2))
+    train, _ = run_sync(
+        make_env_dataset(PETTINGZOO, renderer, group_size=2, groups_per_batch=1, num_batches=1, move_timeout=60.0)
+    )
+    result = run_rollout_batch(
+        train.get_batch(0), TextPolicySampler(renderer, policy), BUDGET, RetryOnFailure(max_retries=2)
+    )
     assert failed and result.wall_seconds < 30
     assert result.error_counts.get("RuntimeError") == 1 and result.groups[0] is not None
     assert sorted(result.groups[0].group_rewards) in ([-1.0, 1.0], [0.0, 0.0])

@@ -27,7 +27,6 @@ import urllib.request
 
 import pytest
 import torch
-
 from distributed_checks import check_groups_rewards_advantages_metrics, check_uneven, env_logs, run_worker, scenario
 from mp_launch import REPO, free_port, kill_tree, launch_env
 
@@ -35,8 +34,10 @@ NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
 NPROC = min(2, NGPU)
 TIMEOUT_S = 420
 
-pytestmark = [pytest.mark.skipif(NGPU == 0, reason="needs a GPU (scripts/gpu_check.sh on a GPU machine)"),
-              pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.skipif(NGPU == 0, reason="needs a GPU (scripts/gpu_check.sh on a GPU machine)"),
+    pytest.mark.timeout(600),
+]
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
 needs_2_gpus = pytest.mark.skipif(NGPU < 2, reason="needs 2 GPUs (one NCCL rank per GPU)")
@@ -53,9 +54,16 @@ def bf16_model_path(tiny_model_path, tmp_path_factory) -> str:
 
 
 def _launch(tmp_path, config: str, scenarios: list[str], nproc: int, model_path: str, *worker_args: str):
-    ranks = run_worker(tmp_path, config, scenarios, world_size=nproc, model_path=model_path, timeout_s=TIMEOUT_S,
-                       launch_args=["--num_processes", str(nproc), "--mixed_precision", "no"],
-                       worker_args=["--device", "cuda", *worker_args])
+    ranks = run_worker(
+        tmp_path,
+        config,
+        scenarios,
+        world_size=nproc,
+        model_path=model_path,
+        timeout_s=TIMEOUT_S,
+        launch_args=["--num_processes", str(nproc), "--mixed_precision", "no"],
+        worker_args=["--device", "cuda", *worker_args],
+    )
     print((tmp_path / "launch.log").read_text()[-3000:])
     return ranks
 
@@ -89,8 +97,7 @@ def _check_importance_sampling(per_rank: list[dict]) -> None:
 
 @needs_vllm
 def test_gpu_vllm_colocate_multi_turn(tmp_path, bf16_model_path):
-    ranks = _launch(tmp_path, "single_gpu.yaml", ["guess_number:group"], 1, bf16_model_path,
-                    "--vllm_mode", "colocate")
+    ranks = _launch(tmp_path, "single_gpu.yaml", ["guess_number:group"], 1, bf16_model_path, "--vllm_mode", "colocate")
     per_rank = _check(ranks, "guess_number_group", "NO")
     assert all(s["use_vllm"] for s in per_rank)
     assert any(t > 1 for rec in per_rank[0]["rollouts"] for g in rec["groups"] for t in g["turns"])  # multi-turn
@@ -130,9 +137,24 @@ def test_gpu_vllm_server_two_ranks(tmp_path, bf16_model_path):
     port = free_port()
     env = dict(launch_env(), CUDA_VISIBLE_DEVICES=str(NGPU - 1))
     trl = shutil.which("trl") or "trl"
-    server = subprocess.Popen([trl, "vllm-serve", "--model", bf16_model_path, "--port", str(port),
-                               "--gpu_memory_utilization", "0.3", "--max_model_len", "1024"],
-                              cwd=REPO, env=env, stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            trl,
+            "vllm-serve",
+            "--model",
+            bf16_model_path,
+            "--port",
+            str(port),
+            "--gpu_memory_utilization",
+            "0.3",
+            "--max_model_len",
+            "1024",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=open(tmp_path / "server.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.time() + 300
         while time.time() < deadline:
@@ -143,8 +165,17 @@ def test_gpu_vllm_server_two_ranks(tmp_path, bf16_model_path):
             time.sleep(2)
         os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"  # the 2 training ranks; the server has the last GPU
         try:
-            ranks = _launch(tmp_path, "multi_gpu.yaml", ["uneven:batch"], 2, bf16_model_path,
-                            "--vllm_mode", "server", "--vllm_server_port", str(port))
+            ranks = _launch(
+                tmp_path,
+                "multi_gpu.yaml",
+                ["uneven:batch"],
+                2,
+                bf16_model_path,
+                "--vllm_mode",
+                "server",
+                "--vllm_server_port",
+                str(port),
+            )
         finally:
             del os.environ["CUDA_VISIBLE_DEVICES"]
         check_uneven(_check(ranks, "uneven_batch", "MULTI_GPU"))

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, ListRLDataset
-from trl_envs import make_env_dataset
+from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, ListRLDataset, make_env_dataset
 from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
@@ -14,9 +13,21 @@ pytestmark = pytest.mark.timeout(300)
 
 def config(tmp_path, **overrides) -> EnvGRPOConfig:
     kwargs = dict(
-        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-        num_generations=4, per_device_train_batch_size=8, per_device_eval_batch_size=8, max_steps=2,
-        max_completion_length=8, max_turns=4, learning_rate=1e-3, logging_steps=1, save_strategy="no", seed=0,
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        max_steps=2,
+        max_completion_length=8,
+        max_turns=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
         beta=0.0,
     )
     kwargs.update(overrides)
@@ -47,14 +58,16 @@ def test_training_steps_update_the_model_and_log_env_metrics(env, tmp_path, tiny
 
 
 def test_reward_seen_by_trl_equals_env_totals(tmp_path, tiny_model_path, tokenizer, renderer):
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path), env_builder("guess_number", renderer),
-                             processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path, config(tmp_path), env_builder("guess_number", renderer), processing_class=tokenizer
+    )
     batch = [{"prompt": key} for key in trainer.train_dataset["prompt"][:2] for _ in range(4)]
     trainer.model.train()
     out = trainer._generate_and_score_completions(batch)
     totals = [t for g in trainer.last_rollout.groups for t in g.get_total_rewards()]
-    step_plus_group = [tr.step_reward + gr for g in trainer.last_rollout.groups
-                       for tr, gr in zip(g.trajectories, g.group_rewards)]
+    step_plus_group = [
+        tr.step_reward + gr for g in trainer.last_rollout.groups for tr, gr in zip(g.trajectories, g.group_rewards)
+    ]
     assert trainer._logs["rewards"]["env"] == pytest.approx(totals)
     assert totals == pytest.approx(step_plus_group)
     # and the advantages TRL trains on are the group-normalised env totals
@@ -64,8 +77,12 @@ def test_reward_seen_by_trl_equals_env_totals(tmp_path, tiny_model_path, tokeniz
 
 
 def test_env_tokens_receive_no_gradient(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, per_device_train_batch_size=4, max_turns=6),
-                             env_builder("guess_number", renderer), processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, per_device_train_batch_size=4, max_turns=6),
+        env_builder("guess_number", renderer),
+        processing_class=tokenizer,
+    )
     trainer.model.train()
     torch.manual_seed(3)
     inputs = None
@@ -102,8 +119,13 @@ def test_lora_with_kl_penalty_trains_only_the_adapter(tmp_path, tiny_model_path,
     from peft import LoraConfig
 
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, beta=0.1), env_builder("arithmetic", renderer),
-                             processing_class=tokenizer, peft_config=peft_config)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, beta=0.1),
+        env_builder("arithmetic", renderer),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
     base_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora" not in n}
     trainer.train()
     assert all(torch.equal(p, base_before[n]) for n, p in trainer.model.named_parameters() if "lora" not in n)
@@ -114,15 +136,20 @@ def test_lora_with_kl_penalty_trains_only_the_adapter(tmp_path, tiny_model_path,
 
 @pytest.mark.parametrize("loss_type", ["dr_grpo", "cispo"])
 def test_other_loss_types_train(loss_type, tmp_path, tiny_model_path, tokenizer, renderer):
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, loss_type=loss_type, max_steps=1),
-                             env_builder("arithmetic", renderer), processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, loss_type=loss_type, max_steps=1),
+        env_builder("arithmetic", renderer),
+        processing_class=tokenizer,
+    )
     result = trainer.train()
     assert torch.isfinite(torch.tensor(result.training_loss))
 
 
 def test_evaluation_runs_the_test_envs(tmp_path, tiny_model_path, tokenizer, renderer):
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, max_steps=1), env_builder("arithmetic", renderer),
-                             processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path, config(tmp_path, max_steps=1), env_builder("arithmetic", renderer), processing_class=tokenizer
+    )
     metrics = trainer.evaluate()
     assert "eval_env/all/reward/total" in metrics
     assert -0.1 <= metrics["eval_env/all/reward/total"] <= 1.0
@@ -148,11 +175,16 @@ def test_skipped_groups_are_not_trained(tmp_path, tiny_model_path, tokenizer, re
 
     train, _ = run_sync(env_builder("arithmetic", renderer))
     broken = ListRLDataset([BrokenBuilder(b) for b in train.get_batch(0)], batch_size=2)
-    trainer = EnvGRPOTrainer(tiny_model_path, config(tmp_path, rollout_error_strategy="retry", rollout_max_retries=1),
-                             broken, processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        config(tmp_path, rollout_error_strategy="retry", rollout_max_retries=1),
+        broken,
+        processing_class=tokenizer,
+    )
     trainer.model.train()
-    out = trainer._generate_and_score_completions([{"prompt": k} for k in trainer.train_dataset["prompt"][:2]
-                                                   for _ in range(4)])
+    out = trainer._generate_and_score_completions(
+        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)]
+    )
     assert trainer.last_rollout.groups == [None, None]
     assert trainer.last_rollout.error_counts["ConnectionError"] >= 4  # at least 1 try + 1 retry, per group
     assert trainer.last_rollout.error_counts["GroupSkipped"] == 2
@@ -165,16 +197,24 @@ def test_skipped_groups_are_not_trained(tmp_path, tiny_model_path, tokenizer, re
 
 def test_group_size_must_equal_num_generations(tmp_path, tiny_model_path, tokenizer, renderer):
     with pytest.raises(ValueError, match=r"groups of 2 envs but EnvGRPOConfig.num_generations=4"):
-        EnvGRPOTrainer(tiny_model_path, config(tmp_path), env_builder("arithmetic", renderer, group_size=2),
-                       processing_class=tokenizer)
+        EnvGRPOTrainer(
+            tiny_model_path,
+            config(tmp_path),
+            env_builder("arithmetic", renderer, group_size=2),
+            processing_class=tokenizer,
+        )
 
 
 def test_groups_must_not_straddle_ranks(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
     # Two ranks with 2 rows each: the global batch (4) holds one group of 4, but it would be split across ranks.
     monkeypatch.setattr(EnvGRPOConfig, "world_size", property(lambda self: 2))
     with pytest.raises(ValueError, match=r"2 processes = 2 rows\) is not a multiple of num_generations=4"):
-        EnvGRPOTrainer(tiny_model_path, config(tmp_path, per_device_train_batch_size=2),
-                       env_builder("arithmetic", renderer), processing_class=tokenizer)
+        EnvGRPOTrainer(
+            tiny_model_path,
+            config(tmp_path, per_device_train_batch_size=2),
+            env_builder("arithmetic", renderer),
+            processing_class=tokenizer,
+        )
 
 
 def test_tokenizer_without_chat_template_is_rejected(tmp_path, tiny_model_path, tokenizer, renderer):

@@ -7,8 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from trl_envs import RolloutBudget, do_single_rollout, run_rollout_batch
-from trl_envs import make_env_dataset
+from trl_envs import RolloutBudget, do_single_rollout, make_env_dataset, run_rollout_batch
 from trl_envs.envs.cartpole import ACTION_NAMES, cartpole_text, lean_policy
 from trl_envs.gym.env import GymDataset, GymEnv, GymGroupBuilder
 from trl_envs.gym.evaluation import evaluate_gym, evaluate_policy
@@ -28,6 +27,7 @@ def _user_text(renderer, ob: list[int]) -> str:
 
 def _play(env: GymEnv, renderer, replies: list[str]):
     """Initial observation, then one StepResult per reply until the episode ends."""
+
     async def run():
         ob, _ = await env.initial_observation()
         results = []
@@ -36,6 +36,7 @@ def _play(env: GymEnv, renderer, replies: list[str]):
             if results[-1].episode_done:
                 break
         return ob, results
+
     return asyncio.run(run())
 
 
@@ -129,8 +130,13 @@ def test_box_parser_reads_numbers_clips_and_checks_shape():
     np.testing.assert_allclose(parse("0.5, 2"), [0.5, 2.0])
     np.testing.assert_allclose(parse("[-7 9.5]"), [-1.0, 5.0])  # clipped into the bounds
     assert parse("0 1").dtype == np.float32 and space.contains(parse("0 1"))
-    for bad, why in [("0.5", "got 1 numbers"), ("1 2 3", "got 3 numbers"), ("left", "cannot read"),
-                     ("0.5 nan", "cannot read"), ("move 0.5 1", "cannot read")]:
+    for bad, why in [
+        ("0.5", "got 1 numbers"),
+        ("1 2 3", "got 3 numbers"),
+        ("left", "cannot read"),
+        ("0.5 nan", "cannot read"),
+        ("move 0.5 1", "cannot read"),
+    ]:
         with pytest.raises(ActionParseError, match=why):
             parse(bad)
     strict = ActionParser(space, clip=False)
@@ -178,7 +184,9 @@ def test_unparsable_reply_costs_penalty_and_plays_the_default_action(renderer):
     assert results[0].reward == pytest.approx(reward - 0.5)
     assert results[0].metrics["parse_ok"] == 0.0 and "cannot read" in results[0].logs["invalid_action"]
     assert not results[0].episode_done
-    assert _user_text(renderer, results[0].next_observation).startswith(f"Observation: {obs[0]:.2f}".replace("-0.00", "0.00"))
+    assert _user_text(renderer, results[0].next_observation).startswith(
+        f"Observation: {obs[0]:.2f}".replace("-0.00", "0.00")
+    )
     assert results[1].metrics["parse_ok"] == 1.0 and results[1].reward == 1.0
 
 
@@ -187,8 +195,14 @@ def test_unparsable_reply_can_end_the_episode(renderer):
     _, results = _play(env, renderer, ["1", "I think left", "0"])
     assert len(results) == 2 and results[1].episode_done
     assert results[1].reward == -2.0
-    assert results[1].metrics == {"parse_ok": 0.0, "episode_return": 1.0, "episode_length": 1.0, "terminated": 0.0,
-                                  "truncated": 0.0, "invalid_actions": 1.0}
+    assert results[1].metrics == {
+        "parse_ok": 0.0,
+        "episode_return": 1.0,
+        "episode_length": 1.0,
+        "terminated": 0.0,
+        "truncated": 0.0,
+        "invalid_actions": 1.0,
+    }
     with pytest.raises(RuntimeError, match="after the episode ended"):
         asyncio.run(env.step(_reply(renderer, "1")))
 
@@ -199,6 +213,7 @@ def test_reply_cut_by_the_token_budget_is_invalid(renderer):
     async def run():
         await env.initial_observation()
         return await env.step(_reply(renderer, "1", end=False))
+
     result = asyncio.run(run())
     assert result.metrics["parse_ok"] == 0.0 and "cut off" in result.logs["invalid_action"]
     assert result.reward == 0.0  # +1 from CartPole, -1 penalty
@@ -208,6 +223,7 @@ def test_random_default_action_is_reproducible_from_the_seed(renderer):
     def rewards(seed):
         env = GymEnv("CartPole-v1", renderer, seed=seed, default_action="random")
         return [r.next_observation for r in _play(env, renderer, ["?"] * 30)[1]]
+
     assert rewards(11) == rewards(11)
     assert rewards(11) != rewards(12)
 
@@ -218,6 +234,7 @@ def test_random_default_action_is_reproducible_from_the_seed(renderer):
 def test_same_seed_same_episode_different_seed_different_start(renderer):
     def first(seed):
         return asyncio.run(GymEnv("CartPole-v1", renderer, seed=seed).initial_observation())[0]
+
     assert first(4) == first(4)
     assert first(4) != first(5)
 
@@ -231,8 +248,9 @@ def test_current_state_mode_shows_only_the_current_state(renderer):
         assert r.next_observation[: len(ob) + 2] != ob + _reply(renderer, "1")  # no history carried over
         assert r.next_observation.count(im_start) == 2  # one user turn, then the generation prompt
         ob = r.next_observation
-    traj = asyncio.run(do_single_rollout(_policy(renderer, "1"), GymEnv("CartPole-v1", renderer, seed=2),
-                                         RolloutBudget(max_turns=3)))
+    traj = asyncio.run(
+        do_single_rollout(_policy(renderer, "1"), GymEnv("CartPole-v1", renderer, seed=2), RolloutBudget(max_turns=3))
+    )
     assert traj.observations_extend is False and traj.stop_reason == "max_turns"
 
 
@@ -256,7 +274,9 @@ def test_full_history_mode_extends_token_exactly_and_stops_at_the_context_limit(
 def _policy(renderer, reply):
     async def policy(prompt, stop, max_tokens):
         from trl_envs import TokensWithLogprobs
+
         return TokensWithLogprobs(_reply(renderer, reply))
+
     return policy
 
 
@@ -278,8 +298,7 @@ def test_group_shares_a_seed_and_dataset_seeds_differ(renderer):
 
 
 def test_builtin_cartpole_dataset(renderer):
-    train, test = asyncio.run(make_env_dataset("cartpole", renderer, group_size=2, batch_size=2,
-                                                   num_batches=3)())
+    train, test = asyncio.run(make_env_dataset("cartpole", renderer, group_size=2, batch_size=2, num_batches=3)())
     assert len(train) == 3 and len(test) == 1
     assert {b.seed for b in test.get_batch(0)}.isdisjoint({b.seed for i in range(3) for b in train.get_batch(i)})
     builder = train.get_batch(0)[0]
@@ -325,16 +344,22 @@ def test_evaluate_policy_matches_a_direct_computation(renderer):
     returns, lengths = _direct_returns(range(10, 14), max_steps=120)
     mean, std = evaluate_policy(sampler, "CartPole-v1", renderer, 4, seed=10, **kwargs)
     assert mean == pytest.approx(np.mean(returns)) and std == pytest.approx(np.std(returns))
-    rewards, lens = evaluate_policy(sampler, "CartPole-v1", renderer, 4, seed=10, return_episode_rewards=True,
-                                    **kwargs)
+    rewards, lens = evaluate_policy(sampler, "CartPole-v1", renderer, 4, seed=10, return_episode_rewards=True, **kwargs)
     assert rewards == returns and lens == lengths
     full = evaluate_gym(sampler, "CartPole-v1", renderer, 4, seed=10, **kwargs)
     assert full.env_steps == sum(lengths) and full.parse_ok == 1.0
 
 
 def test_evaluation_return_excludes_penalties(renderer):
-    result = evaluate_gym(TextPolicySampler(renderer, lambda prompt: "maybe"), "CartPole-v1", renderer, 2, seed=0,
-                          default_action=0, invalid_action_penalty=-1.0)
+    result = evaluate_gym(
+        TextPolicySampler(renderer, lambda prompt: "maybe"),
+        "CartPole-v1",
+        renderer,
+        2,
+        seed=0,
+        default_action=0,
+        invalid_action_penalty=-1.0,
+    )
     assert result.parse_ok == 0.0
     assert result.episode_rewards == [float(n) for n in result.episode_lengths]  # +1 per step, penalties left out
     assert result.eval.mean_reward == pytest.approx(0.0)  # trl_envs' total: +1 - 1 per step
@@ -348,9 +373,17 @@ def test_tiny_model_plays_cartpole_without_crashing(tiny_model_path, tokenizer, 
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
-    result = evaluate_gym(HFSampler(model, tokenizer, temperature=1.0), "CartPole-v1", renderer, 4, seed=0,
-                          formatter=cartpole_text, action_names=ACTION_NAMES, max_episode_steps=15,
-                          max_tokens_per_turn=4)
+    result = evaluate_gym(
+        HFSampler(model, tokenizer, temperature=1.0),
+        "CartPole-v1",
+        renderer,
+        4,
+        seed=0,
+        formatter=cartpole_text,
+        action_names=ACTION_NAMES,
+        max_episode_steps=15,
+        max_tokens_per_turn=4,
+    )
     assert len(result.episode_rewards) == 4 and all(1 <= n <= 15 for n in result.episode_lengths)
     assert 0.0 <= result.parse_ok <= 1.0
 
@@ -359,14 +392,30 @@ def test_tiny_model_plays_cartpole_without_crashing(tiny_model_path, tokenizer, 
 
 
 @pytest.mark.parametrize("mode,per_turn", [("current_state", 1.0), ("full_history", 0.0)])
-def test_grpo_trains_on_cartpole_with_per_turn_credit(mode, per_turn, cpu_grpo_config, tiny_model_path, tokenizer,
-                                                     renderer):
+def test_grpo_trains_on_cartpole_with_per_turn_credit(
+    mode, per_turn, cpu_grpo_config, tiny_model_path, tokenizer, renderer
+):
     from trl_envs import EnvGRPOTrainer
 
-    builder = make_env_dataset("cartpole", renderer, group_size=4, batch_size=1, num_batches=2,
-                                   num_test_batches=0, max_episode_steps=5, mode=mode)
-    config = cpu_grpo_config(per_device_train_batch_size=4, max_steps=2, max_completion_length=4, max_turns=500,
-                             training_rows="auto", credit_assignment="per_turn", credit_gamma=0.95)
+    builder = make_env_dataset(
+        "cartpole",
+        renderer,
+        group_size=4,
+        batch_size=1,
+        num_batches=2,
+        num_test_batches=0,
+        max_episode_steps=5,
+        mode=mode,
+    )
+    config = cpu_grpo_config(
+        per_device_train_batch_size=4,
+        max_steps=2,
+        max_completion_length=4,
+        max_turns=500,
+        training_rows="auto",
+        credit_assignment="per_turn",
+        credit_gamma=0.95,
+    )
     trainer = EnvGRPOTrainer(tiny_model_path, config, builder, processing_class=tokenizer)
     trainer.train()
     logged = [h for h in trainer.state.log_history if "env/cartpole/episode_return" in h]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from hub_stand_in import TOKEN, USER, HubStandIn
+
 from trl_envs.hub.push import files_to_push, push_folder_to_hub
 
 pytestmark = pytest.mark.timeout(400)
@@ -36,30 +36,55 @@ def published(tmp_path_factory, tiny_model_path, tokenizer, renderer):
     import huggingface_hub.constants
     from peft import LoraConfig
 
-    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
-    from trl_envs import make_env_dataset
+    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, make_env_dataset
     from trl_envs.hub.publish import PublishArguments, publish_run, take_over_push
 
     output_dir = tmp_path_factory.mktemp("run") / "tiny-grpo-arithmetic"
     args = EnvGRPOConfig(
-        output_dir=str(output_dir), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-        num_generations=4, per_device_train_batch_size=8, max_steps=2, max_completion_length=8, max_turns=2,
-        learning_rate=2e-2, logging_steps=1, save_strategy="no", seed=0, beta=0.0, disable_tqdm=True,
-        push_to_hub=True, hub_model_id=REPO_ID, hub_token=TOKEN)
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_steps=2,
+        max_completion_length=8,
+        max_turns=2,
+        learning_rate=2e-2,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        beta=0.0,
+        disable_tqdm=True,
+        push_to_hub=True,
+        hub_model_id=REPO_ID,
+        hub_token=TOKEN,
+    )
     with pytest.MonkeyPatch.context() as mp, HubStandIn() as hub:
         mp.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
         mp.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
         push = take_over_push(args)
         env = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2, num_batches=10, max_operand=3)
-        trainer = EnvGRPOTrainer(tiny_model_path, args, env, processing_class=tokenizer,
-                                 peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
-                                                        task_type="CAUSAL_LM"))
+        trainer = EnvGRPOTrainer(
+            tiny_model_path,
+            args,
+            env,
+            processing_class=tokenizer,
+            peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"),
+        )
         trainer.train()
         trainer.save_model(str(output_dir))
         tokenizer.save_pretrained(str(output_dir))
-        result = publish_run(trainer, base_model=tiny_model_path, algorithm="grpo", envs=["arithmetic"], push=push,
-                             publish_args=PublishArguments(card_eval_problems=3, card_eval_samples=2),
-                             env_kwargs={"max_operand": 3})
+        result = publish_run(
+            trainer,
+            base_model=tiny_model_path,
+            algorithm="grpo",
+            envs=["arithmetic"],
+            push=push,
+            publish_args=PublishArguments(card_eval_problems=3, card_eval_samples=2),
+            env_kwargs={"max_operand": 3},
+        )
     return trainer, result, hub, output_dir
 
 
@@ -84,8 +109,16 @@ def test_the_stand_in_received_exactly_the_folder_byte_for_byte(published):
     _, result, hub, output_dir = published
     assert result.repo_url == f"{hub.url}/{REPO_ID}"
     on_disk = {p.relative_to(output_dir).as_posix(): p.read_bytes() for p in output_dir.rglob("*") if p.is_file()}
-    expected = {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                "README.md", "training_config.json", "training_curves.png", "eval_results.json"}
+    expected = {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
+        "training_config.json",
+        "training_curves.png",
+        "eval_results.json",
+    }
     assert expected <= set(on_disk), sorted(on_disk)
     assert sorted(on_disk) == files_to_push(output_dir)  # nothing in this folder is excluded from the push
     repo = hub.repos[REPO_ID]
@@ -94,8 +127,13 @@ def test_the_stand_in_received_exactly_the_folder_byte_for_byte(published):
     assert hub.unexpected == []
     upload = [(m, p) for m, p, _ in hub.requests if p != "/api/agent-harnesses"]
     # the repo is created once before training (take_over_push: a bad token shows then), found again at the end
-    assert upload == [("POST", "/api/repos/create"), ("POST", "/api/repos/create"), ("POST", "/api/validate-yaml"),
-                      ("POST", f"/api/models/{REPO_ID}/preupload/main"), ("POST", f"/api/models/{REPO_ID}/commit/main")]
+    assert upload == [
+        ("POST", "/api/repos/create"),
+        ("POST", "/api/repos/create"),
+        ("POST", "/api/validate-yaml"),
+        ("POST", f"/api/models/{REPO_ID}/preupload/main"),
+        ("POST", f"/api/models/{REPO_ID}/commit/main"),
+    ]
     assert all(authorized for _, p, authorized in hub.requests if p != "/api/agent-harnesses")
 
 
@@ -110,8 +148,10 @@ def test_model_card_names_env_base_model_eval_table_plot_and_loading(published, 
     text = card.text
     assert "LoRA (PEFT) adapter" in text and "tiny-chat-v1" in text and "`arithmetic`" in text
     before, after = result.eval_before, result.eval_after
-    assert f"| mean total reward ± std | {before.mean_reward:.3f} ± {before.std_reward:.3f} | " \
-           f"{after.mean_reward:.3f} ± {after.std_reward:.3f} |" in text
+    assert (
+        f"| mean total reward ± std | {before.mean_reward:.3f} ± {before.std_reward:.3f} | "
+        f"{after.mean_reward:.3f} ± {after.std_reward:.3f} |" in text
+    )
     assert f"| pass@2 | {before.pass_at_k[2]:.3f} | {after.pass_at_k[2]:.3f} |" in text
     assert "![Training curves" in text and "(training_curves.png)" in text
     assert f'AutoPeftModelForCausalLM.from_pretrained("{REPO_ID}")' in text
@@ -166,8 +206,9 @@ def test_push_excludes_checkpoints_and_scratch_files(tmp_path, online):
     (folder / "config.json").write_text("{}")
     assert files_to_push(folder) == ["config.json", "sub/weights.bin"]
     with HubStandIn() as hub:
-        url = push_folder_to_hub(folder, "no-namespace", token=TOKEN, endpoint=hub.url, private=True,
-                                 revision="experiments")
+        url = push_folder_to_hub(
+            folder, "no-namespace", token=TOKEN, endpoint=hub.url, private=True, revision="experiments"
+        )
         assert url == f"{hub.url}/{USER}/no-namespace"  # the token owner's namespace, as on the Hub
         repo = hub.repos[f"{USER}/no-namespace"]
         assert repo.private
@@ -192,8 +233,16 @@ def test_push_is_refused_in_offline_mode_before_training(tmp_path, monkeypatch):
     from trl_envs.hub.publish import take_over_push
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    args = EnvGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", push_to_hub=True,
-                         hub_model_id="me/x", num_generations=2, per_device_train_batch_size=2)
+    args = EnvGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        push_to_hub=True,
+        hub_model_id="me/x",
+        num_generations=2,
+        per_device_train_batch_size=2,
+    )
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
         take_over_push(args)
     with pytest.raises(RuntimeError, match="offline mode"):
@@ -206,18 +255,58 @@ def test_train_grpo_script_pushes_its_output_folder(tmp_path, tiny_model_path):
     """``scripts/train_grpo.py --push_to_hub`` end to end (a full model this time), the Hub at HF_ENDPOINT."""
     output_dir = tmp_path / "out"
     with HubStandIn() as hub:
-        env = dict(os.environ, HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_TOKEN=TOKEN,
-                   PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), TOKENIZERS_PARALLELISM="false")
+        env = dict(
+            os.environ,
+            HF_ENDPOINT=hub.url,
+            HF_HUB_OFFLINE="0",
+            HF_TOKEN=TOKEN,
+            PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            TOKENIZERS_PARALLELISM="false",
+        )
         proc = subprocess.run(
-            [sys.executable, "scripts/train_grpo.py", "--model_name_or_path", tiny_model_path, "--output_dir",
-             str(output_dir), "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
-             "--groups_per_batch", "2", "--max_completion_length", "8", "--card_eval_problems", "2",
-             "--card_eval_samples", "2", "--push_to_hub", "--hub_model_id", "me/script-run"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=360)
+            [
+                sys.executable,
+                "scripts/train_grpo.py",
+                "--model_name_or_path",
+                tiny_model_path,
+                "--output_dir",
+                str(output_dir),
+                "--max_steps",
+                "1",
+                "--per_device_train_batch_size",
+                "8",
+                "--num_generations",
+                "4",
+                "--groups_per_batch",
+                "2",
+                "--max_completion_length",
+                "8",
+                "--card_eval_problems",
+                "2",
+                "--card_eval_samples",
+                "2",
+                "--push_to_hub",
+                "--hub_model_id",
+                "me/script-run",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=360,
+        )
         assert proc.returncode == 0, proc.stderr[-5000:]
         on_disk = {p.relative_to(output_dir).as_posix(): p.read_bytes() for p in output_dir.rglob("*") if p.is_file()}
-        assert {"model.safetensors", "config.json", "README.md", "eval_results.json", "training_curves.png",
-                "log_history.json", "training_config.json", "tokenizer.json"} <= set(on_disk)
+        assert {
+            "model.safetensors",
+            "config.json",
+            "README.md",
+            "eval_results.json",
+            "training_curves.png",
+            "log_history.json",
+            "training_config.json",
+            "tokenizer.json",
+        } <= set(on_disk)
         assert hub.repos["me/script-run"].files == on_disk
         assert hub.unexpected == []
     assert "pushed" in proc.stdout and "library_name: transformers" in on_disk["README.md"].decode()
@@ -231,14 +320,29 @@ def test_card_eval_false_skips_the_evaluation_cleanly(tmp_path, tiny_model_path)
     from trl_envs import EnvGRPOConfig
     from trl_envs.hub.publish import PublishArguments, publish_run
 
-    args = EnvGRPOConfig(output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, report_to="none",
-                         num_generations=2, per_device_train_batch_size=2)
+    args = EnvGRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        num_generations=2,
+        per_device_train_batch_size=2,
+    )
     os.makedirs(args.output_dir)
-    trainer = SimpleNamespace(args=args, accelerator=SimpleNamespace(is_main_process=True, device="cpu"),
-                              state=SimpleNamespace(log_history=[{"step": 1, "env/all/reward/total": 0.5}]))
-    result = publish_run(trainer, base_model=tiny_model_path, algorithm="grpo", envs=["guess_number"], push=False,
-                         publish_args=PublishArguments(card_eval=False),
-                         model_args=ModelConfig(model_name_or_path=tiny_model_path))
+    trainer = SimpleNamespace(
+        args=args,
+        accelerator=SimpleNamespace(is_main_process=True, device="cpu"),
+        state=SimpleNamespace(log_history=[{"step": 1, "env/all/reward/total": 0.5}]),
+    )
+    result = publish_run(
+        trainer,
+        base_model=tiny_model_path,
+        algorithm="grpo",
+        envs=["guess_number"],
+        push=False,
+        publish_args=PublishArguments(card_eval=False),
+        model_args=ModelConfig(model_name_or_path=tiny_model_path),
+    )
     assert result.eval_before is None and result.eval_after is None and result.repo_url is None
     assert sorted(os.listdir(args.output_dir)) == ["README.md", "training_config.json", "training_curves.png"]
     card = (tmp_path / "run" / "README.md").read_text()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from trl_envs import TokensWithLogprobs, run_rollout_batch
-from trl_envs.envs.judged_arithmetic import CloserToJudge, QuestionGroupBuilder
 from trl_envs.core.judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards
+from trl_envs.envs.judged_arithmetic import CloserToJudge, QuestionGroupBuilder
 from trl_envs.rollout.engine import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
 
@@ -29,8 +29,11 @@ def test_both_orders_cancels_a_position_bias():
         return 1
 
     assert [r for r, _ in run_sync(lambda: pairwise_rewards(["a", "b", "c"], prefers_first))] == [1.0, 0.0, -1.0]
-    assert [r for r, _ in run_sync(lambda: pairwise_rewards(["a", "b", "c"], prefers_first, both_orders=True))] == \
-        [0.0, 0.0, 0.0]
+    assert [r for r, _ in run_sync(lambda: pairwise_rewards(["a", "b", "c"], prefers_first, both_orders=True))] == [
+        0.0,
+        0.0,
+        0.0,
+    ]
 
 
 def test_async_judges_and_bad_verdicts():
@@ -60,7 +63,9 @@ def test_model_judge_scores_all_pairs_in_one_batched_call(tokenizer, renderer):
                 a = text.split("Response A: ")[1].split("\n")[0]
                 b = text.split("Response B: ")[1].split("<|im_end|>")[0].split("\n")[0]
                 verdict = "A" if "good" in a and "good" not in b else "B" if "good" in b and "good" not in a else "?"
-                ids = tokenizer.encode(f"a fair pick: {verdict}", add_special_tokens=False) + [renderer.end_of_turn_token_id]
+                ids = tokenizer.encode(f"a fair pick: {verdict}", add_special_tokens=False) + [
+                    renderer.end_of_turn_token_id
+                ]
                 outs.append(TokensWithLogprobs(ids))
             return outs
 
@@ -85,8 +90,7 @@ def test_judged_group_rollout_adds_the_judges_reward(tokenizer, renderer):
 
 
 def test_judged_arithmetic_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
-    from trl_envs import EnvGRPOTrainer
-    from trl_envs import make_env_dataset
+    from trl_envs import EnvGRPOTrainer, make_env_dataset
 
     args = cpu_grpo_config(max_completion_length=6, max_turns=1)
     env = make_env_dataset("judged_arithmetic", renderer, group_size=4, batch_size=2, num_batches=4)
@@ -100,6 +104,7 @@ def test_judged_arithmetic_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_mo
 
 def test_model_judge_of_every_group_of_a_batch_shares_one_call(tokenizer, renderer):
     """Inside a rollout batch, the groups judged at the same time send their pairs in ONE judge call."""
+
     class JudgeModel:
         calls = []
 
@@ -109,8 +114,9 @@ def test_model_judge_of_every_group_of_a_batch_shares_one_call(tokenizer, render
             return [TokensWithLogprobs(list(ids)) for _ in requests]
 
     judge = ModelJudge(JudgeModel(), renderer, task="3 + 4")
-    builders = [PairwiseJudgeGroupBuilder(QuestionGroupBuilder(renderer, 3, 4, group_size=3), judge, renderer)
-                for _ in range(4)]
+    builders = [
+        PairwiseJudgeGroupBuilder(QuestionGroupBuilder(renderer, 3, 4, group_size=3), judge, renderer) for _ in range(4)
+    ]
     policy = TextPolicySampler(renderer, lambda text: "7")
     result = run_rollout_batch(builders, policy)
     assert JudgeModel.calls == [4 * 3]  # 3 pairs per group, 4 groups: one call, not one per group

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_lockstep_is_a_pass_through_without_a_process_group():
+    from trl_envs.core.types import TokensWithLogprobs
     from trl_envs.rollout.lockstep import LockstepSampler
     from trl_envs.samplers.base import SampleRequest
-    from trl_envs.core.types import TokensWithLogprobs
 
     class Echo:
         def __init__(self):
@@ -79,8 +79,9 @@ def test_vllm_colocate_cuts_each_request_at_its_own_stop_and_budget():
     from trl_envs.samplers.base import SampleRequest
 
     gen = _FakeColocateGeneration()
-    out = _vllm_sampler(gen).sample([SampleRequest([1], [103], 6), SampleRequest([2], [], 2),
-                                     SampleRequest([3], [], 6)])
+    out = _vllm_sampler(gen).sample(
+        [SampleRequest([1], [103], 6), SampleRequest([2], [], 2), SampleRequest([3], [], 6)]
+    )
     assert gen.seen == [{"max": 6, "kwargs": {"top_k": 5, "stop_token_ids": [7, 103]}}]  # one call, union of stops
     assert out[0].tokens == [100, 101, 102, 103] and out[0].finish_reason == "stop"
     assert out[1].tokens == [100, 101] and out[1].finish_reason == "length"

@@ -17,9 +17,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from trl_envs import (EnvGRPOConfig, EnvGRPOTrainer, HFSampler, ListRLDataset, RolloutBudget, assemble_training_data,
-                      compute_advantages, run_rollout_batch)
-from trl_envs import make_env_dataset
+from trl_envs import (
+    EnvGRPOConfig,
+    EnvGRPOTrainer,
+    HFSampler,
+    ListRLDataset,
+    RolloutBudget,
+    assemble_training_data,
+    compute_advantages,
+    make_env_dataset,
+    run_rollout_batch,
+)
 from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
@@ -82,8 +90,19 @@ def grads(model) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def both_losses(tmp_path, model_path, tokenizer, renderer, *, env="arithmetic", temperature=1.0, max_tokens=8,
-                max_turns=4, seed=0, perturb_old_logps=False):
+def both_losses(
+    tmp_path,
+    model_path,
+    tokenizer,
+    renderer,
+    *,
+    env="arithmetic",
+    temperature=1.0,
+    max_tokens=8,
+    max_turns=4,
+    seed=0,
+    perturb_old_logps=False,
+):
     builders, groups, log = fixed_batch(env, renderer, tokenizer, model_path, temperature, max_tokens, max_turns, seed)
 
     # The minimal loop: advantages, rows, padded batch, loss, backward — on a fresh copy of the model.
@@ -104,16 +123,35 @@ def both_losses(tmp_path, model_path, tokenizer, renderer, *, env="arithmetic", 
 
     # EnvGRPOTrainer on the same envs, generating by replaying the recorded tokens.
     config = EnvGRPOConfig(
-        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-        num_generations=GROUP_SIZE, per_device_train_batch_size=2 * GROUP_SIZE, max_steps=1, learning_rate=1e-3,
-        max_completion_length=max_tokens, max_turns=max_turns, temperature=temperature, beta=0.0, seed=0,
-        save_strategy="no", logging_steps=1)
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        num_generations=GROUP_SIZE,
+        per_device_train_batch_size=2 * GROUP_SIZE,
+        max_steps=1,
+        learning_rate=1e-3,
+        max_completion_length=max_tokens,
+        max_turns=max_turns,
+        temperature=temperature,
+        beta=0.0,
+        seed=0,
+        save_strategy="no",
+        logging_steps=1,
+    )
     assert config.loss_type == "dapo" and config.epsilon == 0.2 and config.num_iterations == 1  # TRL's defaults
-    trainer = EnvGRPOTrainer(model_path, config, ListRLDataset(builders, batch_size=len(builders)),
-                             processing_class=tokenizer, sampler=ReplaySampler(log))
+    trainer = EnvGRPOTrainer(
+        model_path,
+        config,
+        ListRLDataset(builders, batch_size=len(builders)),
+        processing_class=tokenizer,
+        sampler=ReplaySampler(log),
+    )
     trainer.model.train()
     inputs = trainer._generate_and_score_completions(
-        [{"prompt": key} for key in trainer.train_dataset["prompt"] for _ in range(GROUP_SIZE)])
+        [{"prompt": key} for key in trainer.train_dataset["prompt"] for _ in range(GROUP_SIZE)]
+    )
     # the same batch reached both: tokens, masks, advantages
     assert torch.equal(inputs["completion_ids"], batch.completion_ids)
     assert torch.equal((inputs["completion_mask"] * inputs["tool_mask"]).float(), batch.loss_mask)
@@ -136,10 +174,12 @@ def assert_same_gradients(g_mini, g_trainer):
 
 
 @pytest.mark.parametrize("env,max_tokens,max_turns", [("arithmetic", 8, 1), ("guess_number", 6, 4)])
-def test_minimal_loop_loss_equals_trainer_loss(env, max_tokens, max_turns, tmp_path, tiny_model_path, tokenizer,
-                                               renderer):
+def test_minimal_loop_loss_equals_trainer_loss(
+    env, max_tokens, max_turns, tmp_path, tiny_model_path, tokenizer, renderer
+):
     loss_mini, stats, g_mini, loss_trainer, trainer, g_trainer = both_losses(
-        tmp_path, tiny_model_path, tokenizer, renderer, env=env, max_tokens=max_tokens, max_turns=max_turns)
+        tmp_path, tiny_model_path, tokenizer, renderer, env=env, max_tokens=max_tokens, max_turns=max_turns
+    )
     assert loss_mini.item() == pytest.approx(loss_trainer.item(), abs=1e-5)
     assert_same_gradients(g_mini, g_trainer)
     assert stats["entropy"] == pytest.approx(trainer._metrics["train"]["entropy"][-1], abs=1e-5)
@@ -147,8 +187,17 @@ def test_minimal_loop_loss_equals_trainer_loss(env, max_tokens, max_turns, tmp_p
 
 def test_agreement_with_clipped_ratios_and_temperature(tmp_path, tiny_model_path, tokenizer, renderer):
     loss_mini, stats, g_mini, loss_trainer, trainer, g_trainer = both_losses(
-        tmp_path, tiny_model_path, tokenizer, renderer, env="guess_number", max_tokens=6, max_turns=3,
-        temperature=0.7, seed=5, perturb_old_logps=True)
+        tmp_path,
+        tiny_model_path,
+        tokenizer,
+        renderer,
+        env="guess_number",
+        max_tokens=6,
+        max_turns=3,
+        temperature=0.7,
+        seed=5,
+        perturb_old_logps=True,
+    )
     assert stats["clip_ratio"] > 0, "the perturbation should clip some tokens"
     assert stats["clip_ratio"] == pytest.approx(trainer._metrics["train"]["clip_ratio/region_mean"][-1], abs=1e-6)
     assert loss_mini.item() == pytest.approx(loss_trainer.item(), abs=1e-5)
@@ -157,8 +206,22 @@ def test_agreement_with_clipped_ratios_and_temperature(tmp_path, tiny_model_path
 
 def test_minimal_loop_trains_evaluates_and_checkpoints(tmp_path, tiny_model_path):
     out = tmp_path / "minimal"
-    last = mini.main(["--model", tiny_model_path, "--steps", "2", "--groups_per_batch", "2", "--group_size", "4",
-                      "--eval_every", "1", "--output_dir", str(out)])
+    last = mini.main(
+        [
+            "--model",
+            tiny_model_path,
+            "--steps",
+            "2",
+            "--groups_per_batch",
+            "2",
+            "--group_size",
+            "4",
+            "--eval_every",
+            "1",
+            "--output_dir",
+            str(out),
+        ]
+    )
     assert "eval_reward" in last and -0.1 <= last["eval_reward"] <= 1.0
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [entry["step"] for entry in log] == [1, 2]

@@ -22,8 +22,13 @@ pytest.importorskip("openenv")
 pytest.importorskip("uvicorn")
 
 from trl_envs import EnvGRPOTrainer, Renderer  # noqa: E402
-from trl_envs.openenv import (OpenEnvActionError, OpenEnvCapacityError, OpenEnvConnectionError,  # noqa: E402
-                              OpenEnvDatasetBuilder, io_loop)
+from trl_envs.openenv import (  # noqa: E402
+    OpenEnvActionError,
+    OpenEnvCapacityError,
+    OpenEnvConnectionError,
+    OpenEnvDatasetBuilder,
+    io_loop,
+)
 from trl_envs.registry import EnvRowError, make_env_dataset, make_env_group_builder  # noqa: E402
 from trl_envs.rollout.engine import FailFast, RetryOnFailure, RolloutBudget, run_rollout_batch, run_sync  # noqa: E402
 from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
@@ -36,8 +41,9 @@ class Server:
     """tests/openenv_server.py in a subprocess; ``url``; ``sessions()`` asks it how many env sessions are alive."""
 
     def __init__(self, *args: str):
-        self.proc = subprocess.Popen([sys.executable, str(SERVER), *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVER), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         selector = selectors.DefaultSelector()
         selector.register(self.proc.stdout, selectors.EVENT_READ)
         deadline, seen = time.monotonic() + 60, []
@@ -105,8 +111,16 @@ def digit_policy(prompt: str) -> str:
 
 
 def batch(url: str, renderer: Renderer, groups: int = 2, group_size: int = 3, **options):
-    builder = OpenEnvDatasetBuilder(renderer, url=url, group_size=group_size, batch_size=groups, num_batches=1,
-                                    num_test_batches=0, seed=5, **options)
+    builder = OpenEnvDatasetBuilder(
+        renderer,
+        url=url,
+        group_size=group_size,
+        batch_size=groups,
+        num_batches=1,
+        num_test_batches=0,
+        seed=5,
+        **options,
+    )
     train, _ = run_sync(builder)
     return train.get_batch(0)
 
@@ -133,10 +147,17 @@ def test_scripted_episodes_map_observations_actions_and_rewards(shared, renderer
 def test_grpo_trains_two_steps_through_the_server_by_name(shared, tiny_model_path, tokenizer, cpu_grpo_config):
     srv = shared
     made = srv.sessions()["made"]
-    envs = make_env_dataset("openenv", Renderer(tokenizer), group_size=4, groups_per_batch=2, url=srv.url,
-                            system_prompt="Answer with one digit.")
-    trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(max_steps=2, max_turns=2), envs,
-                             processing_class=tokenizer)
+    envs = make_env_dataset(
+        "openenv",
+        Renderer(tokenizer),
+        group_size=4,
+        groups_per_batch=2,
+        url=srv.url,
+        system_prompt="Answer with one digit.",
+    )
+    trainer = EnvGRPOTrainer(
+        tiny_model_path, cpu_grpo_config(max_steps=2, max_turns=2), envs, processing_class=tokenizer
+    )
     trainer.train()
     logged = [h for h in trainer.state.log_history if "env/openenv/reward/total" in h]
     assert len(logged) == 2
@@ -150,9 +171,29 @@ def test_trl_envs_eval_on_the_server(shared, tiny_model_path, tmp_path):
     srv = shared
     made = srv.sessions()["made"]
     out = tmp_path / "eval.json"
-    assert main(["eval", "--model", tiny_model_path, "--env", "openenv", "--env_kwargs", json.dumps({"url": srv.url}),
-                 "--num_problems", "2", "--samples_per_problem", "2", "--max_tokens", "4", "--output", str(out),
-                 "--no_progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                tiny_model_path,
+                "--env",
+                "openenv",
+                "--env_kwargs",
+                json.dumps({"url": srv.url}),
+                "--num_problems",
+                "2",
+                "--samples_per_problem",
+                "2",
+                "--max_tokens",
+                "4",
+                "--output",
+                str(out),
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["num_episodes"] == 4 and "openenv" in result["per_tag"], result
     assert srv.live_sessions_soon() == 0 and srv.sessions()["made"] - made == 4
@@ -172,6 +213,7 @@ def killing_policy(srv: Server):
         if srv.proc.poll() is None:
             srv.kill()  # mid-rollout: every episode has its session open and is about to step
         return digit_policy(prompt)
+
     return policy
 
 
@@ -180,8 +222,12 @@ def test_server_killed_mid_rollout_fail_fast_names_the_url(server, renderer):
     groups = batch(srv.url, renderer)
     start = time.monotonic()
     with pytest.raises(OpenEnvConnectionError, match=re.escape(srv.url)):
-        run_rollout_batch(groups, TextPolicySampler(renderer, killing_policy(srv)), RolloutBudget(max_turns=4),
-                          FailFast(per_rollout_timeout=60))
+        run_rollout_batch(
+            groups,
+            TextPolicySampler(renderer, killing_policy(srv)),
+            RolloutBudget(max_turns=4),
+            FailFast(per_rollout_timeout=60),
+        )
     assert time.monotonic() - start < 30  # an error at once, not a hang until some timeout
     assert io_loop.open_sessions() == []
 
@@ -190,8 +236,12 @@ def test_server_killed_mid_rollout_retry_skips_the_groups(server, renderer):
     srv = server()
     groups = batch(srv.url, renderer)
     start = time.monotonic()
-    result = run_rollout_batch(groups, TextPolicySampler(renderer, killing_policy(srv)), RolloutBudget(max_turns=4),
-                               RetryOnFailure(max_retries=1, per_rollout_timeout=60))
+    result = run_rollout_batch(
+        groups,
+        TextPolicySampler(renderer, killing_policy(srv)),
+        RolloutBudget(max_turns=4),
+        RetryOnFailure(max_retries=1, per_rollout_timeout=60),
+    )
     assert time.monotonic() - start < 30
     assert result.groups == [None, None]  # retried on a fresh session, which failed too: skipped, not crashed
     assert result.error_counts["OpenEnvConnectionError"] >= 2 and result.error_counts["GroupSkipped"] == 2
@@ -201,12 +251,16 @@ def test_server_killed_mid_rollout_retry_skips_the_groups(server, renderer):
 def test_rejected_action_is_a_clear_error_and_no_session_leaks(shared, renderer):
     srv = shared
     with pytest.raises(OpenEnvActionError, match="rejected the action .*REJECT"):
-        run_rollout_batch(batch(srv.url, renderer), TextPolicySampler(renderer, lambda p: "REJECT"),
-                          RolloutBudget(max_turns=4))
+        run_rollout_batch(
+            batch(srv.url, renderer), TextPolicySampler(renderer, lambda p: "REJECT"), RolloutBudget(max_turns=4)
+        )
     # the failed episode and its cancelled siblings all closed their sessions
     assert srv.live_sessions_soon() == 0 and io_loop.open_sessions() == []
-    result = run_rollout_batch(batch(srv.url, renderer, rejected_action_reward=-1.0),
-                               TextPolicySampler(renderer, lambda p: "REJECT"), RolloutBudget(max_turns=4))
+    result = run_rollout_batch(
+        batch(srv.url, renderer, rejected_action_reward=-1.0),
+        TextPolicySampler(renderer, lambda p: "REJECT"),
+        RolloutBudget(max_turns=4),
+    )
     traj = result.groups[0].trajectories[0]
     assert traj.step_reward == -1.0 and traj.transitions[-1].metrics["action_rejected"] == 1.0
     assert srv.live_sessions_soon() == 0
@@ -218,8 +272,12 @@ def test_session_limit_error_names_the_limit_and_max_sessions_queues(server, ren
     with pytest.raises(OpenEnvCapacityError, match="limit of 2 concurrent sessions"):
         run_rollout_batch(batch(srv.url, renderer, groups=1, group_size=4), sampler, RolloutBudget(max_turns=4))
     assert srv.live_sessions_soon() == 0
-    result = run_rollout_batch(batch(srv.url, renderer, groups=2, group_size=3, max_sessions=2), sampler,
-                               RolloutBudget(max_turns=4), max_wait_s=20)
+    result = run_rollout_batch(
+        batch(srv.url, renderer, groups=2, group_size=3, max_sessions=2),
+        sampler,
+        RolloutBudget(max_turns=4),
+        max_wait_s=20,
+    )
     assert [t.step_reward for g in result.groups for t in g.trajectories] == [2.0] * 6
     assert result.num_valve_flushes == 0  # queued episodes wait parked: the running ones are sampled without them
     assert srv.live_sessions_soon() == 0
@@ -235,8 +293,9 @@ def test_sessions_survive_a_generation_longer_than_the_servers_keepalive(server,
             time.sleep(2.0)  # a long generate call: it blocks the rollout loop's thread
         return digit_policy(prompt)
 
-    result = run_rollout_batch(batch(srv.url, renderer), TextPolicySampler(renderer, slow_policy),
-                               RolloutBudget(max_turns=4))
+    result = run_rollout_batch(
+        batch(srv.url, renderer), TextPolicySampler(renderer, slow_policy), RolloutBudget(max_turns=4)
+    )
     assert [t.step_reward for g in result.groups for t in g.trajectories] == [2.0] * 6
 
 
@@ -256,22 +315,36 @@ def test_trl_envs_eval_with_the_server_down_prints_one_line(tiny_model_path, cap
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    code = main(["eval", "--model", tiny_model_path, "--env", "openenv", "--env_kwargs", json.dumps({"url": url}),
-                 "--num_problems", "2"])
+    code = main(
+        [
+            "eval",
+            "--model",
+            tiny_model_path,
+            "--env",
+            "openenv",
+            "--env_kwargs",
+            json.dumps({"url": url}),
+            "--num_problems",
+            "2",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert f"trl-envs eval: error: no OpenEnv server answers at {url}" in err
 
 
-@pytest.mark.parametrize("options, message", [
-    ({}, "exactly one of the options url"),
-    ({"url": "http://x", "image": "img"}, "exactly one of the options url"),
-    ({"url": "127.0.0.1:8000"}, "must start with http://"),
-    ({"url": "http://x", "group_size": 0}, "'group_size' must be an integer >= 1"),
-    ({"url": "http://x", "max_sessions": "4"}, "'max_sessions' must be an integer >= 1"),
-    ({"url": "http://x", "reset_kwargs": [1]}, "'reset_kwargs' must be a JSON object"),
-    ({"url": "http://x", "message_timeout_s": 0}, "'message_timeout_s' must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "exactly one of the options url"),
+        ({"url": "http://x", "image": "img"}, "exactly one of the options url"),
+        ({"url": "127.0.0.1:8000"}, "must start with http://"),
+        ({"url": "http://x", "group_size": 0}, "'group_size' must be an integer >= 1"),
+        ({"url": "http://x", "max_sessions": "4"}, "'max_sessions' must be an integer >= 1"),
+        ({"url": "http://x", "reset_kwargs": [1]}, "'reset_kwargs' must be a JSON object"),
+        ({"url": "http://x", "message_timeout_s": 0}, "'message_timeout_s' must be a finite number > 0"),
+    ],
+)
 def test_bad_options_fail_before_any_connection(renderer, options, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         OpenEnvDatasetBuilder(renderer, **options)
@@ -305,11 +378,18 @@ def _child_step(url: str) -> float:
 
 
 def test_importing_trl_envs_imports_no_openenv():
-    code = ("import sys, trl_envs, trl_envs.openenv, trl_envs.envs; "
-            "from trl_envs.registry import list_envs; assert 'openenv' in list_envs(); "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'openenv', 'openenv_core', 'fastmcp'}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    code = (
+        "import sys, trl_envs, trl_envs.openenv, trl_envs.envs; "
+        "from trl_envs.registry import list_envs; assert 'openenv' in list_envs(); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'openenv', 'openenv_core', 'fastmcp'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
@@ -318,8 +398,12 @@ def test_timed_out_rollouts_close_their_sessions(shared, renderer):
 
     srv = shared
     with pytest.raises(RolloutTimeoutError):
-        run_rollout_batch(batch(srv.url, renderer), TextPolicySampler(renderer, lambda p: "SLOW"),
-                          RolloutBudget(max_turns=4), FailFast(per_rollout_timeout=0.5))
+        run_rollout_batch(
+            batch(srv.url, renderer),
+            TextPolicySampler(renderer, lambda p: "SLOW"),
+            RolloutBudget(max_turns=4),
+            FailFast(per_rollout_timeout=0.5),
+        )
     assert srv.live_sessions_soon() == 0 and io_loop.open_sessions() == []
 
 
@@ -362,9 +446,13 @@ def test_ctrl_c_mid_rollout_closes_every_session(shared, tiny_model_path):
     import signal
 
     srv = shared
-    run = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, srv.url, tiny_model_path], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    run = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_RUN, srv.url, tiny_model_path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     try:
         assert run.stdout.readline().strip() == "SAMPLING", run.stderr.read()
         assert srv.sessions()["live"] == 6
@@ -397,8 +485,9 @@ def test_the_docs_server_example_trains_as_written(renderer):
         while not uv.started:
             time.sleep(0.05)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        result = run_rollout_batch(batch(url, renderer), TextPolicySampler(renderer, digit_policy),
-                                   RolloutBudget(max_turns=4))
+        result = run_rollout_batch(
+            batch(url, renderer), TextPolicySampler(renderer, digit_policy), RolloutBudget(max_turns=4)
+        )
         assert [t.step_reward for g in result.groups for t in g.trajectories] == [2.0] * 6
     finally:
         uv.should_exit = True
@@ -425,8 +514,11 @@ def test_a_connection_dropped_between_steps_is_an_error_not_a_fresh_session(shar
 
 def test_a_server_slower_than_message_timeout_names_the_timeout(shared, renderer):
     with pytest.raises(OpenEnvConnectionError, match=r"no reply to step within 0.3 s \(message_timeout_s\)"):
-        run_rollout_batch(batch(shared.url, renderer, message_timeout_s=0.3),
-                          TextPolicySampler(renderer, lambda p: "SLOW"), RolloutBudget(max_turns=4))
+        run_rollout_batch(
+            batch(shared.url, renderer, message_timeout_s=0.3),
+            TextPolicySampler(renderer, lambda p: "SLOW"),
+            RolloutBudget(max_turns=4),
+        )
     assert shared.live_sessions_soon() == 0 and io_loop.open_sessions() == []
 
 

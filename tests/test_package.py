@@ -40,7 +40,7 @@ def _private_imports(path: Path) -> list[str]:
             continue
         if node.level:
             base = package.split(".")
-            base = base[:len(base) - (node.level - 1)]
+            base = base[: len(base) - (node.level - 1)]
             source = ".".join(base + ([node.module] if node.module else []))
         else:
             source = node.module or ""
@@ -67,10 +67,14 @@ def test_no_module_imports_another_modules_private_name():
 def test_the_private_import_check_catches_one(monkeypatch):
     probe = PACKAGE / "rollout" / "engine.py"
     assert _private_imports(probe) == []
-    source = probe.read_text() + "\nfrom ..samplers.hf import _LogprobRecorder\nfrom ..envs._builder import BuiltinDataset\n"
+    source = (
+        probe.read_text() + "\nfrom ..samplers.hf import _LogprobRecorder\nfrom ..envs._builder import BuiltinDataset\n"
+    )
     monkeypatch.setattr(Path, "read_text", lambda self: source)  # checked as if it were trl_envs/rollout/engine.py
     assert [v.split(": ", 1)[1] for v in _private_imports(probe)] == [
-        "_LogprobRecorder from trl_envs.samplers.hf", "private module trl_envs.envs._builder"]
+        "_LogprobRecorder from trl_envs.samplers.hf",
+        "private module trl_envs.envs._builder",
+    ]
 
 
 def test_lazy_trainer_names_are_not_imported_with_the_package():

@@ -5,12 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trl_envs import (EnvGRPOTrainer, EnvGroupBuilder, ListRLDataset, NonExtendingObservationError,
-                      StepResult, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition)
-from trl_envs.training_data.credit import group_returns, rewards_to_go, row_token_advantages, turn_advantages
-from trl_envs.training_data.rows import trajectory_to_data, trajectory_to_turn_rows
-from trl_envs.training_data.row_layout import plan_rows
+from trl_envs import (
+    EnvGroupBuilder,
+    EnvGRPOTrainer,
+    ListRLDataset,
+    NonExtendingObservationError,
+    StepResult,
+    TokensWithLogprobs,
+    Trajectory,
+    TrajectoryGroup,
+    Transition,
+)
 from trl_envs.core.types import Env
+from trl_envs.training_data.credit import group_returns, rewards_to_go, row_token_advantages, turn_advantages
+from trl_envs.training_data.row_layout import plan_rows
+from trl_envs.training_data.rows import trajectory_to_data, trajectory_to_turn_rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -20,8 +29,14 @@ def _traj(turns, rewards=None, extending=False, extends_flag=True):
     transitions, ob = [], [100, 101]
     for t in range(turns):
         action = [10 + t, 20 + t, 2]
-        transitions.append(Transition(list(ob), TokensWithLogprobs(action, [-0.1 * (t + 1)] * 3),
-                                      (rewards or [0.0] * turns)[t], t == turns - 1))
+        transitions.append(
+            Transition(
+                list(ob),
+                TokensWithLogprobs(action, [-0.1 * (t + 1)] * 3),
+                (rewards or [0.0] * turns)[t],
+                t == turns - 1,
+            )
+        )
         ob = ob + action + [7, 7] if extending else [100 + t + 1, 200, 201]  # fresh board each turn
     return Trajectory(transitions, ob, "done", observations_extend=extends_flag)
 
@@ -48,8 +63,11 @@ def test_trajectory_row_records_where_each_turns_action_is():
 
 
 def test_plan_lays_out_one_block_per_turn_with_fillers_carrying_the_total():
-    g = TrajectoryGroup([_traj(1, [1.0]), _traj(3, [0.0, 0.0, 2.0]), _traj(2, [0.5, 0.0], extending=True)],
-                        [0.0, 0.0, 0.0], [{}, {}, {}])
+    g = TrajectoryGroup(
+        [_traj(1, [1.0]), _traj(3, [0.0, 0.0, 2.0]), _traj(2, [0.5, 0.0], extending=True)],
+        [0.0, 0.0, 0.0],
+        [{}, {}, {}],
+    )
     plan = plan_rows([g], 3, "auto")
     # trajectory 1 does not extend -> per turn; 0 (one turn) and 2 extend -> one row; 3 blocks (longest: 3 turns)
     assert plan.num_blocks == 3 and plan.num_per_turn_trajectories == 1
@@ -87,8 +105,9 @@ def test_skipped_groups_and_padding_are_unscorable_fillers():
 
 def _credit_group():
     # A: 3 turns, reward at the end; B: 1 turn; C: 2 turns plus a group reward of 0.3
-    return TrajectoryGroup([_traj(3, [0.0, 0.0, 1.0]), _traj(1, [0.5]), _traj(2, [0.0, 0.2])],
-                           [0.0, 0.0, 0.3], [{}, {}, {}])
+    return TrajectoryGroup(
+        [_traj(3, [0.0, 0.0, 1.0]), _traj(1, [0.5]), _traj(2, [0.0, 0.2])], [0.0, 0.0, 0.3], [{}, {}, {}]
+    )
 
 
 def test_rewards_to_go_pay_the_group_reward_on_the_last_turn():
@@ -220,9 +239,18 @@ def test_trajectory_rows_setting_refuses_a_non_extending_env(cpu_grpo_config, ti
         trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])
 
 
-def test_per_turn_credit_reaches_trls_loss_as_per_token_advantages(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
-    trainer = _trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer, credit_assignment="per_turn",
-                       scale_rewards="none", steps_per_generation=2)
+def test_per_turn_credit_reaches_trls_loss_as_per_token_advantages(
+    cpu_grpo_config, tiny_model_path, tokenizer, renderer
+):
+    trainer = _trainer(
+        cpu_grpo_config,
+        tiny_model_path,
+        tokenizer,
+        renderer,
+        credit_assignment="per_turn",
+        scale_rewards="none",
+        steps_per_generation=2,
+    )
     trainer.model.train()
     keys = trainer.train_dataset["prompt"][:2]
     out = trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])

@@ -20,7 +20,10 @@ LOG_HISTORY = [
 
 def test_metric_series_takes_the_first_logged_key():
     assert metric_series(LOG_HISTORY, ["missing", "env/all/reward/total", "reward"]) == (
-        "env/all/reward/total", [1, 2, 3], [0.10, 0.25, 0.40])
+        "env/all/reward/total",
+        [1, 2, 3],
+        [0.10, 0.25, 0.40],
+    )
     assert metric_series(LOG_HISTORY, ["eval_env/all/reward/total"]) == ("eval_env/all/reward/total", [2], [0.30])
     assert metric_series(LOG_HISTORY, ["rewards/margins"]) is None
 

@@ -69,8 +69,7 @@ def test_unpairable_groups_are_counted_by_reason():
     good = group(traj(([10], 1.0, [])), traj(([11], 0.0, [])))
     pairs, stats = make_preference_pairs([ties, small, None, other_prompt, identical, good])
     assert len(pairs) == 1
-    assert stats == PairStats(num_groups=6, num_pairs=1, ties=1, too_small=1, prompt_mismatch=1, identical=1,
-                              skipped=1)
+    assert stats == PairStats(num_groups=6, num_pairs=1, ties=1, too_small=1, prompt_mismatch=1, identical=1, skipped=1)
     assert stats.num_unpaired == 5
     assert stats.as_metrics()["pairs/ties"] == 1.0
 
@@ -106,11 +105,24 @@ def test_pair_stats_add():
 
 def test_collator_applies_token_masks_to_completion_mask():
     collator = DataCollatorForMaskedPreference(pad_token_id=0)
-    out = collator([
-        {"prompt_ids": [1, 2], "chosen_ids": [3, 4, 5], "rejected_ids": [6], "chosen_mask": [1, 0, 1],
-         "rejected_mask": [1]},
-        {"prompt_ids": [7], "chosen_ids": [8], "rejected_ids": [9, 10], "chosen_mask": [1], "rejected_mask": [0, 1]},
-    ])
+    out = collator(
+        [
+            {
+                "prompt_ids": [1, 2],
+                "chosen_ids": [3, 4, 5],
+                "rejected_ids": [6],
+                "chosen_mask": [1, 0, 1],
+                "rejected_mask": [1],
+            },
+            {
+                "prompt_ids": [7],
+                "chosen_ids": [8],
+                "rejected_ids": [9, 10],
+                "chosen_mask": [1],
+                "rejected_mask": [0, 1],
+            },
+        ]
+    )
     assert out["input_ids"].tolist() == [[1, 2, 3, 4, 5], [7, 8, 0, 0, 0], [1, 2, 6, 0, 0], [7, 9, 10, 0, 0]]
     assert out["completion_mask"].tolist() == [[0, 0, 1, 0, 1], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0]]
 
@@ -122,15 +134,24 @@ def test_collator_without_masks_is_trls_and_truncates_masks_with_ids():
     ours, theirs = DataCollatorForMaskedPreference(pad_token_id=0)(plain), DataCollatorForPreference(0)(plain)
     assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
     cut = DataCollatorForMaskedPreference(pad_token_id=0, max_length=4)(
-        [{"prompt_ids": [1, 2], "chosen_ids": [3, 4, 5], "rejected_ids": [6], "chosen_mask": [0, 1, 1],
-          "rejected_mask": [1]}])
+        [
+            {
+                "prompt_ids": [1, 2],
+                "chosen_ids": [3, 4, 5],
+                "rejected_ids": [6],
+                "chosen_mask": [0, 1, 1],
+                "rejected_mask": [1],
+            }
+        ]
+    )
     assert cut["completion_mask"].tolist() == [[0, 0, 0, 1], [0, 0, 1, 0]]
 
 
 def test_collator_rejects_a_mask_of_the_wrong_length():
     with pytest.raises(ValueError, match="3 chosen_ids but 2 chosen_mask"):
         DataCollatorForMaskedPreference(pad_token_id=0)(
-            [{"prompt_ids": [1], "chosen_ids": [3, 4, 5], "rejected_ids": [6], "chosen_mask": [1, 1]}])
+            [{"prompt_ids": [1], "chosen_ids": [3, 4, 5], "rejected_ids": [6], "chosen_mask": [1, 1]}]
+        )
 
 
 # -- the built-in preference dataset --------------------------------------------------------------------------
@@ -138,7 +159,11 @@ def test_collator_rejects_a_mask_of_the_wrong_length():
 
 def test_builtin_preference_dataset(tmp_path):
     from trl_envs.envs.arithmetic import ArithmeticEnv
-    from trl_envs.training_data.preference_data import arithmetic_preference_rows, build_preference_dataset, load_preference_dataset
+    from trl_envs.training_data.preference_data import (
+        arithmetic_preference_rows,
+        build_preference_dataset,
+        load_preference_dataset,
+    )
 
     path = build_preference_dataset(str(tmp_path / "prefs"), num_train=32, num_test=8)
     assert build_preference_dataset(str(tmp_path / "prefs")) == path  # cached: reused as is

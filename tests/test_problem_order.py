@@ -20,8 +20,15 @@ def problems(dataset, num_batches=6):
 
 
 def splits(seed, **kwargs):
-    builder = make_env_dataset("arithmetic", kwargs.pop("renderer"), group_size=4, groups_per_batch=4,
-                               num_batches=20, defaults={"seed": seed}, **kwargs)
+    builder = make_env_dataset(
+        "arithmetic",
+        kwargs.pop("renderer"),
+        group_size=4,
+        groups_per_batch=4,
+        num_batches=20,
+        defaults={"seed": seed},
+        **kwargs,
+    )
     train, test = run_sync(builder)
     return problems(train), problems(test)
 
@@ -45,8 +52,10 @@ def test_cartpole_test_episodes_do_not_follow_the_training_seed(renderer):
     seeds = {}
     for seed in (0, 7):
         train, test = run_sync(make_env_dataset("cartpole", renderer, batch_size=2, num_batches=3, seed=seed))
-        seeds[seed] = ([b.seed for i in range(len(train)) for b in train.get_batch(i)],
-                       [b.seed for i in range(len(test)) for b in test.get_batch(i)])
+        seeds[seed] = (
+            [b.seed for i in range(len(train)) for b in train.get_batch(i)],
+            [b.seed for i in range(len(test)) for b in test.get_batch(i)],
+        )
     assert seeds[0][0] != seeds[7][0] and seeds[0][1] == seeds[7][1]
 
 

@@ -42,14 +42,33 @@ def test_script_shows_steps_and_the_card_evaluations(tiny_model_path, tmp_path, 
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, script)
     spec.loader.exec_module(script)
-    _, parsed, _ = script.parse_args(["--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run"),
-                                   "--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
-                                   "--max_completion_length", "4", "--card_eval_problems", "2",
-                                   "--card_eval_samples", "2", "--progress", "true"])
+    _, parsed, _ = script.parse_args(
+        [
+            "--model_name_or_path",
+            tiny_model_path,
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--num_generations",
+            "4",
+            "--max_completion_length",
+            "4",
+            "--card_eval_problems",
+            "2",
+            "--card_eval_samples",
+            "2",
+            "--progress",
+            "true",
+        ]
+    )
     script.main(*parsed)
     captured = capsys.readouterr()
     assert re.search(r"step 2/2 · \d\d:\d\d elapsed · ETA", captured.err), captured.err[-2000:]
-    assert "evaluating the model before training on arithmetic (2 test problems x 2 samples = 4 episodes" in \
-        captured.out
+    assert (
+        "evaluating the model before training on arithmetic (2 test problems x 2 samples = 4 episodes" in captured.out
+    )
     assert "evaluating the model after training" in captured.out
     assert re.search(r"evaluate: 100%.*2/2", captured.err), captured.err[-2000:]  # the evaluations' bar

@@ -25,8 +25,9 @@ RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "scripts" / "configs").glo
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / ("bench" if name == "recipe_estimates" else "scripts")
-                                                  / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(
+        name, REPO / ("bench" if name == "recipe_estimates" else "scripts") / f"{name}.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -43,8 +44,13 @@ def shrunk_models(tmp_path_factory, tokenizer):
     paths = {}
     for model_id, arch in estimates.ARCHITECTURES.items():
         path = tmp_path_factory.mktemp("real") / model_id.split("/")[-1].lower()
-        config = Qwen2Config(**{**arch, "num_hidden_layers": 1}, eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id, bos_token_id=None, use_sliding_window=False)
+        config = Qwen2Config(
+            **{**arch, "num_hidden_layers": 1},
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+            use_sliding_window=False,
+        )
         with torch.device("meta"):  # no default init: drawing ~400M normal numbers took most of the setup
             model = Qwen2ForCausalLM(config)
         model = model.to_empty(device="cpu").to(torch.bfloat16)  # half the bytes to write; loaded as fp32
@@ -56,7 +62,7 @@ def shrunk_models(tmp_path_factory, tokenizer):
                     param.fill_(1.0)
                 else:
                     offset = int(torch.randint(0, 1 << 19, (1,), generator=generator))
-                    flat = pool[offset:].repeat(param.numel() // (pool.numel() - offset) + 1)[:param.numel()]
+                    flat = pool[offset:].repeat(param.numel() // (pool.numel() - offset) + 1)[: param.numel()]
                     param.copy_(flat.view_as(param))
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
@@ -86,14 +92,49 @@ def test_recipe_trains_one_step(recipe, shrunk_models, tmp_path, monkeypatch, ca
     script = _load("train_dpo" if dpo else "train_grpo")
     monkeypatch.setattr(script, "build_tiny_model", lambda *a, **k: pytest.fail("the demo model was built"))
     out = tmp_path / "run"
-    argv = ["--config", str(REPO / recipe), "--model_name_or_path", shrunk_models[config["model_name_or_path"]],
-            "--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "2",
-            "--gradient_accumulation_steps", "1", "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
-            "--gradient_checkpointing", "false",
-            "--card_eval", "false", "--save_strategy", "no", "--logging_steps", "1", "--report_to", "none"]
+    argv = [
+        "--config",
+        str(REPO / recipe),
+        "--model_name_or_path",
+        shrunk_models[config["model_name_or_path"]],
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "2",
+        "--gradient_accumulation_steps",
+        "1",
+        "--use_cpu",
+        "true",
+        "--bf16",
+        "false",
+        "--dtype",
+        "float32",
+        "--gradient_checkpointing",
+        "false",
+        "--card_eval",
+        "false",
+        "--save_strategy",
+        "no",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+    ]
     if not dpo:
-        argv += ["--num_generations", "2", "--max_completion_length", "4", "--max_turns", "2",
-                 "--max_tokens_per_trajectory", "8", "--per_device_eval_batch_size", "2"]
+        argv += [
+            "--num_generations",
+            "2",
+            "--max_completion_length",
+            "4",
+            "--max_turns",
+            "2",
+            "--max_tokens_per_trajectory",
+            "8",
+            "--per_device_eval_batch_size",
+            "2",
+        ]
     _, parsed, _ = script.parse_args(argv)
     settings = capsys.readouterr().out
     assert "demo recipe" not in settings  # a real model never gets the demo model's recipe

@@ -12,8 +12,7 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from trl_envs.registry import (EnvRowError, UnknownEnvError, get_env, list_envs, make_env_dataset,
-                               make_env_group_builder)
+from trl_envs.registry import EnvRowError, UnknownEnvError, get_env, list_envs, make_env_dataset, make_env_group_builder
 from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
@@ -22,8 +21,10 @@ SMALL = {"size": 40, "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digit
 
 
 def test_import_trl_envs_imports_no_ecosystem_package():
-    code = ("import sys, trl_envs, trl_envs.registry; "
-            "print([m for m in ('reasoning_gym', 'textarena', 'pettingzoo') if m in sys.modules])")
+    code = (
+        "import sys, trl_envs, trl_envs.registry; "
+        "print([m for m in ('reasoning_gym', 'textarena', 'pettingzoo') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -82,19 +83,28 @@ def test_bad_names_and_configs_are_named(renderer):
     assert TASK in list_envs() and len([n for n in list_envs() if n.startswith("reasoning_gym/")]) > 100
 
 
-def test_a_mixed_row_dataset_trains_two_grpo_steps_with_per_task_metrics(cpu_grpo_config, tiny_model_path,
-                                                                            tokenizer, renderer):
+def test_a_mixed_row_dataset_trains_two_grpo_steps_with_per_task_metrics(
+    cpu_grpo_config, tiny_model_path, tokenizer, renderer
+):
+    from datasets import Dataset
+
     from trl_envs import EnvGRPOTrainer
     from trl_envs.registry.env_datasets import EnvRowDataset
 
-    from datasets import Dataset
-
-    rows = [{"env": TASK, "index": i, "config": {"size": 20, "max_terms": 2}} if i % 2 else
-            {"env": "reasoning_gym/chain_sum", "index": i, "config": {"size": 20}} for i in range(8)]
+    rows = [
+        {"env": TASK, "index": i, "config": {"size": 20, "max_terms": 2}}
+        if i % 2
+        else {"env": "reasoning_gym/chain_sum", "index": i, "config": {"size": 20}}
+        for i in range(8)
+    ]
     # one struct column: chain_sum rows read back {"size": 20, "max_terms": None}, a None the adapter drops
     envs = EnvRowDataset(Dataset.from_list(rows), renderer, group_size=4, groups_per_batch=2)
-    trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(max_steps=2, max_completion_length=6, max_turns=1), envs,
-                             processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path,
+        cpu_grpo_config(max_steps=2, max_completion_length=6, max_turns=1),
+        envs,
+        processing_class=tokenizer,
+    )
     trainer.train()
     logged = {k for h in trainer.state.log_history for k in h}
     assert trainer.state.global_step == 2
@@ -102,8 +112,14 @@ def test_a_mixed_row_dataset_trains_two_grpo_steps_with_per_task_metrics(cpu_grp
 
 
 def test_composite_tags_each_group_with_its_source_task(renderer):
-    builder = make_env_dataset("reasoning_gym/composite", renderer, group_size=2, groups_per_batch=8, size=16,
-                               datasets=[{"name": "basic_arithmetic"}, {"name": "chain_sum", "weight": 2}])
+    builder = make_env_dataset(
+        "reasoning_gym/composite",
+        renderer,
+        group_size=2,
+        groups_per_batch=8,
+        size=16,
+        datasets=[{"name": "basic_arithmetic"}, {"name": "chain_sum", "weight": 2}],
+    )
     train, _ = run_sync(builder)
     sources = {b.logging_tags()[1] for b in train.get_batch(0)}
     assert sources == {"reasoning_gym/basic_arithmetic", "reasoning_gym/chain_sum"}
@@ -113,7 +129,29 @@ def test_trl_envs_eval_plays_a_task(tmp_path, tiny_model_path):
     from trl_envs.cli.commands import main
 
     out = tmp_path / "eval.json"
-    assert main(["eval", "--model", tiny_model_path, "--env", TASK, "--env_kwargs", json.dumps(SMALL),
-                 "--num_problems", "2", "--samples_per_problem", "2", "--max_tokens", "6", "--device", "cpu",
-                 "--no_progress", "--output", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                tiny_model_path,
+                "--env",
+                TASK,
+                "--env_kwargs",
+                json.dumps(SMALL),
+                "--num_problems",
+                "2",
+                "--samples_per_problem",
+                "2",
+                "--max_tokens",
+                "6",
+                "--device",
+                "cpu",
+                "--no_progress",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())

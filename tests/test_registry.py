@@ -17,8 +17,6 @@ import torch
 from datasets import Dataset, DatasetDict, load_dataset
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
-from trl_envs.registry import names as registry
-from trl_envs.registry.env_datasets import EnvRowDataset, export_env_dataset, load_env_dataset, rows_to_dataset
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticGroupBuilder
 from trl_envs.registry import (
@@ -30,6 +28,8 @@ from trl_envs.registry import (
     register_env,
     unregister_env,
 )
+from trl_envs.registry import names as registry
+from trl_envs.registry.env_datasets import EnvRowDataset, export_env_dataset, load_env_dataset, rows_to_dataset
 from trl_envs.rollout.engine import run_sync
 
 pytestmark = pytest.mark.timeout(300)
@@ -78,8 +78,11 @@ def test_an_env_added_to_builtin_envs_without_rows_trains_by_name_only(renderer,
     assert len(train) == 5 and len(first_observation(train.get_batch(0)[0])) == 3
     train, _ = run_sync(make_env_dataset("sums_by_name", renderer, group_size=2))  # sizes left to the factory
     assert len(train) == 10 and len(first_observation(train.get_batch(0)[0])) == 2
-    with pytest.raises(EnvRowError, match=r"env row 0, field 'env': env 'sums_by_name' \(builtin\) has no row spec.*"
-                                          r"--env_name sums_by_name"):
+    with pytest.raises(
+        EnvRowError,
+        match=r"env row 0, field 'env': env 'sums_by_name' \(builtin\) has no row spec.*"
+        r"--env_name sums_by_name",
+    ):
         make_env_group_builder({"env": "sums_by_name", "a": 1}, renderer, 2, index=0)
 
 
@@ -136,18 +139,30 @@ def test_module_reference_by_name_but_never_from_a_row(renderer):
 GOOD = {"env": "arithmetic", "a": 1, "b": 2}
 
 
-@pytest.mark.parametrize("bad,expected", [
-    ({"a": 1, "b": 2}, r"env row 2: missing field 'env'"),
-    ({"env": "chess", "a": 1}, r"env row 2, field 'env': unknown env kind 'chess'; env kinds with row specs: "
-                               r"\[.*'arithmetic', .*'guess_number'.*\]"),
-    ({"env": "arithmetic", "a": 1}, r"env row 2, field 'b': missing required field 'b' of env 'arithmetic'; its "
-                                    r"fields are \(a: int, b: int, format_coef: float = 0.1\)"),
-    ({"env": "arithmetic", "a": 1, "b": "two"}, r"env row 2, field 'b': env 'arithmetic' expects int, got 'two'"),
-    ({"env": "arithmetic", "a": 1, "b": 2.5}, r"env row 2, field 'b': env 'arithmetic' expects int, got 2.5"),
-    ({"env": "arithmetic", "a": 1, "b": 2, "c": 3}, r"env row 2, field 'c': env 'arithmetic' takes no field 'c'"),
-    ({"env": "guess_number", "target": 40}, r"env row 2: env 'guess_number' rejected the row .*target 40 is outside"),
-    ({"env": 3}, r"env row 2, field 'env': expected an env name"),
-])
+@pytest.mark.parametrize(
+    "bad,expected",
+    [
+        ({"a": 1, "b": 2}, r"env row 2: missing field 'env'"),
+        (
+            {"env": "chess", "a": 1},
+            r"env row 2, field 'env': unknown env kind 'chess'; env kinds with row specs: "
+            r"\[.*'arithmetic', .*'guess_number'.*\]",
+        ),
+        (
+            {"env": "arithmetic", "a": 1},
+            r"env row 2, field 'b': missing required field 'b' of env 'arithmetic'; its "
+            r"fields are \(a: int, b: int, format_coef: float = 0.1\)",
+        ),
+        ({"env": "arithmetic", "a": 1, "b": "two"}, r"env row 2, field 'b': env 'arithmetic' expects int, got 'two'"),
+        ({"env": "arithmetic", "a": 1, "b": 2.5}, r"env row 2, field 'b': env 'arithmetic' expects int, got 2.5"),
+        ({"env": "arithmetic", "a": 1, "b": 2, "c": 3}, r"env row 2, field 'c': env 'arithmetic' takes no field 'c'"),
+        (
+            {"env": "guess_number", "target": 40},
+            r"env row 2: env 'guess_number' rejected the row .*target 40 is outside",
+        ),
+        ({"env": 3}, r"env row 2, field 'env': expected an env name"),
+    ],
+)
 def test_bad_rows_name_the_row_index_and_the_field(bad, expected, renderer):
     with pytest.raises(EnvRowError, match=expected):
         EnvRowDataset([GOOD, GOOD, bad, GOOD], renderer, group_size=2, groups_per_batch=2)
@@ -216,7 +231,9 @@ def test_round_trip_export_save_load_dataset_and_train(tmp_path, tiny_model_path
     exported = export_env_dataset("arithmetic", n=16, seed=0, max_operand=3)
     (tmp_path / "rows").mkdir()
     exported.to_parquet(str(tmp_path / "rows" / "train.parquet"))
-    export_env_dataset("arithmetic", split="test", n=4, max_operand=3).to_parquet(str(tmp_path / "rows" / "test.parquet"))
+    export_env_dataset("arithmetic", split="test", n=4, max_operand=3).to_parquet(
+        str(tmp_path / "rows" / "test.parquet")
+    )
     exported.save_to_disk(str(tmp_path / "saved"))
 
     loaded = load_dataset(str(tmp_path / "rows"), split="train")  # a folder of data files, as from the Hub
@@ -225,9 +242,22 @@ def test_round_trip_export_save_load_dataset_and_train(tmp_path, tiny_model_path
     assert list(load_env_dataset(str(tmp_path / "rows" / "test.parquet"), "test"))[0]["env"] == "arithmetic"
 
     args = EnvGRPOConfig(
-        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-        num_generations=4, per_device_train_batch_size=8, per_device_eval_batch_size=8, max_steps=2,
-        max_completion_length=8, learning_rate=1e-3, logging_steps=1, save_strategy="no", seed=0, beta=0.0)
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        max_steps=2,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        beta=0.0,
+    )
     eval_rows = load_dataset(str(tmp_path / "rows"), split="test")
     trainer = EnvGRPOTrainer(tiny_model_path, args, env_dataset=loaded, eval_env_dataset=eval_rows)  # no tokenizer
     assert isinstance(trainer._train_index.dataset, EnvRowDataset) and trainer._eval_index is not None
@@ -252,16 +282,32 @@ def installed_plugin(tmp_path_factory):
     """pip-installs tests/fixtures/example_env_plugin into a fresh target folder (no network, no build isolation)."""
     work = tmp_path_factory.mktemp("plugin")
     shutil.copytree(PLUGIN_SRC, work / "src", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--target", str(work / "site"), str(work / "src")],
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(work / "site"),
+            str(work / "src"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     if proc.returncode != 0:
         pytest.fail(f"pip install of the example plugin failed:\n{proc.stdout}\n{proc.stderr}")
     return work / "site"
 
 
-def test_env_from_an_installed_package_is_found_through_its_entry_point(installed_plugin, renderer, monkeypatch,
-                                                                         fresh_entry_points):
+def test_env_from_an_installed_package_is_found_through_its_entry_point(
+    installed_plugin, renderer, monkeypatch, fresh_entry_points
+):
     with pytest.raises(KeyError, match="unknown env 'echo_word'"):
         get_env("echo_word")
     monkeypatch.syspath_prepend(str(installed_plugin))  # as if installed in site-packages
@@ -276,8 +322,11 @@ def test_env_from_an_installed_package_is_found_through_its_entry_point(installe
         assert len(first_observation(builder)) == 3
         question = renderer.tokenizer.decode(first_observation(builder)[0])
         assert "Repeat the word: stone" in question
-        with pytest.raises(EnvRowError, match=r"env row 1, field 'word': missing required field 'word' of env "
-                                              r"'echo_word'"):
+        with pytest.raises(
+            EnvRowError,
+            match=r"env row 1, field 'word': missing required field 'word' of env "
+            r"'echo_word'",
+        ):
             EnvRowDataset([{"env": "echo_word", "word": "a"}, {"env": "echo_word"}], renderer, 2)
         rows = export_env_dataset("echo_word_by_name", n=3)  # a plain factory with from_row: exportable too
         assert rows.column_names == ["env", "word"] and len(rows) == 3
@@ -295,8 +344,11 @@ def test_a_broken_plugin_is_reported_not_fatal(tmp_path, monkeypatch, fresh_entr
     monkeypatch.syspath_prepend(str(tmp_path))
     envs = list_envs()
     assert envs["broken_env"].startswith("(failed to load: ImportError") and "arithmetic" in envs
-    with pytest.raises(ImportError, match=r"env 'broken_env': loading entry point 'no_such_module_xyz:ENV' "
-                                          r"\(entry point of broken-plugin 1.0\) failed"):
+    with pytest.raises(
+        ImportError,
+        match=r"env 'broken_env': loading entry point 'no_such_module_xyz:ENV' "
+        r"\(entry point of broken-plugin 1.0\) failed",
+    ):
         get_env("broken_env")
 
 
@@ -306,13 +358,41 @@ def test_a_broken_plugin_is_reported_not_fatal(tmp_path, monkeypatch, fresh_entr
 def test_train_grpo_script_trains_on_an_env_dataset(tmp_path, tiny_model_path):
     export_env_dataset("guess_number", n=8, high=4).to_json(str(tmp_path / "games.jsonl"))
     out = tmp_path / "out"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRL_EXPERIMENTAL_SILENCE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRL_EXPERIMENTAL_SILENCE="1",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "train_grpo.py"), "--model_name_or_path", tiny_model_path,
-         "--env_dataset", str(tmp_path / "games.jsonl"), "--max_steps", "1", "--num_generations", "4",
-         "--per_device_train_batch_size", "8", "--max_completion_length", "4", "--max_turns", "3",
-         "--output_dir", str(out)], capture_output=True, text=True, env=env, timeout=280, cwd=tmp_path)
+        [
+            sys.executable,
+            str(REPO / "scripts" / "train_grpo.py"),
+            "--model_name_or_path",
+            tiny_model_path,
+            "--env_dataset",
+            str(tmp_path / "games.jsonl"),
+            "--max_steps",
+            "1",
+            "--num_generations",
+            "4",
+            "--per_device_train_batch_size",
+            "8",
+            "--max_completion_length",
+            "4",
+            "--max_turns",
+            "3",
+            "--output_dir",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=280,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     history = json.loads((out / "log_history.json").read_text())
     assert any("env/guess_number/reward/total" in h for h in history), history
@@ -326,15 +406,31 @@ def test_train_dpo_script_on_an_env_dataset_and_a_module_factory(tmp_path, tiny_
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, script)
     spec.loader.exec_module(script)
-    common = ["--model_name_or_path", tiny_model_path, "--num_rounds", "1", "--groups_per_round", "2",
-              "--group_size", "4", "--max_steps", "1", "--logging_steps", "1"]
-    monkeypatch.setattr(sys, "argv", ["train_dpo.py", "--env_dataset", str(tmp_path / "sums"), *common,
-                                      "--output_dir", str(tmp_path / "a")])
+    common = [
+        "--model_name_or_path",
+        tiny_model_path,
+        "--num_rounds",
+        "1",
+        "--groups_per_round",
+        "2",
+        "--group_size",
+        "4",
+        "--max_steps",
+        "1",
+        "--logging_steps",
+        "1",
+    ]
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["train_dpo.py", "--env_dataset", str(tmp_path / "sums"), *common, "--output_dir", str(tmp_path / "a")],
+    )
     script.main(*script.make_parser().parse_args_and_config())
     assert "round  1/1 | env reward" in capsys.readouterr().out
     assert "env:arithmetic" in (tmp_path / "a" / "README.md").read_text()  # the card names the rows' env kind
-    args = script.ScriptArguments(env_name="trl_envs.envs.guess_number:GuessNumberDatasetBuilder", group_size=2,
-                                  groups_per_round=3)
+    args = script.ScriptArguments(
+        env_name="trl_envs.envs.guess_number:GuessNumberDatasetBuilder", group_size=2, groups_per_round=3
+    )
     envs = script.make_env_dataset(args, Renderer(script.AutoTokenizer.from_pretrained(tiny_model_path)))
     train, _ = run_sync(envs)
     assert len(train.get_batch(0)) == 3 and len(first_observation(train.get_batch(0)[0])) == 2

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # -- plain input mistakes: one line, exit 2, before the model loads where they can be seen then -------------------
 
+
 def grpo_parser():
     sys.path.insert(0, str(REPO / "scripts"))
     try:
@@ -27,33 +28,43 @@ def grpo_parser():
 def run_grpo(capsys, *argv, out: list | None = None) -> tuple[int, str]:
     script = grpo_parser()
     capsys.readouterr()
-    code = run_training_script("train_grpo.py", lambda a: script.parse_args(a, report=False)[1:], script.main, list(argv))
+    code = run_training_script(
+        "train_grpo.py", lambda a: script.parse_args(a, report=False)[1:], script.main, list(argv)
+    )
     captured = capsys.readouterr()
     if out is not None:
         out.append(captured.out)
     return code, captured.err
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--env", "guess_numbr"], "unknown env 'guess_numbr'; did you mean 'guess_number'?"),
-    (["--env_kwargs", "{bad"], "--env_kwargs: invalid JSON"),
-    (["--model_name_or_path", "./no-such-model"], "--model_name_or_path './no-such-model': no such folder"),
-    (["--num_generations", "3", "--per_device_train_batch_size", "8"],
-     "--per_device_train_batch_size 8 × --gradient_accumulation_steps 1 = 8 rows per step is not a multiple of "
-     "--num_generations 3"),
-    (["--temperature", "-1"], "--temperature -1.0: must be >= 0"),
-    (["--num_env_batches", "0"], "--num_env_batches 0: must be an integer >= 1"),
-    (["--max_turns", "0"], "max_turns must be an integer >= 1"),
-    (["--push_to_hub", "true"], "--push_to_hub: huggingface_hub is in offline mode"),
-    (["--resume_from_checkpoint", "last"], "holds no checkpoint-\\* folder"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--env", "guess_numbr"], "unknown env 'guess_numbr'; did you mean 'guess_number'?"),
+        (["--env_kwargs", "{bad"], "--env_kwargs: invalid JSON"),
+        (["--model_name_or_path", "./no-such-model"], "--model_name_or_path './no-such-model': no such folder"),
+        (
+            ["--num_generations", "3", "--per_device_train_batch_size", "8"],
+            "--per_device_train_batch_size 8 × --gradient_accumulation_steps 1 = 8 rows per step is not a multiple of "
+            "--num_generations 3",
+        ),
+        (["--temperature", "-1"], "--temperature -1.0: must be >= 0"),
+        (["--num_env_batches", "0"], "--num_env_batches 0: must be an integer >= 1"),
+        (["--max_turns", "0"], "max_turns must be an integer >= 1"),
+        (["--push_to_hub", "true"], "--push_to_hub: huggingface_hub is in offline mode"),
+        (["--resume_from_checkpoint", "last"], "holds no checkpoint-\\* folder"),
+    ],
+)
 def test_script_mistakes_seen_before_the_model_loads_print_one_line(argv, message, capsys, monkeypatch, tmp_path):
     import re
 
     import transformers
 
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
-                        lambda *a, **k: pytest.fail("a tokenizer was loaded before the mistake was reported"))
+    monkeypatch.setattr(
+        transformers.AutoTokenizer,
+        "from_pretrained",
+        lambda *a, **k: pytest.fail("a tokenizer was loaded before the mistake was reported"),
+    )
     stdout: list[str] = []
     code, err = run_grpo(capsys, *argv, "--output_dir", str(tmp_path / "out"), out=stdout)
     assert code == 2
@@ -81,10 +92,14 @@ def test_script_mistakes_found_with_the_model_print_one_short_line(capsys, tmp_p
     for argv, message in [
         (["--env_dataset", str(rows), "--model_name_or_path", tiny_model_path], "expects int, got 'xxxx"),
         (["--model_name_or_path", str(no_template)], "has no chat template"),
-        (["--env_kwargs", '{"group_size": 3}', "--model_name_or_path", tiny_model_path],
-         "makes groups of 3 envs but EnvGRPOConfig.num_generations=8"),
-        (["--env_kwargs", '{"max_operandd": 3}', "--model_name_or_path", tiny_model_path],
-         "env 'arithmetic' (builtin) takes no option 'max_operandd'"),
+        (
+            ["--env_kwargs", '{"group_size": 3}', "--model_name_or_path", tiny_model_path],
+            "makes groups of 3 envs but EnvGRPOConfig.num_generations=8",
+        ),
+        (
+            ["--env_kwargs", '{"max_operandd": 3}', "--model_name_or_path", tiny_model_path],
+            "env 'arithmetic' (builtin) takes no option 'max_operandd'",
+        ),
     ]:
         code, err = run_grpo(capsys, *argv, *common)
         assert code == 2 and "Traceback" not in err, err[-2000:]
@@ -103,33 +118,61 @@ def test_dpo_script_mistakes_are_refused_before_the_model_loads(tmp_path, capsys
         sys.path.remove(str(REPO / "scripts"))
     data = tmp_path / "pairs.jsonl"
     data.write_text(json.dumps({"prompt": "p", "chosen": "a"}) + "\n")
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
-                        lambda *a, **k: pytest.fail("a tokenizer was loaded before the mistake was reported"))
-    for argv, message in [(["--data_files", str(data)], "no 'rejected' column"),
-                          (["--env", "arithmetic", "--temperature", "-1"], "--temperature -1.0: must be >= 0")]:
-        code = run_training_script("train_dpo.py", lambda a: train_dpo.parse_args(a, report=False)[1:], train_dpo.main,
-                                   [*argv, "--output_dir", str(tmp_path / "out")])
+    monkeypatch.setattr(
+        transformers.AutoTokenizer,
+        "from_pretrained",
+        lambda *a, **k: pytest.fail("a tokenizer was loaded before the mistake was reported"),
+    )
+    for argv, message in [
+        (["--data_files", str(data)], "no 'rejected' column"),
+        (["--env", "arithmetic", "--temperature", "-1"], "--temperature -1.0: must be >= 0"),
+    ]:
+        code = run_training_script(
+            "train_dpo.py",
+            lambda a: train_dpo.parse_args(a, report=False)[1:],
+            train_dpo.main,
+            [*argv, "--output_dir", str(tmp_path / "out")],
+        )
         err = capsys.readouterr().err
         assert code == 2 and message in err and "Traceback" not in err, err
 
 
 def test_a_run_stopped_by_the_health_watchdog_exits_1_without_a_model_card(capsys, tmp_path, tiny_model_path):
     out = tmp_path / "out"
-    code, err = run_grpo(capsys, "--model_name_or_path", tiny_model_path, "--env", "reliability_envs:failing",
-                         "--rollout_error_strategy", "retry", "--num_generations", "2", "--per_device_train_batch_size",
-                         "4", "--max_steps", "4", "--health_patience", "2", "--output_dir", str(out))
+    code, err = run_grpo(
+        capsys,
+        "--model_name_or_path",
+        tiny_model_path,
+        "--env",
+        "reliability_envs:failing",
+        "--rollout_error_strategy",
+        "retry",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_steps",
+        "4",
+        "--health_patience",
+        "2",
+        "--output_dir",
+        str(out),
+    )
     assert code == 1, err[-2000:]
     assert "train_grpo.py: error: stopped at step 2" in err and "every group was skipped" in err
     assert not (out / "README.md").exists() and not (out / "model.safetensors").exists()
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["eval", "--num_problems", "0"], "--num_problems 0: must be an integer >= 1"),
-    (["eval", "--samples_per_problem", "1", "--pass_k", "8"], "--pass_k 8: pass@k needs"),
-    (["eval", "--temperature", "-1"], "--temperature -1.0: must be >= 0"),
-    (["eval", "--model", str(REPO / "README.md")], "is a file; give a model folder"),
-    (["eval", "--env", "guess_numbr"], "did you mean 'guess_number'?"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["eval", "--num_problems", "0"], "--num_problems 0: must be an integer >= 1"),
+        (["eval", "--samples_per_problem", "1", "--pass_k", "8"], "--pass_k 8: pass@k needs"),
+        (["eval", "--temperature", "-1"], "--temperature -1.0: must be >= 0"),
+        (["eval", "--model", str(REPO / "README.md")], "is a file; give a model folder"),
+        (["eval", "--env", "guess_numbr"], "did you mean 'guess_number'?"),
+    ],
+)
 def test_trl_envs_mistakes_print_one_line(argv, message, capsys, tiny_model_path, tmp_path, monkeypatch):
     from trl_envs.cli.commands import main
     from trl_envs.hub import model_loading
@@ -147,11 +190,28 @@ def test_cookbook_builder_mistakes_print_one_line(capsys, tmp_path, tiny_model_p
 
     pytest.importorskip("tinker_cookbook")
     builder = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
-    fields = {"model_name_for_tokenizer": tiny_model_path, "renderer_name": "qwen3_instruct", "n_batches": 2,
-              "batch_size": 2, "include_fewshot": False}
+    fields = {
+        "model_name_for_tokenizer": tiny_model_path,
+        "renderer_name": "qwen3_instruct",
+        "n_batches": 2,
+        "batch_size": 2,
+        "include_fewshot": False,
+    }
     for options, message in [
-            ({**fields, "batch_sizee": 2}, "takes no option 'batch_sizee'"),
-            ({**fields, "group_size": 3}, "makes groups of 3 envs but EnvGRPOConfig.num_generations=8")]:
-        code, err = run_grpo(capsys, "--env", builder, "--env_kwargs", json.dumps(options), "--model_name_or_path",
-                             tiny_model_path, "--max_steps", "1", "--output_dir", str(tmp_path / "out"))
+        ({**fields, "batch_sizee": 2}, "takes no option 'batch_sizee'"),
+        ({**fields, "group_size": 3}, "makes groups of 3 envs but EnvGRPOConfig.num_generations=8"),
+    ]:
+        code, err = run_grpo(
+            capsys,
+            "--env",
+            builder,
+            "--env_kwargs",
+            json.dumps(options),
+            "--model_name_or_path",
+            tiny_model_path,
+            "--max_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "out"),
+        )
         assert code == 2 and message in err and "Traceback" not in err, err[-2000:]

@@ -14,8 +14,7 @@ import torch
 from trl_envs import FailFast, RetryOnFailure, run_rollout_batch
 from trl_envs.cli.errors import RunFailed, UsageError, shorten
 from trl_envs.cli.preflight import check_hub_access, check_model_path
-from trl_envs.trainers.checkpoints import (MARKER, CheckpointError, check_resume_settings, hold_output_dir,
-                                           write_marker)
+from trl_envs.trainers.checkpoints import MARKER, CheckpointError, check_resume_settings, hold_output_dir, write_marker
 from trl_envs.trainers.health import TrainingHealthCallback, TrainingHealthWarning
 from trl_envs.trainers.resume import resolve_checkpoint
 
@@ -35,6 +34,7 @@ def make_checkpoint(folder: Path, step: int, complete: bool = True, settings=Non
 
 
 # -- checkpoints you can trust -----------------------------------------------------------------------------------
+
 
 def test_last_skips_a_checkpoint_whose_writing_was_interrupted_and_says_so(tmp_path, capsys):
     make_checkpoint(tmp_path, 1)
@@ -78,9 +78,15 @@ def test_a_second_run_on_the_same_output_dir_is_refused(tmp_path):
     from trl_envs.trainers.checkpoints import LOCK_FILE
 
     holder = subprocess.Popen(  # another process holding the run's lock, as a running trainer does
-        [sys.executable, "-c", "import time\nfrom filelock import FileLock\n"
-         f"with FileLock({str(tmp_path / LOCK_FILE)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import time\nfrom filelock import FileLock\n"
+            f"with FileLock({str(tmp_path / LOCK_FILE)!r}):\n    print('held', flush=True)\n    time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UsageError, match="is in use by another run"):
@@ -93,15 +99,17 @@ def test_a_second_run_on_the_same_output_dir_is_refused(tmp_path):
         pass
 
 
-def test_trainer_marks_checkpoints_and_refuses_resuming_with_another_group_size(cpu_grpo_config, tiny_model_path,
-                                                                                tokenizer):
+def test_trainer_marks_checkpoints_and_refuses_resuming_with_another_group_size(
+    cpu_grpo_config, tiny_model_path, tokenizer
+):
     from trl_envs import EnvGRPOTrainer, Renderer, make_env_dataset
 
     def trainer(**overrides):
         args = cpu_grpo_config(**{"save_strategy": "steps", "save_steps": 1, **overrides})
         group = overrides.get("num_generations", 4)
-        env = make_env_dataset("arithmetic", Renderer(tokenizer), group_size=group,
-                               batch_size=8 // group, num_batches=4, max_operand=3)
+        env = make_env_dataset(
+            "arithmetic", Renderer(tokenizer), group_size=group, batch_size=8 // group, num_batches=4, max_operand=3
+        )
         return EnvGRPOTrainer(tiny_model_path, args, env, processing_class=tokenizer)
 
     first = trainer()
@@ -115,8 +123,10 @@ def test_trainer_marks_checkpoints_and_refuses_resuming_with_another_group_size(
 
 # -- a run that learns nothing says so ---------------------------------------------------------------------------
 
-def test_rewards_that_overflow_the_group_statistics_stop_training_naming_env_and_step(cpu_grpo_config,
-                                                                                     tiny_model_path, tokenizer):
+
+def test_rewards_that_overflow_the_group_statistics_stop_training_naming_env_and_step(
+    cpu_grpo_config, tiny_model_path, tokenizer
+):
     import reliability_envs
 
     from trl_envs import EnvGRPOTrainer, Renderer
@@ -133,8 +143,9 @@ def test_steps_without_mixed_rewards_warn_each_time_then_stop_the_run(cpu_grpo_c
     from trl_envs import EnvGRPOTrainer, Renderer
 
     env = reliability_envs.constant(Renderer(tokenizer), reward=1.0, group_size=4, batch_size=2)
-    trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(max_steps=5, health_patience=2), env,
-                             processing_class=tokenizer)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path, cpu_grpo_config(max_steps=5, health_patience=2), env, processing_class=tokenizer
+    )
     with pytest.warns(TrainingHealthWarning, match="no group had mixed rewards") as warned:
         with pytest.raises(RunFailed, match="stopped at step 2: 2 steps in a row"):
             trainer.train()
@@ -142,11 +153,14 @@ def test_steps_without_mixed_rewards_warn_each_time_then_stop_the_run(cpu_grpo_c
     assert trainer.state.global_step == 2
 
 
-@pytest.mark.parametrize(("logs", "problem"), [
-    ({"loss": 0.0, "env/all/skipped_groups": 1.0, "env/all/mixed_rewards": 0.0}, "every group was skipped"),
-    ({"loss": 0.0, "grad_norm": 0.0, "env/all/mixed_rewards": 0.5}, "the gradient is zero"),
-    ({"loss": 0.0, "entropy": 0.0, "grad_norm": 1.0, "env/all/mixed_rewards": 0.5}, "entropy 0 is below"),
-])
+@pytest.mark.parametrize(
+    ("logs", "problem"),
+    [
+        ({"loss": 0.0, "env/all/skipped_groups": 1.0, "env/all/mixed_rewards": 0.0}, "every group was skipped"),
+        ({"loss": 0.0, "grad_norm": 0.0, "env/all/mixed_rewards": 0.5}, "the gradient is zero"),
+        ({"loss": 0.0, "entropy": 0.0, "grad_norm": 1.0, "env/all/mixed_rewards": 0.5}, "entropy 0 is below"),
+    ],
+)
 def test_the_health_watchdog_names_each_kind_of_dead_step(logs, problem):
     from types import SimpleNamespace
 
@@ -154,8 +168,9 @@ def test_the_health_watchdog_names_each_kind_of_dead_step(logs, problem):
     state = SimpleNamespace(global_step=7)
     with pytest.warns(TrainingHealthWarning, match=problem):
         callback.on_log(None, state, None, logs=logs)
-    callback.on_log(None, state, None, logs={"loss": 0.1, "grad_norm": 1.0, "entropy": 1.0,
-                                             "env/all/mixed_rewards": 0.5})  # a healthy step resets the count
+    callback.on_log(
+        None, state, None, logs={"loss": 0.1, "grad_norm": 1.0, "entropy": 1.0, "env/all/mixed_rewards": 0.5}
+    )  # a healthy step resets the count
     assert callback.unhealthy_in_a_row == 0
     with pytest.raises(RunFailed, match="2 steps in a row"), pytest.warns(TrainingHealthWarning):
         for _ in range(2):
@@ -169,9 +184,18 @@ def test_solved_steps_are_not_dead_steps_but_a_fall_back_to_no_signal_is():
     state = SimpleNamespace(global_step=1)
 
     def log(mixed, reward):
-        callback.on_log(None, state, None, logs={"loss": 0.0, "grad_norm": 0.0 if mixed == 0 else 1.0,
-                                                 "entropy": 0.02, "env/all/mixed_rewards": mixed,
-                                                 "env/all/reward/total": reward})
+        callback.on_log(
+            None,
+            state,
+            None,
+            logs={
+                "loss": 0.0,
+                "grad_norm": 0.0 if mixed == 0 else 1.0,
+                "entropy": 0.02,
+                "env/all/mixed_rewards": mixed,
+                "env/all/reward/total": reward,
+            },
+        )
 
     log(0.5, 0.8)
     for _ in range(5):  # every answer right, again and again: success, not a dead run
@@ -204,6 +228,7 @@ def test_dpo_pairs_with_identical_answers_are_dropped_with_a_count_or_refused():
 
 # -- groups the cookbook means to skip ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("strategy", [FailFast(), RetryOnFailure(max_retries=3)])
 def test_initial_observation_overflow_skips_the_group_under_every_strategy(strategy, renderer):
     import reliability_envs
@@ -214,8 +239,10 @@ def test_initial_observation_overflow_skips_the_group_under_every_strategy(strat
         async def initial_observation(self):
             raise InitialObservationOverflowError("prompt over the budget")
 
-    builders = [reliability_envs.Group(lambda i: Overflowing(renderer), 2),
-                reliability_envs.Group(lambda i: reliability_envs.Chat(renderer, 1.0), 2)]
+    builders = [
+        reliability_envs.Group(lambda i: Overflowing(renderer), 2),
+        reliability_envs.Group(lambda i: reliability_envs.Chat(renderer, 1.0), 2),
+    ]
 
     class Sampler:
         def sample(self, requests):
@@ -230,6 +257,7 @@ def test_initial_observation_overflow_skips_the_group_under_every_strategy(strat
 
 # -- evaluation: the training context budget, checks before loading -----------------------------------------------
 
+
 def test_evaluation_of_an_env_without_end_stops_at_the_models_maximum_positions(tiny_model_path, tokenizer):
     from transformers import AutoModelForCausalLM
 
@@ -237,19 +265,31 @@ def test_evaluation_of_an_env_without_end_stops_at_the_models_maximum_positions(
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     limit = model.config.max_position_embeddings
-    result = evaluate_model("tiny", "reliability_envs:endless", model=model, tokenizer=tokenizer, num_problems=1,
-                            samples_per_problem=2, max_tokens=16, max_turns=None, temperature=0.0)
+    result = evaluate_model(
+        "tiny",
+        "reliability_envs:endless",
+        model=model,
+        tokenizer=tokenizer,
+        num_problems=1,
+        samples_per_problem=2,
+        max_tokens=16,
+        max_turns=None,
+        temperature=0.0,
+    )
     for trajectory in result.groups[0].trajectories:
         last = trajectory.transitions[-1]
         assert len(getattr(last.ob, "tokens", last.ob)) + len(last.ac.tokens) <= limit
         assert trajectory.stop_reason != "done"  # the budget ended it, not the env's own cap
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"temperature": -1.0}, "--temperature -1.0: must be >= 0"),
-    ({"samples_per_problem": 1, "ks": [8]}, "--pass_k 8: pass@k needs 1 <= k <= --samples_per_problem"),
-    ({"num_problems": 0}, "--num_problems 0: must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -1.0}, "--temperature -1.0: must be >= 0"),
+        ({"samples_per_problem": 1, "ks": [8]}, "--pass_k 8: pass@k needs 1 <= k <= --samples_per_problem"),
+        ({"num_problems": 0}, "--num_problems 0: must be an integer >= 1"),
+    ],
+)
 def test_evaluation_settings_are_checked_before_the_model_loads(kwargs, message, monkeypatch):
     from trl_envs.hub import model_loading
     from trl_envs.hub.model_eval import evaluate_model

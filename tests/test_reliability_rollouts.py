@@ -11,8 +11,19 @@ import traceback
 import pytest
 import torch
 
-from trl_envs import (ContextBudgetError, Env, EnvContractError, EnvGroupBuilder, FailFast, RetryOnFailure,
-                      RolloutBudget, RolloutTimeoutError, StepResult, TokensWithLogprobs, run_rollout_batch)
+from trl_envs import (
+    ContextBudgetError,
+    Env,
+    EnvContractError,
+    EnvGroupBuilder,
+    FailFast,
+    RetryOnFailure,
+    RolloutBudget,
+    RolloutTimeoutError,
+    StepResult,
+    TokensWithLogprobs,
+    run_rollout_batch,
+)
 
 EOT = 2
 
@@ -81,6 +92,7 @@ def hanging_group():
         env = Hangs()
         env.hang = (call, i) == (0, 0)
         return env
+
     return Group(make)
 
 
@@ -91,8 +103,11 @@ def hanging_group():
 def test_hung_step_under_fail_fast_with_timeout_names_env_and_time():
     group = hanging_group()
     start = time.perf_counter()
-    with pytest.raises(RolloutTimeoutError, match=r"Group: rollout 0 \(Hangs\) timed out.*rollout_timeout=0.3s.*"
-                                                  r"in Hangs\.step \(turn 0\), \d+\.\ds after it started"):
+    with pytest.raises(
+        RolloutTimeoutError,
+        match=r"Group: rollout 0 \(Hangs\) timed out.*rollout_timeout=0.3s.*"
+        r"in Hangs\.step \(turn 0\), \d+\.\ds after it started",
+    ):
         run_rollout_batch([group], Sampler(), strategy=FailFast(per_rollout_timeout=0.3))
     assert time.perf_counter() - start < 5
     assert group.cleaned == 1
@@ -111,8 +126,9 @@ def test_rollout_timeout_config_reaches_fail_fast():
 
     with pytest.warns(UserWarning, match="stops training with an error"):
         assert RolloutArguments(rollout_timeout=3.0).error_strategy() == FailFast(per_rollout_timeout=3.0)
-    assert RolloutArguments(rollout_timeout=3.0, rollout_error_strategy="retry",
-                            rollout_max_retries=1).error_strategy() == RetryOnFailure(1, 3.0)
+    assert RolloutArguments(
+        rollout_timeout=3.0, rollout_error_strategy="retry", rollout_max_retries=1
+    ).error_strategy() == RetryOnFailure(1, 3.0)
 
 
 @pytest.fixture
@@ -131,8 +147,9 @@ def test_step_stuck_blocking_the_loop_is_named_while_it_blocks_without_timeout(w
             seen_while_blocked.append(watchdog_log.text)
             return await super().step(action, extra=extra)
 
-    run_rollout_batch([Group(lambda c, i: StuckInSyncCall(), size=1)], Sampler(),
-                      RolloutBudget(report_blocking_after_s=0.2))
+    run_rollout_batch(
+        [Group(lambda c, i: StuckInSyncCall(), size=1)], Sampler(), RolloutBudget(report_blocking_after_s=0.2)
+    )
     assert "StuckInSyncCall.step has blocked the event loop for" in seen_while_blocked[0]
 
 
@@ -143,8 +160,9 @@ def test_blocking_step_is_reported_once_by_name(watchdog_log):
             time.sleep(0.5)
             return await super().step(action, extra=extra)
 
-    result = run_rollout_batch([Group(lambda c, i: BlocksTheLoop(), size=3)], Sampler(),
-                               RolloutBudget(report_blocking_after_s=0.2))
+    result = run_rollout_batch(
+        [Group(lambda c, i: BlocksTheLoop(), size=3)], Sampler(), RolloutBudget(report_blocking_after_s=0.2)
+    )
     assert result.groups[0] is not None
     reports = [r.getMessage() for r in watchdog_log.records if "BlocksTheLoop" in r.getMessage()]
     assert len(reports) == 1, reports  # 3 blocking steps, one report
@@ -163,8 +181,11 @@ def test_blocking_message_env_is_named_by_its_own_class(watchdog_log, renderer):
 
     eot = renderer.tokenizer.convert_tokens_to_ids("<|im_end|>")
     sampler = Sampler(lambda prompt, max_tokens: TokensWithLogprobs([eot], None))
-    run_rollout_batch([Group(lambda c, i: MessageTokenEnv(SyncGrader(target=3), renderer), size=1)], sampler,
-                      RolloutBudget(max_turns=1, report_blocking_after_s=0.2))
+    run_rollout_batch(
+        [Group(lambda c, i: MessageTokenEnv(SyncGrader(target=3), renderer), size=1)],
+        sampler,
+        RolloutBudget(max_turns=1, report_blocking_after_s=0.2),
+    )
     assert any(r.getMessage().startswith("SyncGrader.step has blocked the event loop") for r in watchdog_log.records)
 
 
@@ -174,8 +195,9 @@ def test_a_slow_sampler_on_the_loop_thread_is_not_reported_as_blocking(watchdog_
         time.sleep(0.6)  # a long generate call: the loop's own work, not an env blocking it
         return TokensWithLogprobs([7, EOT][:max_tokens], None)
 
-    result = run_rollout_batch([Group(lambda c, i: Turns(), size=1)], Sampler(slow),
-                               RolloutBudget(report_blocking_after_s=0.1))
+    result = run_rollout_batch(
+        [Group(lambda c, i: Turns(), size=1)], Sampler(slow), RolloutBudget(report_blocking_after_s=0.1)
+    )
     assert result.groups[0] is not None
     assert not [r.getMessage() for r in watchdog_log.records if "blocked the event loop" in r.getMessage()]
 
@@ -193,15 +215,19 @@ def test_blocking_step_past_the_timeout_counts_as_timed_out(watchdog_log):
             time.sleep(0.4)  # nothing can interrupt it, but the rollout still ran past its timeout
             return await super().step(action, extra=extra)
 
-    result = run_rollout_batch([Group(lambda c, i: BlocksPastTimeout(), size=1)], Sampler(),
-                               RolloutBudget(report_blocking_after_s=0.1),
-                               RetryOnFailure(max_retries=0, per_rollout_timeout=0.2))
+    result = run_rollout_batch(
+        [Group(lambda c, i: BlocksPastTimeout(), size=1)],
+        Sampler(),
+        RolloutBudget(report_blocking_after_s=0.1),
+        RetryOnFailure(max_retries=0, per_rollout_timeout=0.2),
+    )
     assert result.groups == [None] and result.error_counts == {"TimeoutError": 1, "GroupSkipped": 1}
 
 
 @pytest.mark.timeout(20)
-@pytest.mark.parametrize("strategy", [RetryOnFailure(max_retries=0, per_rollout_timeout=0.3),
-                                      FailFast(per_rollout_timeout=0.3)])
+@pytest.mark.parametrize(
+    "strategy", [RetryOnFailure(max_retries=0, per_rollout_timeout=0.3), FailFast(per_rollout_timeout=0.3)]
+)
 def test_abandoned_to_thread_call_does_not_hold_up_the_batch(strategy):
     class SlowInThread(Turns):
         async def step(self, action, *, extra=None):
@@ -272,14 +298,17 @@ class Scored(Group):
     pass
 
 
-@pytest.mark.parametrize("rewards, pattern", [
-    (lambda ts: [(float("nan"), {}), (1.0, {})], r"returned reward=nan for trajectory 0; it must be a finite"),
-    (lambda ts: [(0.0, {}), (float("inf"), {})], r"returned reward=inf for trajectory 1; it must be a finite"),
-    (lambda ts: "abc", r"must return one \(reward, metrics\) per trajectory \(2\), got 'abc'"),
-    (lambda ts: [1.0, 0.0], r"must return \(reward, metrics\) pairs; item 0 is 1.0"),
-    (lambda ts: [("1", {}), (0.0, {})], r"returned reward='1' for trajectory 0"),
-    (lambda ts: [(1.0, {"judge": "good"}), (0.0, {})], r"\(trajectory 0\) metric 'judge'='good' is not a number"),
-])
+@pytest.mark.parametrize(
+    "rewards, pattern",
+    [
+        (lambda ts: [(float("nan"), {}), (1.0, {})], r"returned reward=nan for trajectory 0; it must be a finite"),
+        (lambda ts: [(0.0, {}), (float("inf"), {})], r"returned reward=inf for trajectory 1; it must be a finite"),
+        (lambda ts: "abc", r"must return one \(reward, metrics\) per trajectory \(2\), got 'abc'"),
+        (lambda ts: [1.0, 0.0], r"must return \(reward, metrics\) pairs; item 0 is 1.0"),
+        (lambda ts: [("1", {}), (0.0, {})], r"returned reward='1' for trajectory 0"),
+        (lambda ts: [(1.0, {"judge": "good"}), (0.0, {})], r"\(trajectory 0\) metric 'judge'='good' is not a number"),
+    ],
+)
 @pytest.mark.parametrize("strategy", [FailFast(), RetryOnFailure(3)])
 def test_bad_group_rewards_name_the_builder_method_and_value(rewards, pattern, strategy):
     group = Scored(rewards=rewards)
@@ -320,8 +349,11 @@ def test_error_traceback_has_no_event_loop_noise():
 
 def test_over_long_observation_is_never_sampled():
     sampler = Sampler()
-    with pytest.raises(ContextBudgetError, match=r"Turns: the observation of turn 0 is 50 tokens.*context budget of "
-                                                 r"20 tokens"):
+    with pytest.raises(
+        ContextBudgetError,
+        match=r"Turns: the observation of turn 0 is 50 tokens.*context budget of "
+        r"20 tokens",
+    ):
         run_rollout_batch([Group(lambda c, i: Turns(prompt_len=50))], sampler, RolloutBudget(max_context_tokens=20))
     assert sampler.requests == []
 
@@ -347,11 +379,21 @@ def test_trainer_budget_defaults_to_the_model_limits():
     from trl_envs.trainers.rollout_args import RolloutArguments
 
     class Model:
-        config = Qwen2Config(vocab_size=300, max_position_embeddings=1024, hidden_size=8, num_attention_heads=2,
-                             num_key_value_heads=1, intermediate_size=8, num_hidden_layers=1)
+        config = Qwen2Config(
+            vocab_size=300,
+            max_position_embeddings=1024,
+            hidden_size=8,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=8,
+            num_hidden_layers=1,
+        )
 
-    assert RolloutArguments().model_limits(Model()) == {"max_context_tokens": 1024, "context_overflow": "end",
-                                                        "vocab_size": 300}
+    assert RolloutArguments().model_limits(Model()) == {
+        "max_context_tokens": 1024,
+        "context_overflow": "end",
+        "vocab_size": 300,
+    }
     assert RolloutArguments(max_context_tokens=64).model_limits(Model())["max_context_tokens"] == 64
 
 
@@ -365,10 +407,13 @@ def test_trainer_never_samples_past_the_models_positions(cpu_grpo_config, tiny_m
         trainer.train()
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("max_context_tokens", 0, "RolloutArguments.max_context_tokens must be an integer >= 1 or None"),
-    ("context_overflow", "truncate", "RolloutArguments.context_overflow must be 'end' or 'error', got 'truncate'"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("max_context_tokens", 0, "RolloutArguments.max_context_tokens must be an integer >= 1 or None"),
+        ("context_overflow", "truncate", "RolloutArguments.context_overflow must be 'end' or 'error', got 'truncate'"),
+    ],
+)
 def test_context_settings_are_checked_when_the_config_is_built(field, value, message):
     from trl_envs.trainers.rollout_args import RolloutArguments
 
@@ -380,13 +425,16 @@ class OffVocabSampler(Sampler):
     pass
 
 
-@pytest.mark.parametrize("tokens, pattern", [
-    ([7, 500], r"OffVocabSampler\.sample returned token id 500, outside the vocabulary \[0, 300\)"),
-    ([-1, EOT], r"OffVocabSampler\.sample returned token id -1, outside the vocabulary"),
-    (torch.tensor([7, EOT]), r"OffVocabSampler\.sample returned tokens as torch\.Tensor.*\.tolist\(\)"),
-    ([7.0, 2.0], r"OffVocabSampler\.sample returned token 7\.0 of type float"),
-    ([], r"OffVocabSampler\.sample returned 0 tokens"),
-])
+@pytest.mark.parametrize(
+    "tokens, pattern",
+    [
+        ([7, 500], r"OffVocabSampler\.sample returned token id 500, outside the vocabulary \[0, 300\)"),
+        ([-1, EOT], r"OffVocabSampler\.sample returned token id -1, outside the vocabulary"),
+        (torch.tensor([7, EOT]), r"OffVocabSampler\.sample returned tokens as torch\.Tensor.*\.tolist\(\)"),
+        ([7.0, 2.0], r"OffVocabSampler\.sample returned token 7\.0 of type float"),
+        ([], r"OffVocabSampler\.sample returned 0 tokens"),
+    ],
+)
 def test_bad_sampler_output_names_the_sampler(tokens, pattern):
     sampler = OffVocabSampler(lambda prompt, max_tokens: TokensWithLogprobs(tokens, None))
     with pytest.raises(EnvContractError, match=pattern):

@@ -18,8 +18,15 @@ TESTS = Path(__file__).resolve().parent
 
 
 def env_for(tmp_path, **extra) -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]), "HF_HUB_OFFLINE": "1",
-            "OMP_NUM_THREADS": "1", "RELIABILITY_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1", **extra}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "RELIABILITY_DIR": str(tmp_path),
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
 
 
 def count(tmp_path, kind: str) -> int:
@@ -70,8 +77,13 @@ raise SystemExit(run_command("demo", body))
 
 
 def test_sigterm_during_a_rollout_cleans_up_every_env_and_exits_143(tmp_path):
-    process = subprocess.Popen([sys.executable, "-c", ROLLOUT_SNIPPET], env=env_for(tmp_path), text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-c", ROLLOUT_SNIPPET],
+        env=env_for(tmp_path),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     wait_for(lambda: count(tmp_path, "started") == 3, process)
     code, err = interrupt(process)
     assert code == 143, err
@@ -80,8 +92,13 @@ def test_sigterm_during_a_rollout_cleans_up_every_env_and_exits_143(tmp_path):
 
 
 def test_a_second_signal_exits_at_once(tmp_path):
-    process = subprocess.Popen([sys.executable, "-c", ROLLOUT_SNIPPET], text=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env=env_for(tmp_path, RELIABILITY_CLEANUP_S="60"))
+    process = subprocess.Popen(
+        [sys.executable, "-c", ROLLOUT_SNIPPET],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env_for(tmp_path, RELIABILITY_CLEANUP_S="60"),
+    )
     wait_for(lambda: count(tmp_path, "started") == 3, process)
     process.send_signal(signal.SIGTERM)
     time.sleep(1.0)  # cleanups now wait 60 s
@@ -96,18 +113,68 @@ def test_commands_take_sigterm_like_ctrl_c(command, tmp_path, tiny_model_path):
     out = tmp_path / "out"
     out.mkdir()
     if command == "eval":
-        argv = ["-m", "trl_envs", "eval", "--model", tiny_model_path, "--env", "reliability_envs:sleepy",
-                "--num_problems", "2", "--samples_per_problem", "2", "--output", "", "--no_progress"]
+        argv = [
+            "-m",
+            "trl_envs",
+            "eval",
+            "--model",
+            tiny_model_path,
+            "--env",
+            "reliability_envs:sleepy",
+            "--num_problems",
+            "2",
+            "--samples_per_problem",
+            "2",
+            "--output",
+            "",
+            "--no_progress",
+        ]
     elif command == "train_grpo.py":
-        argv = [str(REPO / "scripts" / command), "--model_name_or_path", tiny_model_path, "--env",
-                "reliability_envs:sleepy", "--num_generations", "2", "--per_device_train_batch_size", "4",
-                "--groups_per_batch", "2", "--max_steps", "2", "--output_dir", str(out), "--use_cpu", "true"]
+        argv = [
+            str(REPO / "scripts" / command),
+            "--model_name_or_path",
+            tiny_model_path,
+            "--env",
+            "reliability_envs:sleepy",
+            "--num_generations",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--groups_per_batch",
+            "2",
+            "--max_steps",
+            "2",
+            "--output_dir",
+            str(out),
+            "--use_cpu",
+            "true",
+        ]
     else:
-        argv = [str(REPO / "scripts" / command), "--model_name_or_path", tiny_model_path, "--env",
-                "reliability_envs:sleepy", "--group_size", "2", "--groups_per_round", "2", "--num_rounds", "2",
-                "--output_dir", str(out), "--use_cpu", "true"]
-    process = subprocess.Popen([sys.executable, *argv], env=env_for(tmp_path), text=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, cwd=tmp_path)
+        argv = [
+            str(REPO / "scripts" / command),
+            "--model_name_or_path",
+            tiny_model_path,
+            "--env",
+            "reliability_envs:sleepy",
+            "--group_size",
+            "2",
+            "--groups_per_round",
+            "2",
+            "--num_rounds",
+            "2",
+            "--output_dir",
+            str(out),
+            "--use_cpu",
+            "true",
+        ]
+    process = subprocess.Popen(
+        [sys.executable, *argv],
+        env=env_for(tmp_path),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
     wait_for(rollout_in_flight(tmp_path), process)
     code, err = interrupt(process)
     assert code == 143, err[-3000:]
@@ -118,13 +185,23 @@ def test_commands_take_sigterm_like_ctrl_c(command, tmp_path, tiny_model_path):
 
 def test_play_stops_at_the_first_ctrl_c_without_traceback(tmp_path, tiny_model_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "trl_envs", "play", "reliability_envs:constant", "--model_name_or_path",
-         tiny_model_path], env=env_for(tmp_path), text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "trl_envs",
+            "play",
+            "reliability_envs:constant",
+            "--model_name_or_path",
+            tiny_model_path,
+        ],
+        env=env_for(tmp_path),
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     wait_for(lambda: count(tmp_path, "started") == 1, process)
     time.sleep(0.5)  # now waiting for the typed answer
     code, err = interrupt(process, signal.SIGINT, timeout=20)
     assert code == 130, err
     assert "trl-envs play: stopped by SIGINT" in err and "Traceback" not in err
-
-

@@ -6,14 +6,17 @@ import pytest
 from transformers import AutoTokenizer
 
 from trl_envs import EnvContractError, MessageEnv, MessageStepResult, MessageTokenEnv, Renderer, TokensWithLogprobs
-from trl_envs.training_data.rows import trajectory_to_data
-from trl_envs.envs.guess_number import GuessNumberEnv
 from trl_envs.core.types import Trajectory, Transition
+from trl_envs.envs.guess_number import GuessNumberEnv
+from trl_envs.training_data.rows import trajectory_to_data
 
 
 def _full(tokenizer, messages, add_generation_prompt):
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True,
-                                              return_dict=False))
+    return list(
+        tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
+        )
+    )
 
 
 def _im_end(tokenizer) -> int:
@@ -38,8 +41,9 @@ def test_generation_prompt_is_the_chat_template_rendering(renderer, tokenizer):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 1 + 2?"}]
     ids = renderer.build_generation_prompt(messages)
     assert ids == _full(tokenizer, messages, True)
-    assert tokenizer.decode(ids) == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 1 + 2?"
-                                     "<|im_end|>\n<|im_start|>assistant\n")
+    assert tokenizer.decode(ids) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 1 + 2?<|im_end|>\n<|im_start|>assistant\n"
+    )
     with pytest.raises(ValueError, match="no messages"):
         renderer.build_generation_prompt([])
 
@@ -82,7 +86,8 @@ def test_template_that_rewrites_history_is_rejected(fresh_tokenizer):
     fresh_tokenizer.chat_template = (
         "{%- for message in messages %}<|im_start|>{{ message['role'] }}\n"
         "{%- if message['role'] == 'assistant' and not loop.last %}(hidden){% else %}{{ message['content'] }}"
-        "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+        "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     r = Renderer(fresh_tokenizer)
     with pytest.raises(EnvContractError, match="cannot be extended token-exactly"):
         r.render_suffix([{"role": "user", "content": "Higher."}])
@@ -95,8 +100,10 @@ def test_render_suffix_is_what_the_template_appends(renderer, tokenizer):
     suffix = renderer.render_suffix([{"role": "user", "content": "Higher."}])
     assert tokenizer.decode(suffix) == "\n<|im_start|>user\nHigher.<|im_end|>\n<|im_start|>assistant\n"
     two = renderer.render_suffix([{"role": "user", "content": "A"}, {"role": "user", "content": "B"}])
-    assert tokenizer.decode(two) == "\n<|im_start|>user\nA<|im_end|>\n<|im_start|>user\nB<|im_end|>\n" \
-                                    "<|im_start|>assistant\n"
+    assert (
+        tokenizer.decode(two) == "\n<|im_start|>user\nA<|im_end|>\n<|im_start|>user\nB<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
 
 
 def test_message_env_observations_extend_token_exactly_and_match_full_rendering(renderer, tokenizer):
@@ -117,8 +124,8 @@ def test_message_env_observations_extend_token_exactly_and_match_full_rendering(
                 # the final observation is the context plus the last action, nothing re-rendered
                 assert result.next_observation == ob + action
                 full = _full(tokenizer, conversation, False)
-                assert result.next_observation == full[:len(result.next_observation)]
-                assert tokenizer.decode(full[len(result.next_observation):]) == "\n"
+                assert result.next_observation == full[: len(result.next_observation)]
+                assert tokenizer.decode(full[len(result.next_observation) :]) == "\n"
                 return
             hint = {"role": "user", "content": "Higher." if int(guess) < 11 else "Lower."}
             conversation.append(hint)
@@ -145,15 +152,22 @@ def test_truncated_action_gets_end_of_turn_inserted_as_env_token(renderer, token
     reply = {"role": "user", "content": "Reply with just a number between 1 and 16."}
     assert result.next_observation == ob + cut + [_im_end(tokenizer)] + renderer.render_suffix([reply])
     # the conversation stays well formed: the same as a rendering of the (closed) assistant turn
-    convo = [{"role": "user", "content": "Guess my number between 1 and 16."},
-             {"role": "assistant", "content": "8"}, reply]
+    convo = [
+        {"role": "user", "content": "Guess my number between 1 and 16."},
+        {"role": "assistant", "content": "8"},
+        reply,
+    ]
     assert result.next_observation == _full(tokenizer, convo, True)
 
     # in the training row, the inserted <|im_end|> is an env token: not trained, logprob 0
     win = _answer(tokenizer, "11")
-    traj = Trajectory([Transition(ob, TokensWithLogprobs(cut, [-0.5] * len(cut), "length"), result.reward, False),
-                       Transition(result.next_observation, TokensWithLogprobs(win, [-0.25] * len(win)), 1.0, True)],
-                      final_ob=result.next_observation + win)
+    traj = Trajectory(
+        [
+            Transition(ob, TokensWithLogprobs(cut, [-0.5] * len(cut), "length"), result.reward, False),
+            Transition(result.next_observation, TokensWithLogprobs(win, [-0.25] * len(win)), 1.0, True),
+        ],
+        final_ob=result.next_observation + win,
+    )
     row = trajectory_to_data(traj)
     inserted = len(cut)
     assert row.completion_ids[inserted] == _im_end(tokenizer)

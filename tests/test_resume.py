@@ -22,9 +22,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from mp_launch import CONFIGS, REPO, free_port, kill_tree, launch_env, run_with_timeout
+from safetensors.torch import load_file
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -34,17 +33,49 @@ MAX_STEPS = 12  # the run is killed right after checkpoint-2: the 10 steps left 
 
 
 def grpo_command(model_path: str, output_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "cpu_2proc.yaml"),
-            "--main_process_port", str(free_port()), str(REPO / "scripts" / "train_grpo.py"),
-            "--model_name_or_path", model_path, "--use_cpu", "true", "--output_dir", str(output_dir),
-            "--max_steps", str(MAX_STEPS), "--save_strategy", "steps", "--save_steps", "2", "--per_device_train_batch_size", "8",
-            "--num_generations", "4", "--groups_per_batch", "4", "--num_env_batches", "20",
-            "--max_completion_length", "8", "--max_turns", "2", "--card_eval", "false", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(CONFIGS / "cpu_2proc.yaml"),
+        "--main_process_port",
+        str(free_port()),
+        str(REPO / "scripts" / "train_grpo.py"),
+        "--model_name_or_path",
+        model_path,
+        "--use_cpu",
+        "true",
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        str(MAX_STEPS),
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        "--num_generations",
+        "4",
+        "--groups_per_batch",
+        "4",
+        "--num_env_batches",
+        "20",
+        "--max_completion_length",
+        "8",
+        "--max_turns",
+        "2",
+        "--card_eval",
+        "false",
+        *extra,
+    ]
 
 
 def checkpoint_complete(folder: Path, world_size: int = 2) -> bool:
     return (folder / "trainer_state.json").exists() and all(
-        (folder / f"rng_state_{r}.pth").exists() for r in range(world_size))
+        (folder / f"rng_state_{r}.pth").exists() for r in range(world_size)
+    )
 
 
 def step_logs(checkpoint: Path) -> dict[int, dict]:
@@ -64,8 +95,17 @@ def test_grpo_script_resumes_a_killed_two_process_run_exactly(tmp_path, tiny_mod
     full, cut = tmp_path / "full", tmp_path / "cut"
     # the uninterrupted run and the run to be killed start together (the imports dominate a launch's time)
     logs = [open(tmp_path / "full.log", "w"), open(tmp_path / "cut.log", "w")]
-    runs = [subprocess.Popen(grpo_command(tiny_model_path, out), cwd=REPO, env=launch_env(), stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True) for out, log in zip((full, cut), logs)]
+    runs = [
+        subprocess.Popen(
+            grpo_command(tiny_model_path, out),
+            cwd=REPO,
+            env=launch_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for out, log in zip((full, cut), logs)
+    ]
     try:
         deadline = time.monotonic() + LAUNCH_TIMEOUT_S
         while not checkpoint_complete(cut / "checkpoint-2") and runs[1].poll() is None:
@@ -83,8 +123,11 @@ def test_grpo_script_resumes_a_killed_two_process_run_exactly(tmp_path, tiny_mod
     assert checkpoint_complete(cut / "checkpoint-2")
     assert not (cut / "model.safetensors").exists(), "the run finished before it could be interrupted"
 
-    resumed = run_with_timeout(grpo_command(tiny_model_path, cut, "--resume_from_checkpoint",
-                                            str(cut / "checkpoint-2")), LAUNCH_TIMEOUT_S, tmp_path / "resumed.log")
+    resumed = run_with_timeout(
+        grpo_command(tiny_model_path, cut, "--resume_from_checkpoint", str(cut / "checkpoint-2")),
+        LAUNCH_TIMEOUT_S,
+        tmp_path / "resumed.log",
+    )
     steps = [int(s) for s in re.findall(r"\[trl_envs\] step +(\d+)", resumed)]
     assert steps == list(range(3, MAX_STEPS + 1))  # continues at step 3: steps 1-2 are not replayed
     last = f"checkpoint-{MAX_STEPS}"
@@ -100,11 +143,39 @@ def run_script(script: str, monkeypatch, *args: str) -> None:
 
 
 def dpo_args(model_path: str, output_dir: Path, *extra: str) -> list[str]:
-    return ["--env", "arithmetic", "--model_name_or_path", model_path, "--use_cpu", "true", "--output_dir",
-            str(output_dir), "--num_rounds", "3", "--group_size", "4", "--groups_per_round", "4", "--num_env_batches",
-            "10", "--max_tokens_per_turn", "8", "--max_turns", "2", "--per_device_train_batch_size", "8",
-            "--logging_steps", "1", "--eval_envs_each_round", "false", "--save_strategy", "epoch",
-            "--card_eval", "false", *extra]
+    return [
+        "--env",
+        "arithmetic",
+        "--model_name_or_path",
+        model_path,
+        "--use_cpu",
+        "true",
+        "--output_dir",
+        str(output_dir),
+        "--num_rounds",
+        "3",
+        "--group_size",
+        "4",
+        "--groups_per_round",
+        "4",
+        "--num_env_batches",
+        "10",
+        "--max_tokens_per_turn",
+        "8",
+        "--max_turns",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        "--logging_steps",
+        "1",
+        "--eval_envs_each_round",
+        "false",
+        "--save_strategy",
+        "epoch",
+        "--card_eval",
+        "false",
+        *extra,
+    ]
 
 
 def round_lines(out: str) -> list[str]:
@@ -119,18 +190,22 @@ def test_dpo_script_resumes_env_rounds_exactly(tmp_path, tiny_model_path, monkey
     assert len(checkpoints) == 3 and (checkpoints[0] / "env_dpo_rounds.json").exists()  # one per round
     assert json.loads((checkpoints[0] / "env_dpo_rounds.json").read_text())["rounds_done"] == 1
 
-    run_script("train_dpo.py", monkeypatch, *dpo_args(tiny_model_path, cut, "--resume_from_checkpoint",
-                                                      str(checkpoints[0])))
+    run_script(
+        "train_dpo.py", monkeypatch, *dpo_args(tiny_model_path, cut, "--resume_from_checkpoint", str(checkpoints[0]))
+    )
     cut_rounds = round_lines(capsys.readouterr().out)
     assert len(full_rounds) == 3 and cut_rounds == full_rounds[1:]  # rounds 2, 3: same pairs, rewards, loss
     assert_same_weights(full, cut)
 
 
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_dpo.py"])
-@pytest.mark.parametrize(("value", "message"), [("/does/not/exist", "'/does/not/exist': no such checkpoint folder"),
-                                                ("last", "holds no checkpoint-\\* folder")])
-def test_scripts_refuse_a_missing_checkpoint_before_loading_a_model(script, value, message, tmp_path, monkeypatch,
-                                                                    capsys):
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("/does/not/exist", "'/does/not/exist': no such checkpoint folder"), ("last", "holds no checkpoint-\\* folder")],
+)
+def test_scripts_refuse_a_missing_checkpoint_before_loading_a_model(
+    script, value, message, tmp_path, monkeypatch, capsys
+):
     import transformers
 
     def no_loading(*args, **kwargs):
@@ -146,14 +221,23 @@ def test_scripts_refuse_a_missing_checkpoint_before_loading_a_model(script, valu
 
 
 def test_env_dpo_refuses_a_checkpoint_that_is_not_a_round_checkpoint(tmp_path, tiny_model_path, tokenizer, renderer):
-    from trl_envs import EnvDPOConfig, EnvDPOTrainer
-    from trl_envs import make_env_dataset
+    from trl_envs import EnvDPOConfig, EnvDPOTrainer, make_env_dataset
 
-    args = EnvDPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                        gradient_checkpointing=False, save_strategy="no", num_rounds=1)
-    trainer = EnvDPOTrainer(tiny_model_path, args=args, processing_class=tokenizer,
-                            env_dataset=make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2,
-                                                             num_batches=2))
+    args = EnvDPOConfig(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        save_strategy="no",
+        num_rounds=1,
+    )
+    trainer = EnvDPOTrainer(
+        tiny_model_path,
+        args=args,
+        processing_class=tokenizer,
+        env_dataset=make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2),
+    )
     foreign = tmp_path / "checkpoint-3"
     foreign.mkdir()
     (foreign / "trainer_state.json").write_text("{}")

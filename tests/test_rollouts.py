@@ -24,8 +24,8 @@ from trl_envs import (
     run_rollout_batch_async,
     trajectory_to_data,
 )
-from trl_envs.envs.guess_number import GuessNumberEnv, GuessNumberGroupBuilder
 from trl_envs.core.message_env import MessageTokenEnv
+from trl_envs.envs.guess_number import GuessNumberEnv, GuessNumberGroupBuilder
 
 EOT = 2  # stop token used by the scripted token-level envs below
 
@@ -226,8 +226,9 @@ def test_cleanup_awaited_on_timeout_and_group_skipped():
     builder = ToyBuilder(lambda call, i: ToyEnv(turns=2, hang_at=0), size=2)
     errors = Counter()
     start = time.perf_counter()
-    group = asyncio.run(do_group_rollout(builder, simple_policy, strategy=RetryOnFailure(0, per_rollout_timeout=0.2),
-                                         errors=errors))
+    group = asyncio.run(
+        do_group_rollout(builder, simple_policy, strategy=RetryOnFailure(0, per_rollout_timeout=0.2), errors=errors)
+    )
     assert time.perf_counter() - start < 5
     assert group is None
     assert errors["TimeoutError"] >= 1 and errors["GroupSkipped"] == 1
@@ -360,8 +361,9 @@ def test_a_failed_batch_returns_only_after_its_last_sampler_call():
             calls["finished"] += 1
             return out
 
-    bad = ToyBuilder(lambda call, i: ToyEnv(turns=3, fail_at=1, step_delay=0.05, error=RuntimeError("env crashed")),
-                     size=1)
+    bad = ToyBuilder(
+        lambda call, i: ToyEnv(turns=3, fail_at=1, step_delay=0.05, error=RuntimeError("env crashed")), size=1
+    )
     with pytest.raises(RuntimeError, match="env crashed"):
         run_rollout_batch([ok_builder(turns=3), bad], SlowSampler(), strategy=FailFast())
     assert calls["started"] == calls["finished"] >= 3
@@ -373,12 +375,12 @@ def test_hanging_env_is_cut_by_per_rollout_timeout(monkeypatch, python310_timeou
     if python310_timeout:  # the fallback used where asyncio.timeout does not exist
         monkeypatch.delattr(asyncio, "timeout")
     # the first env of the group hangs in step forever; its replacement works; other groups are not held up
-    hanging = ToyBuilder(lambda call, i: ToyEnv(turns=2, hang_at=0) if (call, i) == (0, 0) else ToyEnv(turns=2),
-                         size=2)
+    hanging = ToyBuilder(lambda call, i: ToyEnv(turns=2, hang_at=0) if (call, i) == (0, 0) else ToyEnv(turns=2), size=2)
     others = [ok_builder(turns=2) for _ in range(2)]
     start = time.perf_counter()
-    result = run_rollout_batch([hanging] + others, ScriptedSampler(),
-                               strategy=RetryOnFailure(max_retries=1, per_rollout_timeout=0.3))
+    result = run_rollout_batch(
+        [hanging] + others, ScriptedSampler(), strategy=RetryOnFailure(max_retries=1, per_rollout_timeout=0.3)
+    )
     elapsed = time.perf_counter() - start
     assert elapsed < 10, f"a hanging env stalled the batch for {elapsed:.1f}s"
     # healthy rollouts waiting in the sampling batch for the stuck one are not charged for that wait
@@ -421,8 +423,11 @@ def test_token_budget_per_trajectory_shrinks_the_last_turn():
         seen.append(max_tokens)
         return TokensWithLogprobs([7] * min(3, max_tokens), None, "length")
 
-    traj = asyncio.run(do_single_rollout(policy, ToyEnv(turns=10), RolloutBudget(max_turns=None, max_tokens_per_turn=3,
-                                                                                   max_tokens_per_trajectory=7)))
+    traj = asyncio.run(
+        do_single_rollout(
+            policy, ToyEnv(turns=10), RolloutBudget(max_turns=None, max_tokens_per_turn=3, max_tokens_per_trajectory=7)
+        )
+    )
     assert seen == [3, 3, 1]
     assert traj.num_action_tokens == 7 and traj.stop_reason == "max_tokens"
 
@@ -459,16 +464,25 @@ class WrongInitialEnv(_Returns):
     pass
 
 
-@pytest.mark.parametrize("env, pattern", [
-    (WrongStepEnv(step_result={"reward": 1.0}), r"WrongStepEnv\.step \(turn 0\) must return a StepResult, got dict"),
-    (WrongInitialEnv(initial=[1, 2, 3]), r"WrongInitialEnv\.initial_observation must return \(observation, "),
-    (WrongInitialEnv(initial=("hello", [EOT])), r"WrongInitialEnv\.initial_observation must give the observation as"),
-    (WrongStepEnv(step_result=StepResult(float("nan"), True, [], [EOT])), r"WrongStepEnv\.step.*finite"),
-    (WrongStepEnv(step_result=StepResult(float("inf"), True, [], [EOT])), r"WrongStepEnv\.step.*finite"),
-    (WrongStepEnv(step_result=StepResult(None, True, [], [EOT])), r"WrongStepEnv\.step.*finite"),
-    (WrongStepEnv(step_result=StepResult(1.0, False, "abc", [EOT])), r"WrongStepEnv\.step must give the observ"),
-    (WrongStepEnv(step_result=StepResult(1.0, True, [], [EOT], metrics={"m": "x"})), r"metric 'm'.*not a number"),
-])
+@pytest.mark.parametrize(
+    "env, pattern",
+    [
+        (
+            WrongStepEnv(step_result={"reward": 1.0}),
+            r"WrongStepEnv\.step \(turn 0\) must return a StepResult, got dict",
+        ),
+        (WrongInitialEnv(initial=[1, 2, 3]), r"WrongInitialEnv\.initial_observation must return \(observation, "),
+        (
+            WrongInitialEnv(initial=("hello", [EOT])),
+            r"WrongInitialEnv\.initial_observation must give the observation as",
+        ),
+        (WrongStepEnv(step_result=StepResult(float("nan"), True, [], [EOT])), r"WrongStepEnv\.step.*finite"),
+        (WrongStepEnv(step_result=StepResult(float("inf"), True, [], [EOT])), r"WrongStepEnv\.step.*finite"),
+        (WrongStepEnv(step_result=StepResult(None, True, [], [EOT])), r"WrongStepEnv\.step.*finite"),
+        (WrongStepEnv(step_result=StepResult(1.0, False, "abc", [EOT])), r"WrongStepEnv\.step must give the observ"),
+        (WrongStepEnv(step_result=StepResult(1.0, True, [], [EOT], metrics={"m": "x"})), r"metric 'm'.*not a number"),
+    ],
+)
 def test_env_contract_errors_name_the_env(env, pattern):
     with pytest.raises(EnvContractError, match=pattern):
         asyncio.run(do_single_rollout(simple_policy, env))
@@ -520,6 +534,7 @@ def counting_guesser(tokenizer):
         text = tokenizer.decode(prompt, skip_special_tokens=False)
         guess = text.count("<|im_start|>assistant")  # includes the generation prompt
         return (tokenizer.encode(str(guess), add_special_tokens=False) + [eot])[:max_tokens]
+
     return respond
 
 
@@ -542,8 +557,10 @@ class SlowGuessEnv(GuessNumberEnv):
 
 class SlowGuessBuilder(GuessNumberGroupBuilder):
     async def make_envs(self):
-        return [MessageTokenEnv(SlowGuessEnv(self.target, self.low, self.high, self.max_guesses), self.renderer)
-                for _ in range(self.group_size)]
+        return [
+            MessageTokenEnv(SlowGuessEnv(self.target, self.low, self.high, self.max_guesses), self.renderer)
+            for _ in range(self.group_size)
+        ]
 
 
 @pytest.mark.timeout(60)
@@ -558,7 +575,10 @@ def test_one_sampler_call_per_turn_for_the_whole_batch(renderer, tokenizer, buil
     assert result.sampler_batch_sizes == [6, 4, 4, 2, 2] == sampler.batch_sizes  # shrinks as episodes end
     assert [[len(t.transitions) for t in g.trajectories] for g in result.groups] == [[1, 1], [3, 3], [5, 5]]
     assert [g.get_total_rewards() for g in result.groups] == [
-        pytest.approx([1.0] * 2), pytest.approx([0.8] * 2), pytest.approx([0.6] * 2)]
+        pytest.approx([1.0] * 2),
+        pytest.approx([0.8] * 2),
+        pytest.approx([0.6] * 2),
+    ]
     if builder_cls is SlowGuessBuilder:
         assert SlowGuessEnv.max_in_flight == 6  # env waits overlap instead of queueing behind each other
 
@@ -593,8 +613,11 @@ def test_run_rollout_batch_works_inside_a_running_event_loop():
 
 def test_training_row_masks_env_tokens_and_aligns_logprobs(renderer, tokenizer):
     eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    result = run_rollout_batch([GuessNumberGroupBuilder(renderer, target=3, group_size=1)],
-                               ScriptedSampler(counting_guesser(tokenizer)), RolloutBudget(max_turns=10))
+    result = run_rollout_batch(
+        [GuessNumberGroupBuilder(renderer, target=3, group_size=1)],
+        ScriptedSampler(counting_guesser(tokenizer)),
+        RolloutBudget(max_turns=10),
+    )
     traj = result.groups[0].trajectories[0]
     assert len(traj.transitions) == 3
     row = trajectory_to_data(traj)
@@ -613,7 +636,7 @@ def test_training_row_masks_env_tokens_and_aligns_logprobs(renderer, tokenizer):
             pos += env_len
         expected_mask += [1] * len(tr.ac.tokens)
         expected_lp += tr.ac.logprobs
-        assert row.completion_ids[pos - len(row.prompt_ids):][:len(tr.ac.tokens)] == tr.ac.tokens
+        assert row.completion_ids[pos - len(row.prompt_ids) :][: len(tr.ac.tokens)] == tr.ac.tokens
         pos += len(tr.ac.tokens)
     assert row.mask == expected_mask
     assert row.logprobs == pytest.approx(expected_lp)

@@ -45,21 +45,36 @@ def test_the_demo_model_gets_the_demo_recipe(grpo_script, capsys, tiny_model_pat
 def test_a_real_model_gets_trl_defaults_plus_the_envs_budgets(grpo_script, capsys):
     trl = GRPOConfig(output_dir="x", use_cpu=True, bf16=False)
     args, table = parse(grpo_script, capsys, "--model_name_or_path", QWEN, "--env", "guess_number")
-    assert args.learning_rate == trl.learning_rate and args.per_device_train_batch_size == trl.per_device_train_batch_size
+    assert (
+        args.learning_rate == trl.learning_rate and args.per_device_train_batch_size == trl.per_device_train_batch_size
+    )
     assert args.max_steps == trl.max_steps and args.gradient_checkpointing == trl.gradient_checkpointing
     assert args.max_completion_length == 32 and args.max_turns == 6
     assert source(table, "learning_rate") == "TRL default"
     assert source(table, "max_turns") == "env guess_number" and "demo recipe" not in table
-    args, _ = parse(grpo_script, capsys, "--model_name_or_path", QWEN, "--env", "guess_number",
-                    "--env_kwargs", '{"max_guesses": 9}')
+    args, _ = parse(
+        grpo_script, capsys, "--model_name_or_path", QWEN, "--env", "guess_number", "--env_kwargs", '{"max_guesses": 9}'
+    )
     assert args.max_turns == 9  # from the env's options
 
 
 def test_what_the_user_sets_wins_and_is_named(grpo_script, capsys, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("max_turns: 3\nlearning_rate: 2.0e-6\n")
-    args, table = parse(grpo_script, capsys, "--config", str(config), "--model_name_or_path", QWEN, "--env",
-                        "guess_number", "--learning_rate", "5e-6", "--max_completion_length", "64")
+    args, table = parse(
+        grpo_script,
+        capsys,
+        "--config",
+        str(config),
+        "--model_name_or_path",
+        QWEN,
+        "--env",
+        "guess_number",
+        "--learning_rate",
+        "5e-6",
+        "--max_completion_length",
+        "64",
+    )
     assert (args.learning_rate, args.max_turns, args.max_completion_length) == (5e-6, 3, 64)
     assert source(table, "learning_rate") == "command line"
     assert source(table, "max_turns") == f"config {config}"
@@ -75,6 +90,8 @@ def test_which_models_are_the_demo_model(tmp_path):
 
 def test_env_budgets():
     assert env_budgets("tool_use", {"max_tool_calls": 2}) == {"max_completion_length": 128, "max_turns": 3}
-    assert env_budgets("guess_number", {}, per_turn_key="max_tokens_per_turn") == {"max_tokens_per_turn": 32,
-                                                                                  "max_turns": 6}
+    assert env_budgets("guess_number", {}, per_turn_key="max_tokens_per_turn") == {
+        "max_tokens_per_turn": 32,
+        "max_turns": 6,
+    }
     assert env_budgets("my_pkg.envs:factory", {}) == {}

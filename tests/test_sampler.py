@@ -23,9 +23,13 @@ def model(tiny_model_path):
 def prompts(renderer, tokenizer):
     return {
         "sum": renderer.build_generation_prompt([{"role": "user", "content": "What is 3 + 4?"}]),
-        "guess": renderer.build_generation_prompt([
-            {"role": "user", "content": "Guess my number between 1 and 16."},
-            {"role": "assistant", "content": "8"}, {"role": "user", "content": "Higher."}]),
+        "guess": renderer.build_generation_prompt(
+            [
+                {"role": "user", "content": "Guess my number between 1 and 16."},
+                {"role": "assistant", "content": "8"},
+                {"role": "user", "content": "Higher."},
+            ]
+        ),
         "text": tokenizer.encode("The quick brown fox", add_special_tokens=False),
     }
 
@@ -34,7 +38,7 @@ def teacher_forced(model, prompt, tokens, temperature=1.0):
     """log_softmax(logits / temperature) of ``tokens`` given ``prompt``, one unpadded forward pass."""
     ids = torch.tensor([list(prompt) + list(tokens)])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt) - 1:-1].float()
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
     return torch.log_softmax(logits / temperature, dim=-1).gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
 
 
@@ -48,8 +52,14 @@ def test_per_request_max_tokens_and_stop_token(model, tokenizer, renderer, promp
     eot = renderer.end_of_turn_token_id
     stop = renderer.get_stop_sequences()
     sampler = HFSampler(model, tokenizer, temperature=0)
-    out = sampler.sample([SampleRequest(prompts["guess"], stop, 16), SampleRequest(prompts["guess"], stop, 2),
-                          SampleRequest(prompts["sum"], stop, 16), SampleRequest(prompts["sum"], stop, 1)])
+    out = sampler.sample(
+        [
+            SampleRequest(prompts["guess"], stop, 16),
+            SampleRequest(prompts["guess"], stop, 2),
+            SampleRequest(prompts["sum"], stop, 16),
+            SampleRequest(prompts["sum"], stop, 1),
+        ]
+    )
     full_guess, cut_guess, full_sum, cut_sum = out
     for full in (full_guess, full_sum):  # the warm-started model answers and ends its turn
         assert full.finish_reason == "stop"
@@ -108,7 +118,7 @@ def test_greedy_is_deterministic_and_takes_the_argmax(model, tokenizer, renderer
     for req, r in zip(requests, first):
         ids = torch.tensor([req.prompt + r.tokens])
         with torch.no_grad():
-            logits = model(ids).logits[0, len(req.prompt) - 1:-1]
+            logits = model(ids).logits[0, len(req.prompt) - 1 : -1]
         assert logits.argmax(-1).tolist() == r.tokens
         # greedy logprobs are those of the unscaled distribution
         assert torch.allclose(torch.tensor(r.logprobs), teacher_forced(model, req.prompt, r.tokens), atol=1e-4)

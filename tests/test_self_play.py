@@ -9,9 +9,16 @@ import random
 import time
 
 import pytest
+from text_policies import free_cells
 
-from trl_envs import FailFast, RetryOnFailure, RolloutBudget, run_rollout_batch, run_rollout_batch_async, trajectory_to_data
-from trl_envs.rollout.batching import BatchingPolicy, parked
+from trl_envs import (
+    FailFast,
+    RetryOnFailure,
+    RolloutBudget,
+    run_rollout_batch,
+    run_rollout_batch_async,
+    trajectory_to_data,
+)
 from trl_envs.envs.tic_tac_toe import (
     OpponentAbandoned,
     OpponentTimeout,
@@ -22,10 +29,9 @@ from trl_envs.envs.tic_tac_toe import (
     TicTacToeVsOpponentGroupBuilder,
 )
 from trl_envs.envs.tic_tac_toe.rules import EMPTY_BOARD, parse_move, place, show, winner
+from trl_envs.rollout.batching import BatchingPolicy, parked
 from trl_envs.rollout.engine import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
-
-from text_policies import free_cells
 
 pytestmark = pytest.mark.timeout(300)
 BUDGET = RolloutBudget(max_turns=9, max_tokens_per_turn=8)
@@ -38,6 +44,7 @@ def random_player(seed=0, illegal_rate=0.0):
         if rng.random() < illegal_rate:
             return "banana"
         return str(rng.choice(free_cells(text) or [1]))  # no board shown: the opponent forfeited at once
+
     return respond
 
 
@@ -84,8 +91,9 @@ def test_self_play_rewards_are_zero_sum_and_both_players_are_trained(tokenizer, 
 
 def test_players_see_each_others_moves_in_one_growing_conversation(tokenizer, renderer):
     moves = iter(["5", "1", "9", "3", "2", "8", "4", "6", "7"])  # X: 5 9 2 4 7, O: 1 3 8 6 -> draw
-    result = run_rollout_batch([TicTacToeSelfPlayGroupBuilder(renderer, 1)],
-                               TextPolicySampler(renderer, lambda text: next(moves)), BUDGET)
+    result = run_rollout_batch(
+        [TicTacToeSelfPlayGroupBuilder(renderer, 1)], TextPolicySampler(renderer, lambda text: next(moves)), BUDGET
+    )
     x, o = result.groups[0].trajectories
     assert len(x.transitions) == 5 and len(o.transitions) == 4
     assert result.groups[0].group_rewards == [0.0, 0.0]
@@ -103,7 +111,8 @@ def test_turn_taking_never_waits_for_the_valve(tokenizer, renderer):
     async def go():
         return await asyncio.wait_for(
             run_rollout_batch_async(builders, TextPolicySampler(renderer, random_player(2)), BUDGET, max_wait_s=2.0),
-            timeout=60)
+            timeout=60,
+        )
 
     start = time.perf_counter()
     result = run_sync(go)
@@ -115,9 +124,11 @@ def test_turn_taking_never_waits_for_the_valve(tokenizer, renderer):
 def test_an_unparked_wait_on_a_sibling_needs_no_valve_but_a_thread_at_work_is_waited_for():
     """A wait on a sibling without parked() is seen from the quiet loop (an idle flush, no valve); a sibling whose
     work runs in a thread is waited for until the valve (control: the valve counter does count stalls)."""
+
     class Sampler:
         def sample(self, requests):
             from trl_envs import TokensWithLogprobs
+
             return [TokensWithLogprobs([1, 2]) for _ in requests]
 
     async def go(how):
@@ -190,8 +201,14 @@ def test_a_failing_player_fails_the_group_fast_under_fail_fast(tokenizer, render
 
     async def go():
         return await asyncio.wait_for(
-            run_rollout_batch_async([TicTacToeSelfPlayGroupBuilder(renderer, 1, move_timeout=30)],
-                                    TextPolicySampler(renderer, respond), BUDGET, FailFast()), timeout=20)
+            run_rollout_batch_async(
+                [TicTacToeSelfPlayGroupBuilder(renderer, 1, move_timeout=30)],
+                TextPolicySampler(renderer, respond),
+                BUDGET,
+                FailFast(),
+            ),
+            timeout=20,
+        )
 
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="sampler died on O"):
@@ -212,13 +229,20 @@ def test_retry_replays_the_whole_game_when_one_player_fails(tokenizer, renderer)
 
                 async def broken(response):
                     raise ConnectionError("grader unreachable")
+
                 o.step = broken
             return envs
 
     async def go():
         return await asyncio.wait_for(
-            run_rollout_batch_async([FlakyO(renderer, 2, move_timeout=30)], TextPolicySampler(renderer, inner),
-                                    BUDGET, RetryOnFailure(max_retries=1)), timeout=20)
+            run_rollout_batch_async(
+                [FlakyO(renderer, 2, move_timeout=30)],
+                TextPolicySampler(renderer, inner),
+                BUDGET,
+                RetryOnFailure(max_retries=1),
+            ),
+            timeout=20,
+        )
 
     result = run_sync(go)
     group = result.groups[0]
@@ -233,8 +257,10 @@ def test_retry_replays_the_whole_game_when_one_player_fails(tokenizer, renderer)
 
 def test_perfect_opponent_never_loses_and_random_play_wins_sometimes_against_random(tokenizer, renderer):
     def play(opponent):
-        builders = [TicTacToeVsOpponentGroupBuilder(renderer, 8, opponent, mark, seed=10 * i)
-                    for i, mark in enumerate(["X", "O", "X", "O"])]
+        builders = [
+            TicTacToeVsOpponentGroupBuilder(renderer, 8, opponent, mark, seed=10 * i)
+            for i, mark in enumerate(["X", "O", "X", "O"])
+        ]
         result = run_rollout_batch(builders, TextPolicySampler(renderer, random_player(5)), BUDGET)
         finals = [t.transitions[-1].metrics for g in result.groups for t in g.trajectories]
         return {k: sum(f[k] for f in finals) for k in ("win", "draw", "loss")}, result
@@ -269,8 +295,7 @@ def test_dataset_builder_checks_group_size_and_alternates_marks(renderer):
 
 
 def test_self_play_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
-    from trl_envs import EnvGRPOTrainer
-    from trl_envs import make_env_dataset
+    from trl_envs import EnvGRPOTrainer, make_env_dataset
 
     args = cpu_grpo_config(max_completion_length=4, max_turns=6, sampler_max_wait_s=30.0)
     env = make_env_dataset("tic_tac_toe", renderer, group_size=4, batch_size=2, num_batches=4)
@@ -295,8 +320,14 @@ def test_rollout_timeout_does_not_count_time_spent_waiting_on_the_opponent(token
 
     async def go():
         return await asyncio.wait_for(
-            run_rollout_batch_async([TicTacToeSelfPlayGroupBuilder(renderer, 1)], TextPolicySampler(renderer, slow),
-                                    BUDGET, RetryOnFailure(max_retries=0, per_rollout_timeout=1.0)), timeout=30)
+            run_rollout_batch_async(
+                [TicTacToeSelfPlayGroupBuilder(renderer, 1)],
+                TextPolicySampler(renderer, slow),
+                BUDGET,
+                RetryOnFailure(max_retries=0, per_rollout_timeout=1.0),
+            ),
+            timeout=30,
+        )
 
     start = time.perf_counter()
     result = run_sync(go)

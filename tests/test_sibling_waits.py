@@ -10,17 +10,24 @@ import threading
 import time
 
 import pytest
+from text_policies import free_cells
 
-from trl_envs import Env, EnvGroupBuilder, FailFast, RetryOnFailure, RolloutBudget, StepResult, TokensWithLogprobs
-from trl_envs import run_rollout_batch
+from trl_envs import (
+    Env,
+    EnvGroupBuilder,
+    FailFast,
+    RetryOnFailure,
+    RolloutBudget,
+    StepResult,
+    TokensWithLogprobs,
+    run_rollout_batch,
+)
 from trl_envs.envs.tic_tac_toe import TicTacToeSelfPlayGroupBuilder
 from trl_envs.rollout.coupling import GroupStalledError
 from trl_envs.rollout.engine import run_sync
 from trl_envs.rollout.loop_idle import loop_activity
 from trl_envs.rollout.worker_threads import use_abandonable_threads
 from trl_envs.samplers.text_policy import TextPolicySampler
-
-from text_policies import free_cells
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -122,8 +129,15 @@ def test_loop_activity_tells_work_from_waits_on_siblings():
         seen["after"] = loop_activity(loop)
         return seen
 
-    assert run_sync(go) == {"quiet": "quiet", "ready": "ready", "timeout": "quiet", "sleep": "waiting",
-                            "thread": "waiting", "socket": "waiting", "after": "quiet"}
+    assert run_sync(go) == {
+        "quiet": "quiet",
+        "ready": "ready",
+        "timeout": "quiet",
+        "sleep": "waiting",
+        "thread": "waiting",
+        "socket": "waiting",
+        "after": "quiet",
+    }
 
 
 def test_a_loop_whose_default_executor_cannot_be_read_is_unknown():
@@ -155,9 +169,14 @@ def test_two_batches_on_one_loop_both_go_out_when_it_is_quiet():
 
     async def go():
         samplers = [CountingSampler(), CountingSampler()]
-        results = await asyncio.gather(*(run_rollout_batch_async([GameBuilder(4) for _ in range(2)], s,
-                                                                 RolloutBudget(max_turns=10), max_wait_s=30)
-                                         for s in samplers))
+        results = await asyncio.gather(
+            *(
+                run_rollout_batch_async(
+                    [GameBuilder(4) for _ in range(2)], s, RolloutBudget(max_turns=10), max_wait_s=30
+                )
+                for s in samplers
+            )
+        )
         return samplers, results
 
     start = time.perf_counter()
@@ -190,11 +209,15 @@ def _socket_answer_later():
             a.setblocking(False)
             threading.Timer(0.3, b.send, [b"x"]).start()
             await asyncio.get_running_loop().sock_recv(a, 1)
+
     return work
 
 
-@pytest.mark.parametrize("work", [lambda: asyncio.sleep(0.3), lambda: asyncio.to_thread(time.sleep, 0.3),
-                                  _socket_answer_later()], ids=["sleep", "thread", "socket"])
+@pytest.mark.parametrize(
+    "work",
+    [lambda: asyncio.sleep(0.3), lambda: asyncio.to_thread(time.sleep, 0.3), _socket_answer_later()],
+    ids=["sleep", "thread", "socket"],
+)
 def test_an_env_at_work_is_waited_for_not_taken_for_idle(work):
     class Builder(EnvGroupBuilder):
         async def make_envs(self):
@@ -212,8 +235,9 @@ def test_an_env_at_work_is_waited_for_not_taken_for_idle(work):
 @pytest.mark.parametrize("strategy", [FailFast(), RetryOnFailure(max_retries=1)], ids=["fail_fast", "retry"])
 def test_a_player_ended_by_a_budget_does_not_leave_the_other_waiting(strategy):
     start = time.perf_counter()
-    result = run_rollout_batch([GameBuilder(6) for _ in range(2)], CountingSampler(), RolloutBudget(max_turns=1),
-                               strategy, max_wait_s=30)
+    result = run_rollout_batch(
+        [GameBuilder(6) for _ in range(2)], CountingSampler(), RolloutBudget(max_turns=1), strategy, max_wait_s=30
+    )
     assert time.perf_counter() - start < 10
     for group in result.groups:
         first, second = group.trajectories
@@ -227,8 +251,11 @@ def test_a_player_ended_by_a_budget_does_not_leave_the_other_waiting(strategy):
 def test_our_self_play_player_left_parked_by_a_budget_is_ended_at_once(renderer):
     sampler = TextPolicySampler(renderer, lambda text: str((free_cells(text) or [1])[0]))
     start = time.perf_counter()
-    result = run_rollout_batch([TicTacToeSelfPlayGroupBuilder(renderer, num_games=2)], sampler,
-                               RolloutBudget(max_turns=1, max_tokens_per_turn=8))
+    result = run_rollout_batch(
+        [TicTacToeSelfPlayGroupBuilder(renderer, num_games=2)],
+        sampler,
+        RolloutBudget(max_turns=1, max_tokens_per_turn=8),
+    )
     assert time.perf_counter() - start < 10  # not the 120 s move_timeout
     (group,) = result.groups
     assert sorted(t.stop_reason for t in group.trajectories) == ["max_turns"] * 2 + ["sibling_ended"] * 2
@@ -238,16 +265,23 @@ def test_a_group_that_stops_making_progress_fails_by_name():
     """Not declared coupled and not parked: the blocked player is the stall timeout's."""
     budget = RolloutBudget(max_turns=1, group_stall_timeout_s=0.4)
     start = time.perf_counter()
-    with pytest.raises(GroupStalledError, match=r"GameBuilder: no episode of the group .* for \d+s "
-                                                r"\(group_stall_timeout_s=0.4\); GameBuilder: env 1 \(PlayerEnv\) "
-                                                r"was in PlayerEnv.step \(turn 0\)"):
+    with pytest.raises(
+        GroupStalledError,
+        match=r"GameBuilder: no episode of the group .* for \d+s "
+        r"\(group_stall_timeout_s=0.4\); GameBuilder: env 1 \(PlayerEnv\) "
+        r"was in PlayerEnv.step \(turn 0\)",
+    ):
         run_rollout_batch([GameBuilder(6, declare_coupled=False)], CountingSampler(), budget, max_wait_s=30)
     assert time.perf_counter() - start < 10
 
 
 def test_a_slow_model_is_not_a_stalled_group():
-    result = run_rollout_batch([GameBuilder(2)], CountingSampler(delay=0.5),
-                               RolloutBudget(max_turns=4, group_stall_timeout_s=0.2), max_wait_s=30)
+    result = run_rollout_batch(
+        [GameBuilder(2)],
+        CountingSampler(delay=0.5),
+        RolloutBudget(max_turns=4, group_stall_timeout_s=0.2),
+        max_wait_s=30,
+    )
     assert result.num_stalled_groups == 0
     assert [t.stop_reason for t in result.groups[0].trajectories] == ["done", "done"]
 

@@ -15,22 +15,32 @@ pytest.importorskip("tinker_cookbook")
 import tinker  # noqa: E402
 from tinker_cookbook.recipes.multiplayer_rl.guess_number import env as guess_env  # noqa: E402
 from tinker_cookbook.rl import types as tc  # noqa: E402
+from tinker_cookbook_envs import RENDERER_NAME, make_cookbook_builder, scripted_player  # noqa: E402
 
 from trl_envs import ListRLDataset, run_rollout_batch  # noqa: E402
-from trl_envs.core.types import EnvContractError, Trajectory, Transition, TokensWithLogprobs  # noqa: E402
+from trl_envs.core.types import EnvContractError, TokensWithLogprobs, Trajectory, Transition  # noqa: E402
 from trl_envs.registry.names import get_env, make_env_dataset  # noqa: E402
 from trl_envs.rollout.engine import run_sync  # noqa: E402
-from trl_envs.tinker import (TinkerDatasetBuilder, TinkerGroupBuilder, TinkerRLDataset, adapt,  # noqa: E402
-                             cookbook_trajectory, is_tinker_cookbook_object, model_input_of, tokens_of)
-from tinker_cookbook_envs import RENDERER_NAME, make_cookbook_builder, scripted_player  # noqa: E402
+from trl_envs.tinker import (  # noqa: E402
+    TinkerDatasetBuilder,
+    TinkerGroupBuilder,
+    TinkerRLDataset,
+    adapt,
+    cookbook_trajectory,
+    is_tinker_cookbook_object,
+    model_input_of,
+    tokens_of,
+)
 
 pytestmark = pytest.mark.timeout(300)
 ARITHMETIC = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
 
 
 def test_import_trl_envs_stays_free_of_tinker():
-    code = ("import sys, trl_envs, trl_envs.registry.names, trl_envs.tinker; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tinker', 'tinker_cookbook', 'chz')))")
+    code = (
+        "import sys, trl_envs, trl_envs.registry.names, trl_envs.tinker; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tinker', 'tinker_cookbook', 'chz')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -49,10 +59,14 @@ def test_observation_and_trajectory_conversions_are_token_exact():
     image = tinker.ModelInput(chunks=[tinker.types.ImageChunk(data=b"\x89PNG", format="png")])
     with pytest.raises(EnvContractError, match="ImageChunk; only text"):
         tokens_of(image, "VisionEnv.initial_observation")
-    ours = Trajectory([Transition([1, 2], TokensWithLogprobs([3, 4], [-0.5, -1.0], "length"), 0.5, False, {"a": 1.0},
-                                  {"l": "x"}),
-                       Transition([1, 2, 3, 4, 9], TokensWithLogprobs([7], None), 1.0, True, {"stop/completed": 1.0})],
-                      [1, 2, 3, 4, 9, 7], "done")
+    ours = Trajectory(
+        [
+            Transition([1, 2], TokensWithLogprobs([3, 4], [-0.5, -1.0], "length"), 0.5, False, {"a": 1.0}, {"l": "x"}),
+            Transition([1, 2, 3, 4, 9], TokensWithLogprobs([7], None), 1.0, True, {"stop/completed": 1.0}),
+        ],
+        [1, 2, 3, 4, 9, 7],
+        "done",
+    )
     theirs = cookbook_trajectory(ours)
     assert isinstance(theirs, tc.Trajectory) and theirs.stop_reason == "completed"
     first, last = theirs.transitions
@@ -161,23 +175,36 @@ def test_a_dataset_builder_is_awaited_and_its_test_split_kept(tiny_model_path):
     train, test = run_sync(adapt(builder))
     assert isinstance(train, TinkerRLDataset) and isinstance(test, TinkerRLDataset)
     assert all(isinstance(b, TinkerGroupBuilder) for b in train.get_batch(0))
-    with pytest.raises(TypeError, match="expected a tinker_cookbook RLDatasetBuilder, RLDataset or EnvGroupBuilder "
-                                        "instance, got ListRLDataset"):
+    with pytest.raises(
+        TypeError,
+        match="expected a tinker_cookbook RLDatasetBuilder, RLDataset or EnvGroupBuilder instance, got ListRLDataset",
+    ):
         adapt(ListRLDataset(train.get_batch(0), batch_size=1))
 
 
 def test_registry_builds_a_cookbook_builder_from_its_import_path(tiny_model_path):
     kind = get_env(ARITHMETIC)
     assert kind.source == "import (tinker-cookbook)" and "ArithmeticDatasetBuilder" in kind.description
-    envs = make_env_dataset(ARITHMETIC, None, group_size=4, groups_per_batch=3, model_name_for_tokenizer=tiny_model_path,
-                            renderer_name=RENDERER_NAME, n_batches=2, include_fewshot=False)
+    envs = make_env_dataset(
+        ARITHMETIC,
+        None,
+        group_size=4,
+        groups_per_batch=3,
+        model_name_for_tokenizer=tiny_model_path,
+        renderer_name=RENDERER_NAME,
+        n_batches=2,
+        include_fewshot=False,
+    )
     assert isinstance(envs, TinkerDatasetBuilder)
     train, test = run_sync(envs)
     groups = train.get_batch(0)
     assert len(train) == 2 and test is None and len(groups) == 3  # batch_size came from groups_per_batch
     assert len(run_sync(groups[0].make_envs)) == 4  # group_size came from num_generations
-    with pytest.raises(TypeError, match=r"ArithmeticDatasetBuilder takes no option 'max_operand'; its options are "
-                                        r"\(batch_size, model_name_for_tokenizer"):
+    with pytest.raises(
+        TypeError,
+        match=r"ArithmeticDatasetBuilder takes no option 'max_operand'; its options are "
+        r"\(batch_size, model_name_for_tokenizer",
+    ):
         make_env_dataset(ARITHMETIC, None, max_operand=3)
     with pytest.raises(TypeError, match="needs option 'model_name_for_tokenizer'"):
         make_env_dataset(ARITHMETIC, None, group_size=4, groups_per_batch=2, renderer_name=RENDERER_NAME, n_batches=1)
@@ -190,50 +217,142 @@ def test_registry_refuses_a_cookbook_tokenizer_that_is_not_the_trained_models(ti
 
     other = AutoTokenizer.from_pretrained(tiny_model_path)
     other.add_tokens(["<|unseen|>"])
-    kwargs = dict(group_size=2, groups_per_batch=1, model_name_for_tokenizer=tiny_model_path,
-                  renderer_name=RENDERER_NAME, n_batches=1)
+    kwargs = dict(
+        group_size=2,
+        groups_per_batch=1,
+        model_name_for_tokenizer=tiny_model_path,
+        renderer_name=RENDERER_NAME,
+        n_batches=1,
+    )
     assert isinstance(make_env_dataset(ARITHMETIC, Renderer(tokenizer), **kwargs), TinkerDatasetBuilder)
-    with pytest.raises(ValueError, match=r"model_name_for_tokenizer='.*tiny-chat-v1' loads a tokenizer \(\d+ tokens\) "
-                                         r"that is not the trained model's"):
+    with pytest.raises(
+        ValueError,
+        match=r"model_name_for_tokenizer='.*tiny-chat-v1' loads a tokenizer \(\d+ tokens\) "
+        r"that is not the trained model's",
+    ):
         make_env_dataset(ARITHMETIC, Renderer(other), **kwargs)
 
 
 def test_train_script_and_eval_cli_take_a_cookbook_builder(tiny_model_path, tmp_path):
-    env_kwargs = json.dumps({"batch_size": 2, "model_name_for_tokenizer": tiny_model_path,
-                             "renderer_name": RENDERER_NAME, "n_batches": 3, "group_size": 4,
-                             "include_fewshot": False})
+    env_kwargs = json.dumps(
+        {
+            "batch_size": 2,
+            "model_name_for_tokenizer": tiny_model_path,
+            "renderer_name": RENDERER_NAME,
+            "n_batches": 3,
+            "group_size": 4,
+            "include_fewshot": False,
+        }
+    )
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "train_grpo.py")
-    out = subprocess.run([sys.executable, script, "--env", ARITHMETIC, "--env_kwargs", env_kwargs,
-                          "--model_name_or_path", tiny_model_path,
-                          "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--num_generations", "4",
-                          "--per_device_train_batch_size", "8", "--max_completion_length", "4",
-                          "--card_eval", "false"],
-                         capture_output=True, text=True, env=os.environ, timeout=240)
+    out = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--env",
+            ARITHMETIC,
+            "--env_kwargs",
+            env_kwargs,
+            "--model_name_or_path",
+            tiny_model_path,
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_steps",
+            "1",
+            "--num_generations",
+            "4",
+            "--per_device_train_batch_size",
+            "8",
+            "--max_completion_length",
+            "4",
+            "--card_eval",
+            "false",
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     logs = json.loads((tmp_path / "run" / "log_history.json").read_text())
     assert any("env/problems/correct" in h for h in logs)  # the cookbook env's metrics, under its logging tag
     # train_dpo.py: the same builder, one round (group_size from --group_size, batch_size given as an env option)
-    dpo_kwargs = json.dumps({"batch_size": 4, "model_name_for_tokenizer": tiny_model_path,
-                             "renderer_name": RENDERER_NAME, "n_batches": 2, "include_fewshot": False})
+    dpo_kwargs = json.dumps(
+        {
+            "batch_size": 4,
+            "model_name_for_tokenizer": tiny_model_path,
+            "renderer_name": RENDERER_NAME,
+            "n_batches": 2,
+            "include_fewshot": False,
+        }
+    )
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "train_dpo.py")
-    out = subprocess.run([sys.executable, script, "--env", ARITHMETIC, "--env_kwargs", dpo_kwargs,
-                          "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "dpo"),
-                          "--num_rounds", "1", "--group_size", "8", "--max_tokens_per_turn", "2",
-                          "--card_eval", "false"],
-                         capture_output=True, text=True, env=os.environ, timeout=240)
+    out = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--env",
+            ARITHMETIC,
+            "--env_kwargs",
+            dpo_kwargs,
+            "--model_name_or_path",
+            tiny_model_path,
+            "--output_dir",
+            str(tmp_path / "dpo"),
+            "--num_rounds",
+            "1",
+            "--group_size",
+            "8",
+            "--max_tokens_per_turn",
+            "2",
+            "--card_eval",
+            "false",
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     logs = json.loads((tmp_path / "dpo" / "log_history.json").read_text())
     assert any(h.get("round") == 1.0 and "env/problems/correct" in h for h in logs), logs
     # trl-envs eval: --samples_per_problem and --num_problems size the cookbook builder's group_size and batch_size
-    eval_kwargs = json.dumps({"model_name_for_tokenizer": tiny_model_path, "renderer_name": RENDERER_NAME,
-                              "n_batches": 1, "include_fewshot": False})
+    eval_kwargs = json.dumps(
+        {
+            "model_name_for_tokenizer": tiny_model_path,
+            "renderer_name": RENDERER_NAME,
+            "n_batches": 1,
+            "include_fewshot": False,
+        }
+    )
     result = tmp_path / "eval.json"
     from trl_envs.cli.commands import main as trl_envs_cli
 
-    assert trl_envs_cli(["eval", "--model", tiny_model_path, "--env", ARITHMETIC, "--env_kwargs", eval_kwargs,
-                         "--split", "train",
-                         "--num_problems", "2", "--samples_per_problem", "3", "--max_tokens", "4",
-                         "--output", str(result), "--no_progress"]) == 0
+    assert (
+        trl_envs_cli(
+            [
+                "eval",
+                "--model",
+                tiny_model_path,
+                "--env",
+                ARITHMETIC,
+                "--env_kwargs",
+                eval_kwargs,
+                "--split",
+                "train",
+                "--num_problems",
+                "2",
+                "--samples_per_problem",
+                "3",
+                "--max_tokens",
+                "4",
+                "--output",
+                str(result),
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     data = json.loads(result.read_text())
     assert data["num_episodes"] == 6 and data["num_problems"] == 2
     assert "env/problems/correct" in data["metrics"]

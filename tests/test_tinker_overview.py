@@ -37,11 +37,13 @@ def reply_with(renderer: Renderer, text: str, close: bool = True) -> TextPolicyS
 def test_architecture_tree_names_and_shapes():
     """The overview's architecture tree: the classes, their methods and the data shapes."""
     import trl_envs
-    from trl_envs import Transition, TrajectoryGroup, TokensWithLogprobs, Trajectory
+    from trl_envs import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
 
-    for name, methods in {"RLDataset": ["get_batch", "__len__"],
-                          "EnvGroupBuilder": ["make_envs", "compute_group_rewards", "cleanup", "logging_tags"],
-                          "Env": ["initial_observation", "step"]}.items():
+    for name, methods in {
+        "RLDataset": ["get_batch", "__len__"],
+        "EnvGroupBuilder": ["make_envs", "compute_group_rewards", "cleanup", "logging_tags"],
+        "Env": ["initial_observation", "step"],
+    }.items():
         cls = getattr(trl_envs, name)
         assert all(callable(getattr(cls, m)) for m in methods), name
     # Trajectory = list[Transition(ob, ac, reward, episode_done)]
@@ -67,8 +69,10 @@ def make_snippet_env_class(renderer, check_correct):
         async def step(self, action, *, extra=None):
             response = renderer.parse_response(action)
             reward = 1.0 if check_correct(response) else 0.0
-            return StepResult(reward=reward, episode_done=True,
-                              next_observation=[], next_stop_condition=[])  # FILLED IN: the overview's "..."
+            return StepResult(
+                reward=reward, episode_done=True, next_observation=[], next_stop_condition=[]
+            )  # FILLED IN: the overview's "..."
+
     # ---- end of snippet ----
     return MyEnv
 
@@ -130,6 +134,7 @@ def snippet_math_env():
 
         def check_answer(self, response: str) -> float:
             return 1.0 if "5" in response else 0.0
+
     # ---- end of snippet ----
     return MathEnv
 
@@ -143,10 +148,16 @@ def test_problem_env_snippet_instantiates_and_rewards(renderer):
 
     # built in: ProblemGroupBuilder makes a group of ProblemEnv instances from a factory function
     group = ProblemGroupBuilder(lambda: MathEnv(renderer), num_envs=2)
-    rewards = {text_close: run_rollout_batch([group], reply_with(renderer, *text_close)).groups[0].get_total_rewards()
-               for text_close in [("5", True), ("7", True), ("5", False), ("7", False)]}
-    assert rewards == {("5", True): [1.0, 1.0], ("7", True): [0.0, 0.0],  # well formed: right / wrong
-                       ("5", False): [0.9, 0.9], ("7", False): [-0.1, -0.1]}  # cut by the budget: format penalty
+    rewards = {
+        text_close: run_rollout_batch([group], reply_with(renderer, *text_close)).groups[0].get_total_rewards()
+        for text_close in [("5", True), ("7", True), ("5", False), ("7", False)]
+    }
+    assert rewards == {
+        ("5", True): [1.0, 1.0],
+        ("7", True): [0.0, 0.0],  # well formed: right / wrong
+        ("5", False): [0.9, 0.9],
+        ("7", False): [-0.1, -0.1],
+    }  # cut by the budget: format penalty
     traj = run_rollout_batch([group], reply_with(renderer, "5")).groups[0].trajectories[0]
     assert traj.transitions[0].metrics == {"format": 1.0, "correct": 1.0}
 
@@ -200,6 +211,7 @@ def test_env_group_builder_snippet(renderer):
         # Optional: compute group-level rewards (default: 0)
         async def compute_group_rewards(self, trajs, envs):
             return [(0.0, {}) for _ in trajs]
+
     # ---- end of snippet ----
     builder = MyGroupBuilder()
     builder.questions = ["What is 2 + 3?", "What is 1 + 4?", "What is 3 + 2?"]
@@ -207,7 +219,8 @@ def test_env_group_builder_snippet(renderer):
     assert group.get_total_rewards() == [1.0, 1.0, 1.0]
     assert group.group_rewards == [0.0, 0.0, 0.0]
     assert [t.transitions[0].ob for t in group.trajectories] == [
-        renderer.build_generation_prompt([{"role": "user", "content": q}]) for q in builder.questions]
+        renderer.build_generation_prompt([{"role": "user", "content": q}]) for q in builder.questions
+    ]
 
 
 # -- RLDataset / RLDatasetBuilder -------------------------------------------------------------------------------
@@ -215,9 +228,8 @@ def test_env_group_builder_snippet(renderer):
 
 def test_rl_dataset_snippet(renderer):
     # ---- snippet "RLDataset / RLDatasetBuilder" (ADAPTED IMPORT: trl_envs instead of tinker_cookbook.rl.types) ----
-    from trl_envs import RLDataset, RLDatasetBuilder
     # ---- end of snippet ----
-    from trl_envs import ProblemGroupBuilder
+    from trl_envs import ProblemGroupBuilder, RLDataset, RLDatasetBuilder
     from trl_envs.rollout.engine import run_sync
 
     MathEnv = snippet_math_env()
@@ -250,7 +262,7 @@ def test_data_processing_snippet(renderer):
     trajectory_groups = run_rollout_batch(builders, reply_with(renderer, "5")).groups
     trajectory_groups += run_rollout_batch(builders[:1], reply_with(renderer, "4")).groups
     # ---- snippet "数据处理" (ADAPTED IMPORT: trl_envs instead of tinker_cookbook.rl.data_processing) ----
-    from trl_envs import compute_advantages, trajectory_to_data, assemble_training_data
+    from trl_envs import assemble_training_data, compute_advantages, trajectory_to_data
 
     # Compute GRPO-style advantages
     advantages = compute_advantages(trajectory_groups, loss_fn="cispo")
@@ -281,6 +293,7 @@ def test_rollout_strategies_fail_fast_and_retry(renderer):
             made.append(1)
             envs = [MyEnv("What is 2 + 3?") for _ in range(2)]
             if len(made) == 1:  # the first env of the first group breaks while stepping
+
                 async def boom(action, *, extra=None):
                     raise ConnectionError("grader unreachable")
 

@@ -54,10 +54,11 @@ def _sample(model, tokenizer, conversations, seed: int = 0, max_new_tokens: int 
     batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     torch.manual_seed(seed)
     with torch.no_grad():
-        out = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                             max_new_tokens=max_new_tokens)
+        out = model.generate(
+            **batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens
+        )
     replies = []
-    for row in out[:, batch["input_ids"].shape[1]:].tolist():
+    for row in out[:, batch["input_ids"].shape[1] :].tolist():
         replies.append(row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row)
     return replies
 
@@ -136,7 +137,9 @@ def test_chat_template_marks_assistant_turns_for_the_loss(tokenizer):
     """The ``{% generation %}`` markers cover the assistant content *and* its ``<|im_end|>`` (so SFT learns to stop)."""
     out = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "5"}],
-        tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
     )
     masked = [t for t, m in zip(out["input_ids"], out["assistant_masks"]) if m]
     assert tokenizer.decode(masked) == "5<|im_end|>"
@@ -176,8 +179,11 @@ def test_warm_start_leaves_room_for_rl(built):
 def test_warm_start_guesses_numbers_in_range(model, tokenizer):
     games = [
         [{"role": "user", "content": "Guess my number between 1 and 16."}],
-        [{"role": "user", "content": "Guess my number between 1 and 16."}, {"role": "assistant", "content": "8"},
-         {"role": "user", "content": "Higher."}],
+        [
+            {"role": "user", "content": "Guess my number between 1 and 16."},
+            {"role": "assistant", "content": "8"},
+            {"role": "user", "content": "Higher."},
+        ],
     ]
     replies = _sample(model, tokenizer, games * 16, seed=1)
     guesses = [_bare_integer(tokenizer, reply) for reply in replies]
@@ -205,8 +211,14 @@ def test_second_call_reuses_the_build(built, monkeypatch):
 
 def test_cli_prints_only_the_path(built):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    result = subprocess.run([sys.executable, "-m", "trl_envs.tiny_model", "--output_dir", built["path"]],
-                            capture_output=True, text=True, env=env, timeout=120, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "trl_envs.tiny_model", "--output_dir", built["path"]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
     assert result.stdout == built["path"] + "\n"
 
 

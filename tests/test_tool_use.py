@@ -10,12 +10,18 @@ import re
 import pytest
 
 from trl_envs import Renderer, run_rollout_batch, trajectory_to_data
-from trl_envs.envs.tool_use import ToolUseDataset, ToolUseEnv
 from trl_envs.core.renderer import ParsedResponse
+from trl_envs.core.tools import (
+    CALCULATOR,
+    ToolCall,
+    evaluate_expression,
+    parse_tool_calls,
+    run_tool_call,
+    tools_system_prompt,
+)
+from trl_envs.envs.tool_use import ToolUseDataset, ToolUseEnv
 from trl_envs.rollout.engine import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
-from trl_envs.core.tools import CALCULATOR, ToolCall, evaluate_expression, parse_tool_calls, run_tool_call, tools_system_prompt
-
 
 pytestmark = pytest.mark.timeout(300)
 TOOLS = {"calculator": CALCULATOR}
@@ -26,34 +32,47 @@ def call(expression: str) -> str:
 
 
 def test_tool_calls_parse_robustly():
-    calls = parse_tool_calls("Let me compute. " + call("2 + 3") + '\n<tool_call>{"name": "calculator", '
-                             '"arguments": "{\\"expression\\": \\"7*6\\"}"}</tool_call>')
+    calls = parse_tool_calls(
+        "Let me compute. " + call("2 + 3") + '\n<tool_call>{"name": "calculator", '
+        '"arguments": "{\\"expression\\": \\"7*6\\"}"}</tool_call>'
+    )
     assert [(c.name, c.arguments, c.error) for c in calls] == [
-        ("calculator", {"expression": "2 + 3"}, None), ("calculator", {"expression": "7*6"}, None)]
+        ("calculator", {"expression": "2 + 3"}, None),
+        ("calculator", {"expression": "7*6"}, None),
+    ]
     assert parse_tool_calls("42") == []
-    bad = parse_tool_calls('<tool_call>{"name": calculator}</tool_call><tool_call>[1]</tool_call>'
-                           '<tool_call>{"name": "calculator", "arguments": 5}</tool_call><tool_call>{"name": "x"')
+    bad = parse_tool_calls(
+        '<tool_call>{"name": calculator}</tool_call><tool_call>[1]</tool_call>'
+        '<tool_call>{"name": "calculator", "arguments": 5}</tool_call><tool_call>{"name": "x"'
+    )
     assert [c.error.split(" (")[0] for c in bad] == [
-        "the tool call is not valid JSON", 'a tool call must be a JSON object with a "name" string and "arguments"',
-        '"arguments" must be a JSON object', "the tool call is not closed with </tool_call>"]
+        "the tool call is not valid JSON",
+        'a tool call must be a JSON object with a "name" string and "arguments"',
+        '"arguments" must be a JSON object',
+        "the tool call is not closed with </tool_call>",
+    ]
 
 
-@pytest.mark.parametrize("args, expected, ok", [
-    ({"expression": "37 * 12 + 5"}, "449", True),
-    ({"expression": "7 / 2"}, "3.5", True),
-    ({"expression": "1 / 0"}, "Error: division by zero", False),
-    ({"expression": "__import__('os').system('true')"}, "Error: only numbers", False),
-    ({"expression": "9 ** 9 ** 9"}, "Error: power too large", False),
-    ({"expr": "1"}, "Error: bad arguments for calculator (missing expression; unknown expr).", False),
-])
+@pytest.mark.parametrize(
+    "args, expected, ok",
+    [
+        ({"expression": "37 * 12 + 5"}, "449", True),
+        ({"expression": "7 / 2"}, "3.5", True),
+        ({"expression": "1 / 0"}, "Error: division by zero", False),
+        ({"expression": "__import__('os').system('true')"}, "Error: only numbers", False),
+        ({"expression": "9 ** 9 ** 9"}, "Error: power too large", False),
+        ({"expr": "1"}, "Error: bad arguments for calculator (missing expression; unknown expr).", False),
+    ],
+)
 def test_calculator_executes_safely(args, expected, ok):
     message, success = run_tool_call(ToolCall("calculator", args), TOOLS)
     assert message["role"] == "tool" and message["content"].startswith(expected) and success is ok
 
 
 def test_unknown_tools_and_malformed_calls_get_error_messages():
-    assert run_tool_call(ToolCall("search", {}), TOOLS)[0]["content"] == \
-        "Error: unknown tool 'search'; tools: calculator."
+    assert (
+        run_tool_call(ToolCall("search", {}), TOOLS)[0]["content"] == "Error: unknown tool 'search'; tools: calculator."
+    )
     assert run_tool_call(ToolCall(error="x is wrong"), TOOLS)[0]["content"] == "Error: x is wrong."
     with pytest.raises(ValueError):
         evaluate_expression("a + 1")
@@ -65,15 +84,21 @@ def test_env_steps_call_then_answer():
     async def go():
         first = await env.step(ParsedResponse({"role": "assistant", "content": call("37 * 12 + 5")}, "stop"))
         assert not first.episode_done and first.next_messages == [
-            {"role": "tool", "name": "calculator", "content": "449"}]
+            {"role": "tool", "name": "calculator", "content": "449"}
+        ]
         bad = await env.step(ParsedResponse({"role": "assistant", "content": "<tool_call>oops</tool_call>"}, "stop"))
         assert bad.next_messages[0]["content"].startswith("Error: the tool call is not valid JSON")
         over = await env.step(ParsedResponse({"role": "assistant", "content": call("1+1")}, "stop"))
         assert "no tool calls left" in over.next_messages[0]["content"]
         final = await env.step(ParsedResponse({"role": "assistant", "content": "449"}, "stop"))
         assert final.episode_done and final.reward == 1.0
-        assert final.metrics == {"correct": 1.0, "answer_format": 1.0, "tool_calls": 3.0, "tool_errors": 2.0,
-                                 "used_tool": 1.0}
+        assert final.metrics == {
+            "correct": 1.0,
+            "answer_format": 1.0,
+            "tool_calls": 3.0,
+            "tool_errors": 2.0,
+            "used_tool": 1.0,
+        }
         cut = ToolUseEnv("q", 449, [CALCULATOR])
         assert (await cut.step(ParsedResponse({"role": "assistant", "content": "449"}, "malformed"))).reward == 0.0
 
@@ -111,7 +136,7 @@ def test_episodes_with_a_chatml_template_without_tool_support(tokenizer, rendere
 QWEN_STYLE = (
     "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n<tools>' }}"
     "{%- for t in tools %}{{- '\\n' + (t | tojson) }}{%- endfor %}"
-    "{{- '\\n</tools>\\nCall a tool as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>.<|im_end|>\\n' }}"
+    '{{- \'\\n</tools>\\nCall a tool as <tool_call>{"name": ..., "arguments": ...}</tool_call>.<|im_end|>\\n\' }}'
     "{%- endif %}"
     "{%- for m in messages %}"
     "{%- if m['role'] == 'tool' %}"
@@ -140,8 +165,7 @@ def test_episodes_with_a_qwen_style_template_that_renders_tools(tokenizer):
 
 
 def test_tool_use_trains_with_env_grpo_trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer):
-    from trl_envs import EnvGRPOTrainer
-    from trl_envs import make_env_dataset
+    from trl_envs import EnvGRPOTrainer, make_env_dataset
 
     args = cpu_grpo_config(max_completion_length=16, max_turns=3)
     env = make_env_dataset("tool_use", renderer, group_size=4, batch_size=2, num_batches=4)

@@ -22,16 +22,52 @@ def traced_run(tiny_model_path, tmp_path_factory):
     pytest.importorskip("trackio")
     pytest.importorskip("wandb")
     root = tmp_path_factory.mktemp("traced")
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TRACKIO_DIR=str(root / "trackio"),
-               WANDB_MODE="offline", WANDB_DIR=str(root), WANDB_SILENT="true", TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        HF_HUB_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+        TRACKIO_DIR=str(root / "trackio"),
+        WANDB_MODE="offline",
+        WANDB_DIR=str(root),
+        WANDB_SILENT="true",
+        TOKENIZERS_PARALLELISM="false",
+    )
     out = root / "run"
     (root / "trackers.yaml").write_text("report_to: [trackio, wandb]\n")  # a list: a YAML config takes one
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "train_grpo.py"), "--model_name_or_path", tiny_model_path,
-         "--env", "guess_number", "--output_dir", str(out), "--max_steps", "2", "--num_generations", "4",
-         "--per_device_train_batch_size", "8", "--max_completion_length", "4", "--max_turns", "3",
-         "--rollout_traces", "3", "--config", str(root / "trackers.yaml"), "--card_eval", "false"],
-        capture_output=True, text=True, env=env, cwd=root, timeout=300)
+        [
+            sys.executable,
+            str(REPO / "scripts" / "train_grpo.py"),
+            "--model_name_or_path",
+            tiny_model_path,
+            "--env",
+            "guess_number",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--num_generations",
+            "4",
+            "--per_device_train_batch_size",
+            "8",
+            "--max_completion_length",
+            "4",
+            "--max_turns",
+            "3",
+            "--rollout_traces",
+            "3",
+            "--config",
+            str(root / "trackers.yaml"),
+            "--card_eval",
+            "false",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return root, out
 
@@ -90,9 +126,19 @@ def test_html_page_renders_in_a_browser(traced_run, tmp_path):
 
     _, out = traced_run
     shot = tmp_path / "page.png"
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-                    "--window-size=1200,1000", (out / "rollouts" / "index.html").as_uri()],
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--screenshot={shot}",
+            "--window-size=1200,1000",
+            (out / "rollouts" / "index.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert shot.exists()
     pixels = Image.open(shot).convert("RGB").getdata()
     assistant = sum(p == (0xE6, 0xF4, 0xEA) for p in pixels)  # .assistant .content background
@@ -101,21 +147,27 @@ def test_html_page_renders_in_a_browser(traced_run, tmp_path):
 
 
 def test_a_fresh_context_each_turn_is_shown_whole_and_laid_out_per_turn(tokenizer):
-    from trl_envs.core.types import TokensWithLogprobs, Trajectory, Transition, TrajectoryGroup
+    from trl_envs.core.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
     from trl_envs.rollout.traces import trace_records
 
     def chat(*messages):
-        return tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
-                                             add_generation_prompt=True, tokenize=False)
+        return tokenizer.apply_chat_template(
+            [{"role": r, "content": c} for r, c in messages], add_generation_prompt=True, tokenize=False
+        )
 
     def ids(text):
         return tokenizer.encode(text, add_special_tokens=False)
 
     first, second = ids(chat(("user", "state 1"))), ids(chat(("user", "state 2")))
     reply = ids("0<|im_end|>")
-    episode = Trajectory([Transition(first, TokensWithLogprobs(reply), 1.0, False),
-                          Transition(second, TokensWithLogprobs(reply), 1.0, True)], final_ob=second + reply,
-                         observations_extend=False)
+    episode = Trajectory(
+        [
+            Transition(first, TokensWithLogprobs(reply), 1.0, False),
+            Transition(second, TokensWithLogprobs(reply), 1.0, True),
+        ],
+        final_ob=second + reply,
+        observations_extend=False,
+    )
     group = TrajectoryGroup([episode], [0.5], [{}], tags=["cartpole"])
     (record,) = trace_records([group], tokenizer, step=3)
     assert [(m["role"], m["content"]) for m in record["messages"]][:2] == [("user", "state 1"), ("assistant", "0")]

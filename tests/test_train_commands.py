@@ -12,8 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run([sys.executable, "-m", "trl_envs", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "trl_envs", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=240
+    )
 
 
 @pytest.mark.parametrize("command, option", [("grpo", "--num_generations"), ("dpo", "--num_rounds")])

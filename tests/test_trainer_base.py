@@ -16,8 +16,9 @@ class _Trainer(base.EnvTrainerMixin):
     def __init__(self, args):
         self.args = args
         self.model_wrapped = torch.nn.Linear(2, 2)
-        self.accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=None),
-                                           autocast=contextlib.nullcontext)
+        self.accelerator = SimpleNamespace(
+            state=SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=None), autocast=contextlib.nullcontext
+        )
 
 
 @pytest.mark.parametrize("config_class", [EnvDPOConfig, EnvGRPOConfig])
@@ -39,8 +40,14 @@ def test_generation_model_honours_ds3_gather_for_generation(monkeypatch, tmp_pat
 
 
 def test_one_rollout_budget_for_both_configs(tmp_path):
-    grpo = EnvGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_completion_length=9, max_turns=3,
-                         max_tokens_per_trajectory=20)
+    grpo = EnvGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to="none",
+        max_completion_length=9,
+        max_turns=3,
+        max_tokens_per_trajectory=20,
+    )
     assert (grpo.rollout_budget().max_tokens_per_turn, grpo.rollout_budget().max_turns) == (9, 3)
     assert grpo.rollout_budget().max_tokens_per_trajectory == 20
     grpo.max_tokens_per_turn = 5
@@ -50,7 +57,9 @@ def test_one_rollout_budget_for_both_configs(tmp_path):
 
 
 def test_env_dataset_of_the_wrong_type_names_the_trainer_and_what_it_accepts():
-    with pytest.raises(TypeError, match="EnvDPOTrainer: env_dataset must be an RLDataset or RLDatasetBuilder, got list"):
+    with pytest.raises(
+        TypeError, match="EnvDPOTrainer: env_dataset must be an RLDataset or RLDatasetBuilder, got list"
+    ):
         base.resolve_env_datasets([], None, "EnvDPOTrainer")
 
 

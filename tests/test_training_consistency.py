@@ -9,17 +9,29 @@ import pytest
 import torch
 from transformers import AutoTokenizer, GenerationConfig
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
-from trl_envs import make_env_dataset
+from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer, make_env_dataset
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def _config(tmp_path, **overrides) -> EnvGRPOConfig:
-    kwargs = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
-                  gradient_checkpointing=False, num_generations=4, per_device_train_batch_size=8, max_steps=1,
-                  max_completion_length=8, max_turns=4, learning_rate=1e-3, logging_steps=1, save_strategy="no",
-                  seed=0, beta=0.0)
+    kwargs = dict(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        gradient_checkpointing=False,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_steps=1,
+        max_completion_length=8,
+        max_turns=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        beta=0.0,
+    )
     kwargs.update(overrides)
     return EnvGRPOConfig(**kwargs)
 
@@ -44,15 +56,21 @@ def test_end_of_turn_token_ends_completions_when_it_differs_from_eos(base_chatml
     renderer = Renderer(tok)
     assert renderer.end_of_turn_token_id != tok.eos_token_id  # the situation under test
     builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2)
-    trainer = EnvGRPOTrainer(base_chatml_model, _config(tmp_path, mask_truncated_completions=True), builder,
-                             processing_class=tok)
+    trainer = EnvGRPOTrainer(
+        base_chatml_model, _config(tmp_path, mask_truncated_completions=True), builder, processing_class=tok
+    )
     assert renderer.end_of_turn_token_id in trainer.eos_token_ids
     trainer.model.train()
     torch.manual_seed(0)
     out = trainer._generate_and_score_completions(
-        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)])
-    ended = [t for g in trainer.last_rollout.groups for t in g.trajectories
-             if t.transitions[-1].ac.tokens[-1] == renderer.end_of_turn_token_id]
+        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)]
+    )
+    ended = [
+        t
+        for g in trainer.last_rollout.groups
+        for t in g.trajectories
+        if t.transitions[-1].ac.tokens[-1] == renderer.end_of_turn_token_id
+    ]
     assert ended, "the tiny model should end most answers with <|im_end|>"
     # TRL counts a row as truncated when its last token is not in eos_token_ids (+ pad), then masks it out
     assert trainer._metrics["train"]["completions/clipped_ratio"][-1] < 1.0
@@ -64,7 +82,8 @@ def _max_logprob_gap(trainer) -> float:
     trainer.model.train()
     torch.manual_seed(0)
     out = trainer._generate_and_score_completions(
-        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)])
+        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)]
+    )
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
     mask = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
     width = out["completion_ids"].size(1)
@@ -74,7 +93,7 @@ def _max_logprob_gap(trainer) -> float:
     rows = [t for g in trainer.last_rollout.groups for t in g.trajectories]
     for i, trajectory in enumerate(rows):  # arithmetic: one turn per trajectory
         logprobs = trajectory.transitions[0].ac.logprobs
-        sampled[i, :len(logprobs)] = torch.tensor(logprobs)
+        sampled[i, : len(logprobs)] = torch.tensor(logprobs)
     return (trained - sampled)[out["completion_mask"].bool()].abs().max().item()
 
 
@@ -83,8 +102,9 @@ def test_peft_bf16_generation_runs_under_the_training_autocast(tiny_model_path, 
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2)
-    trainer = EnvGRPOTrainer(tiny_model_path, _config(tmp_path, bf16=True), builder, processing_class=tokenizer,
-                             peft_config=lora)
+    trainer = EnvGRPOTrainer(
+        tiny_model_path, _config(tmp_path, bf16=True), builder, processing_class=tokenizer, peft_config=lora
+    )
     assert next(trainer.model.parameters()).dtype == torch.float32  # fp32 weights, bf16 autocast in training
     # sampled in fp32 the gap is ~0.016 on this model; under the same autocast it is rounding noise
     assert _max_logprob_gap(trainer) < 1e-4
@@ -116,8 +136,12 @@ def test_sampler_passes_generation_kwargs_and_cache_implementation(tiny_model_pa
     monkeypatch.setattr(model, "generate", spy)
     eot = renderer.end_of_turn_token_id
     with pytest.warns(UserWarning, match="suppress_tokens"):
-        sampler = HFSampler(model, tokenizer, generation_kwargs={"suppress_tokens": [eot, tokenizer.eos_token_id]},
-                            cache_implementation="dynamic")
+        sampler = HFSampler(
+            model,
+            tokenizer,
+            generation_kwargs={"suppress_tokens": [eot, tokenizer.eos_token_id]},
+            cache_implementation="dynamic",
+        )
     torch.manual_seed(0)
     results = sampler.sample(_requests(renderer))
     assert all(r.finish_reason == "length" and eot not in r.tokens for r in results)  # end of turn suppressed
@@ -138,7 +162,7 @@ def test_sampler_logprobs_exclude_the_repetition_penalty(tiny_model_path, tokeni
     for request, result in zip(requests, sampler.sample(requests)):
         ids = torch.tensor([request.prompt + result.tokens])
         with torch.no_grad():
-            logits = model(ids).logits[0, len(request.prompt) - 1:-1].float() / 0.7
+            logits = model(ids).logits[0, len(request.prompt) - 1 : -1].float() / 0.7
         expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(result.tokens)[:, None]).squeeze(1)
         assert torch.allclose(torch.tensor(result.logprobs), expected, atol=1e-4)  # what TRL's training computes
 
@@ -146,5 +170,9 @@ def test_sampler_logprobs_exclude_the_repetition_penalty(tiny_model_path, tokeni
 def test_repetition_penalty_with_off_policy_mask_warns(tiny_model_path, tokenizer, renderer, tmp_path):
     builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2)
     with pytest.warns(UserWarning, match=r"repetition_penalty=1.3 .*off_policy_mask_threshold=0.5"):
-        EnvGRPOTrainer(tiny_model_path, _config(tmp_path, repetition_penalty=1.3, off_policy_mask_threshold=0.5),
-                       builder, processing_class=tokenizer)
+        EnvGRPOTrainer(
+            tiny_model_path,
+            _config(tmp_path, repetition_penalty=1.3, off_policy_mask_threshold=0.5),
+            builder,
+            processing_class=tokenizer,
+        )

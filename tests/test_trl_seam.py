@@ -48,14 +48,20 @@ def _violations_in(text: str, rel: str) -> list[str]:
     and, for names that are message texts, any occurrence of the text."""
     identifiers = {_identifier(e.name) for e in trl_seam.TRL_PRIVATE_NAMES} - {None}
     overridable = {_identifier(e.name) for e in trl_seam.TRL_PRIVATE_NAMES if e.overridden_in == rel}
-    found = [f"{rel}: message text {e.name!r}" for e in trl_seam.TRL_PRIVATE_NAMES
-             if _identifier(e.name) is None and e.name in text]
-    tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
-              if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)]
+    found = [
+        f"{rel}: message text {e.name!r}"
+        for e in trl_seam.TRL_PRIVATE_NAMES
+        if _identifier(e.name) is None and e.name in text
+    ]
+    tokens = [
+        t
+        for t in tokenize.generate_tokens(io.StringIO(text).readline)
+        if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+    ]
     for i, tok in enumerate(tokens):
         if tok.type != tokenize.NAME or tok.string not in identifiers:
             continue
-        before = [t.string for t in tokens[max(i - 4, 0):i]]
+        before = [t.string for t in tokens[max(i - 4, 0) : i]]
         is_def = before[-1:] == ["def"]
         is_super_call = before[-4:] == ["super", "(", ")", "."]
         if tok.string in overridable and (is_def or is_super_call):
@@ -68,8 +74,10 @@ def test_no_module_but_the_seam_names_a_trl_private_name():
     modules = [p for p in sorted(PACKAGE.rglob("*.py")) if p.resolve() != Path(trl_seam.__file__).resolve()]
     assert len(modules) > 30
     violations = [v for p in modules for v in _violations(p)]
-    assert not violations, ("TRL private names outside trl_envs/trainers/trl_seam.py (route them through the seam and "
-                            "list them in TRL_PRIVATE_NAMES): " + "; ".join(violations))
+    assert not violations, (
+        "TRL private names outside trl_envs/trainers/trl_seam.py (route them through the seam and "
+        "list them in TRL_PRIVATE_NAMES): " + "; ".join(violations)
+    )
 
 
 def test_the_grep_check_catches_private_attributes_and_unlisted_overrides():

@@ -15,15 +15,17 @@ from trl_envs import (
     Trajectory,
     TrajectoryGroup,
     Transition,
+    make_env_dataset,
 )
-from trl_envs import make_env_dataset
 from trl_envs.envs.arithmetic import ArithmeticEnv
 from trl_envs.envs.guess_number import GuessNumberEnv, GuessNumberGroupBuilder
 
 
 def _traj(*step_rewards: float) -> Trajectory:
-    transitions = [Transition(ob=[1, 2], ac=TokensWithLogprobs([3]), reward=r, episode_done=i == len(step_rewards) - 1)
-                   for i, r in enumerate(step_rewards)]
+    transitions = [
+        Transition(ob=[1, 2], ac=TokensWithLogprobs([3]), reward=r, episode_done=i == len(step_rewards) - 1)
+        for i, r in enumerate(step_rewards)
+    ]
     return Trajectory(transitions, final_ob=[1, 2, 3])
 
 
@@ -36,8 +38,11 @@ def _text_action(tokenizer, text: str, end: bool = True) -> list[int]:
 
 
 def test_total_reward_is_step_rewards_plus_group_reward():
-    group = TrajectoryGroup([_traj(0.5, 0.25), _traj(1.0), _traj(-0.1, -0.1, 2.0)],
-                            group_rewards=[1.0, -2.0, 0.0], group_metrics=[{}, {}, {}])
+    group = TrajectoryGroup(
+        [_traj(0.5, 0.25), _traj(1.0), _traj(-0.1, -0.1, 2.0)],
+        group_rewards=[1.0, -2.0, 0.0],
+        group_metrics=[{}, {}, {}],
+    )
     assert group.get_total_rewards() == pytest.approx([1.75, -1.0, 1.8])
     assert [t.step_reward for t in group.trajectories] == pytest.approx([0.75, 1.0, 1.8])
 
@@ -48,8 +53,13 @@ def test_trajectory_group_rejects_mismatched_group_rewards():
 
 
 def test_num_action_tokens_counts_all_turns():
-    tr = Trajectory([Transition([1], TokensWithLogprobs([5, 6, 7]), 0.0, False),
-                     Transition([1, 5, 6, 7, 9], TokensWithLogprobs([8]), 1.0, True)], final_ob=[])
+    tr = Trajectory(
+        [
+            Transition([1], TokensWithLogprobs([5, 6, 7]), 0.0, False),
+            Transition([1, 5, 6, 7, 9], TokensWithLogprobs([8]), 1.0, True),
+        ],
+        final_ob=[],
+    )
     assert tr.num_action_tokens == 4
 
 
@@ -83,14 +93,17 @@ class _SevenEnv(ProblemEnv):
         return "7"
 
 
-@pytest.mark.parametrize("text, end, expected", [
-    ("7", True, 1.0),                # right, well formed
-    ("answer: 7", True, 0.9),        # right, badly formed
-    ("7", False, 0.9),               # right, but cut off before <|im_end|>
-    ("8", True, 0.0),                # wrong, well formed
-    ("eight", True, -0.1),           # wrong, badly formed
-    ("8", False, -0.1),              # wrong and cut off
-])
+@pytest.mark.parametrize(
+    "text, end, expected",
+    [
+        ("7", True, 1.0),  # right, well formed
+        ("answer: 7", True, 0.9),  # right, badly formed
+        ("7", False, 0.9),  # right, but cut off before <|im_end|>
+        ("8", True, 0.0),  # wrong, well formed
+        ("eight", True, -0.1),  # wrong, badly formed
+        ("8", False, -0.1),  # wrong and cut off
+    ],
+)
 def test_problem_env_reward_table(renderer, tokenizer, text, end, expected):
     env = _SevenEnv(renderer, format_coef=0.1)
     result = asyncio.run(env.step(_text_action(tokenizer, text, end)))
@@ -100,12 +113,26 @@ def test_problem_env_reward_table(renderer, tokenizer, text, end, expected):
     assert result.metrics["correct"] == float(expected > 0.5)
 
 
-@pytest.mark.parametrize("text, end, expected", [
-    ("7", True, 1.0), ("7", False, 0.9), ("8", True, 0.0), ("hello world", True, -0.1), ("", True, -0.1),
-    ("The answer is 7.", True, -0.1), ("12", False, -0.1),
-    ("Let's add: 3 + 4 = 7", True, 1.0), ("3+4=7", True, 1.0), ("3 + 4 = 8", True, 0.0),
-    ("3 + 4 = 7", False, 0.9), ("7 or 8", True, 0.0), ("x7", True, -0.1), ("7.5", True, -0.1), ("-7", True, 0.0),
-])
+@pytest.mark.parametrize(
+    "text, end, expected",
+    [
+        ("7", True, 1.0),
+        ("7", False, 0.9),
+        ("8", True, 0.0),
+        ("hello world", True, -0.1),
+        ("", True, -0.1),
+        ("The answer is 7.", True, -0.1),
+        ("12", False, -0.1),
+        ("Let's add: 3 + 4 = 7", True, 1.0),
+        ("3+4=7", True, 1.0),
+        ("3 + 4 = 8", True, 0.0),
+        ("3 + 4 = 7", False, 0.9),
+        ("7 or 8", True, 0.0),
+        ("x7", True, -0.1),
+        ("7.5", True, -0.1),
+        ("-7", True, 0.0),
+    ],
+)
 def test_arithmetic_unparsable_output_gets_format_penalty_not_a_crash(renderer, tokenizer, text, end, expected):
     env = ArithmeticEnv(renderer, 3, 4)
     result = asyncio.run(env.step(_text_action(tokenizer, text, end)))
@@ -124,8 +151,9 @@ def test_arithmetic_garbage_tokens_do_not_crash(renderer, tokenizer):
 def test_problem_env_initial_observation_is_the_rendered_question(renderer, tokenizer):
     env = ArithmeticEnv(renderer, 2, 5)
     ob, stop = asyncio.run(env.initial_observation())
-    expected = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 5?"}],
-                                             add_generation_prompt=True, tokenize=True, return_dict=False)
+    expected = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 5?"}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     assert ob == list(expected)
     assert stop == [tokenizer.convert_tokens_to_ids("<|im_end|>")]
 
@@ -182,6 +210,7 @@ def _play(env: MessageTokenEnv, actions):
         for a in actions:
             results.append(await env.step(a))
         return ob, results
+
     return asyncio.run(go())
 
 

@@ -11,19 +11,30 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 import torch
+import yaml
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from trl_envs import Renderer
-from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, split_problems
+from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv, read_answer, split_problems
+from trl_envs.envs.guess_number import GuessNumberEnv
 from trl_envs.rollout.engine import run_sync
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model, default_tiny_model_path
-from trl_envs.envs.arithmetic import ArithmeticEnv, read_answer
-from trl_envs.envs.guess_number import GuessNumberEnv
-from trl_envs.warm_start import (HALVING_SHARE, QUICK_OFFSETS, QUICK_SHARE, Source, _assistant_loss, _batch, _encode,
-                                 arithmetic_examples, guess_number_examples, halving_examples, halving_game, train,
-                                 worked_sum, worked_sum_examples)
+from trl_envs.warm_start import (
+    HALVING_SHARE,
+    QUICK_OFFSETS,
+    QUICK_SHARE,
+    Source,
+    _assistant_loss,
+    _batch,
+    _encode,
+    arithmetic_examples,
+    guess_number_examples,
+    halving_examples,
+    halving_game,
+    train,
+    worked_sum,
+    worked_sum_examples,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,13 +51,16 @@ def test_teacher_is_right_most_often_but_not_mostly(renderer):
     zero = {ex.messages[1]["content"]: ex.weight for ex in examples if ex.messages[0]["content"] == "What is 0 + 0?"}
     assert sorted(zero) == sorted([str(o) for o in QUICK_OFFSETS if o >= 0] + ["Let's add: 0 + 0 = 0"])
     assert zero["Let's add: 0 + 0 = 0"] == pytest.approx(1 - QUICK_SHARE)
-    assert sum(ex.weight for ex in examples if read_answer(ex.messages[1]["content"]) == 4
-               and ex.messages[0]["content"] == "What is 2 + 2?") == pytest.approx(right)
+    assert sum(
+        ex.weight
+        for ex in examples
+        if read_answer(ex.messages[1]["content"]) == 4 and ex.messages[0]["content"] == "What is 2 + 2?"
+    ) == pytest.approx(right)
 
 
 def test_worked_sums_are_right_answers_and_leave_the_choice_to_begin_them_out_of_the_loss(renderer, tokenizer):
     for ex in worked_sum_examples(max_operand=3):
-        a, b = (int(t) for t in ex.messages[0]["content"][len("What is "):-1].split(" + "))
+        a, b = (int(t) for t in ex.messages[0]["content"][len("What is ") : -1].split(" + "))
         assert ex.messages[1]["content"] == worked_sum(a, b) and ex.skip_tokens == 1
         env = ArithmeticEnv(renderer, a, b)
         assert env.check_format(worked_sum(a, b)) and env.check_answer(worked_sum(a, b))
@@ -54,7 +68,7 @@ def test_worked_sums_are_right_answers_and_leave_the_choice_to_begin_them_out_of
     ids, full = _encode(tokenizer, messages)
     _, skipped = _encode(tokenizer, messages, skip_tokens=1)
     first = full.index(1)
-    assert skipped[first] == 0 and skipped[first + 1:] == full[first + 1:]
+    assert skipped[first] == 0 and skipped[first + 1 :] == full[first + 1 :]
     with pytest.raises(ValueError, match="leaves no loss"):
         _encode(tokenizer, messages, skip_tokens=len(ids))
 
@@ -71,7 +85,8 @@ def test_guess_number_teacher_halves_a_fifth_of_its_games_and_every_game_is_lega
         target = int(game[-1]["content"])
         guesses = [int(m["content"]) for m in game if m["role"] == "assistant"]
         assert [m["content"] for m in game if m["role"] == "user"][1:] == [
-            "Higher." if g < target else "Lower." for g in guesses[:-1]]
+            "Higher." if g < target else "Lower." for g in guesses[:-1]
+        ]
         lo, hi = 1, 16
         for g in guesses:
             assert lo <= g <= hi, game
@@ -105,18 +120,27 @@ def test_default_run_is_the_arithmetic_recipe(monkeypatch):
 
 def _random_model(tokenizer, seed: int):
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return Qwen2ForCausalLM(config)
 
 
 def test_warm_start_training_is_deterministic_and_lowers_the_loss(tokenizer):
-    sources = [Source("arithmetic", arithmetic_examples(max_operand=2), 8),
-               Source("guess_number", guess_number_examples(4, seed=0), 2)]
+    sources = [
+        Source("arithmetic", arithmetic_examples(max_operand=2), 8),
+        Source("guess_number", guess_number_examples(4, seed=0), 2),
+    ]
     first, second = _random_model(tokenizer, 0), _random_model(tokenizer, 0)
-    short = train(_random_model(tokenizer, 0), tokenizer, sources, steps=2, learning_rate=1e-2, warmup_steps=1,
-                  seed=0)
+    short = train(_random_model(tokenizer, 0), tokenizer, sources, steps=2, learning_rate=1e-2, warmup_steps=1, seed=0)
     losses = train(first, tokenizer, sources, steps=12, learning_rate=1e-2, warmup_steps=1, seed=0)
     train(second, tokenizer, sources, steps=12, learning_rate=1e-2, warmup_steps=1, seed=0)
     for a, b in zip(first.state_dict().values(), second.state_dict().values()):
@@ -147,8 +171,16 @@ def test_held_out_split_never_trains_on_test_questions(renderer):
     train_pairs, held_out = split_problems(9, 0.2)
     assert len(held_out) == 20 and len(train_pairs) == 80 and not set(train_pairs) & set(held_out)
     assert split_problems(9, 0.2) == (train_pairs, held_out)  # fixed, whatever the seed
-    builder = ArithmeticDatasetBuilder(renderer, batch_size=8, group_size=1, num_batches=20, num_test_batches=5,
-                                       max_operand=9, held_out_fraction=0.2, seed=3)
+    builder = ArithmeticDatasetBuilder(
+        renderer,
+        batch_size=8,
+        group_size=1,
+        num_batches=20,
+        num_test_batches=5,
+        max_operand=9,
+        held_out_fraction=0.2,
+        seed=3,
+    )
     train_set, test_set = run_sync(builder)
     seen = {(g.a, g.b) for i in range(len(train_set)) for g in train_set.get_batch(i)}
     tested = {(g.a, g.b) for i in range(len(test_set)) for g in test_set.get_batch(i)}

@@ -19,12 +19,12 @@ from __future__ import annotations
 import random
 import re
 
-from transformers import AutoTokenizer
 from tinker_cookbook.recipes.math_rl.arithmetic_env import ArithmeticDatasetBuilder
 from tinker_cookbook.recipes.multiplayer_rl.guess_number.env import GuessNumberDatasetBuilder
 from tinker_cookbook.recipes.multiplayer_rl.twenty_questions.env import TwentyQuestionsDataset
 from tinker_cookbook.renderers import get_renderer
 from tinker_cookbook.tokenizer_utils import get_tokenizer
+from transformers import AutoTokenizer
 
 from trl_envs import Renderer
 from trl_envs.samplers.text_policy import TextPolicySampler
@@ -35,8 +35,11 @@ RENDERER_NAME = "qwen3_instruct"  # ChatML, like the tiny model's template
 COOKBOOK_ENVS = {
     # The tiny model rarely sums operands up to 100 right; a 2-token budget cuts its 2-digit answers before the
     # end-of-turn token (the cookbook's format penalty, -0.1) and lets 1-digit ones end (0.0): rewards spread.
-    "arithmetic": {"metrics": ["env/all/reward/total", "env/problems/correct", "env/problems/format"],
-                   "scripted": False, "max_tokens": 2},
+    "arithmetic": {
+        "metrics": ["env/all/reward/total", "env/problems/correct", "env/problems/format"],
+        "scripted": False,
+        "max_tokens": 2,
+    },
     "guess_number": {"metrics": ["env/all/reward/total", "env/all/turns"], "scripted": True, "max_tokens": 8},
     "twenty_questions": {"metrics": ["env/all/reward/total", "env/all/turns"], "scripted": True, "max_tokens": 8},
 }
@@ -49,16 +52,27 @@ SECRET_WORDS = ["apple", "river", "chair", "cloud", "lamp", "stone", "bread", "h
 def make_cookbook_builder(env: str, model_path: str, *, batch_size: int, group_size: int):
     """The cookbook's builder (or dataset) of ``env`` with ``batch_size`` groups of ``group_size`` envs a batch."""
     if env == "arithmetic":
-        return ArithmeticDatasetBuilder(batch_size=batch_size, model_name_for_tokenizer=model_path,
-                                        renderer_name=RENDERER_NAME, n_batches=3, group_size=group_size,
-                                        include_fewshot=False)
+        return ArithmeticDatasetBuilder(
+            batch_size=batch_size,
+            model_name_for_tokenizer=model_path,
+            renderer_name=RENDERER_NAME,
+            n_batches=3,
+            group_size=group_size,
+            include_fewshot=False,
+        )
     if env == "guess_number":
-        return GuessNumberDatasetBuilder(batch_size=batch_size, renderer_name=RENDERER_NAME,
-                                         train_group_size=group_size, model_name=model_path)
+        return GuessNumberDatasetBuilder(
+            batch_size=batch_size, renderer_name=RENDERER_NAME, train_group_size=group_size, model_name=model_path
+        )
     if env == "twenty_questions":
         renderer = get_renderer(RENDERER_NAME, get_tokenizer(model_path))
-        return TwentyQuestionsDataset(answerer=scripted_answerer(model_path), answers=SECRET_WORDS * 2,
-                                      renderer=renderer, batch_size=batch_size, group_size=group_size)
+        return TwentyQuestionsDataset(
+            answerer=scripted_answerer(model_path),
+            answers=SECRET_WORDS * 2,
+            renderer=renderer,
+            batch_size=batch_size,
+            group_size=group_size,
+        )
     raise KeyError(env)
 
 

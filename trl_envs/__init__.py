@@ -27,10 +27,22 @@ from .core.types import (
     Transition,
 )
 
-# samplers/: prompts -> sampled actions
-from .samplers.base import SampleRequest, Sampler
-from .samplers.hf import HFSampler
-from .samplers.text_policy import TextPolicySampler
+# gym/: Gymnasium envs (gymnasium itself is imported on first use)
+from .gym.env import GymDataset, GymDatasetBuilder, GymEnv, GymGroupBuilder
+from .gym.evaluation import GymEvalResult, evaluate_gym, evaluate_policy
+from .gym.text import ActionParseError, ActionParser, ObservationFormatter
+
+# registry/: envs by name and as rows
+from .registry import (
+    EnvKind,
+    EnvRowError,
+    UnknownEnvError,
+    get_env,
+    list_envs,
+    make_env_dataset,
+    make_env_group_builder,
+    register_env,
+)
 
 # rollout/: episodes
 from .rollout.batching import BatchingPolicy, BatchingSampler, parked
@@ -49,6 +61,11 @@ from .rollout.evaluation import EvalResult, TagStats, evaluate, pass_at_k
 from .rollout.validation import ContextBudgetError
 from .rollout.watchdog import RolloutTimeoutError
 
+# samplers/: prompts -> sampled actions
+from .samplers.base import Sampler, SampleRequest
+from .samplers.hf import HFSampler
+from .samplers.text_policy import TextPolicySampler
+
 # training_data/: trajectories -> what is trained
 from .training_data.preference import PairStats, PreferencePair, make_preference_pairs
 from .training_data.rows import (
@@ -60,36 +77,26 @@ from .training_data.rows import (
     trajectory_to_data,
 )
 
-# registry/: envs by name and as rows
-from .registry import (
-    EnvKind,
-    EnvRowError,
-    UnknownEnvError,
-    get_env,
-    list_envs,
-    make_env_dataset,
-    make_env_group_builder,
-    register_env,
-)
-
-# gym/: Gymnasium envs (gymnasium itself is imported on first use)
-from .gym.env import GymDataset, GymDatasetBuilder, GymEnv, GymGroupBuilder
-from .gym.evaluation import GymEvalResult, evaluate_gym, evaluate_policy
-from .gym.text import ActionParseError, ActionParser, ObservationFormatter
-
 __version__ = "0.1.0"
 
 # Loaded on first use: name -> module (trainers/ imports TRL; registry.env_datasets and hub/ import datasets / the Hub).
 _LAZY = {
     # trainers/
-    "EnvGRPOConfig": ".trainers.grpo_config", "EnvGRPOTrainer": ".trainers.grpo",
-    "EnvDPOConfig": ".trainers.dpo_config", "EnvDPOTrainer": ".trainers.dpo",
-    "DataCollatorForMaskedPreference": ".trainers.dpo", "EmptyPairsWarning": ".trainers.dpo",
+    "EnvGRPOConfig": ".trainers.grpo_config",
+    "EnvGRPOTrainer": ".trainers.grpo",
+    "EnvDPOConfig": ".trainers.dpo_config",
+    "EnvDPOTrainer": ".trainers.dpo",
+    "DataCollatorForMaskedPreference": ".trainers.dpo",
+    "EmptyPairsWarning": ".trainers.dpo",
     # registry/env_datasets.py
-    "EnvRowDataset": ".registry.env_datasets", "export_env_dataset": ".registry.env_datasets",
-    "load_env_dataset": ".registry.env_datasets", "rows_to_dataset": ".registry.env_datasets",
+    "EnvRowDataset": ".registry.env_datasets",
+    "export_env_dataset": ".registry.env_datasets",
+    "load_env_dataset": ".registry.env_datasets",
+    "rows_to_dataset": ".registry.env_datasets",
     # hub/
-    "evaluate_model": ".hub.model_eval", "push_folder_to_hub": ".hub.push", "plot_training_curves": ".hub.plots",
+    "evaluate_model": ".hub.model_eval",
+    "push_folder_to_hub": ".hub.push",
+    "plot_training_curves": ".hub.plots",
 }
 
 
@@ -105,29 +112,103 @@ def __getattr__(name: str):
 
 __all__ = [
     # core/
-    "Action", "CALCULATOR", "Env", "EnvContractError", "EnvGroupBuilder", "ListRLDataset", "Message", "MessageEnv",
-    "MessageStepResult", "MessageTokenEnv", "ModelJudge", "Observation", "PairwiseJudgeGroupBuilder", "ParsedResponse",
-    "ProblemEnv", "ProblemGroupBuilder", "RLDataset", "RLDatasetBuilder", "Renderer", "StepResult", "StopCondition",
-    "TokensWithLogprobs", "Tool", "ToolCall", "Trajectory", "TrajectoryGroup", "Transition", "pairwise_rewards",
-    "parse_tool_calls", "run_tool_call",
+    "Action",
+    "CALCULATOR",
+    "Env",
+    "EnvContractError",
+    "EnvGroupBuilder",
+    "ListRLDataset",
+    "Message",
+    "MessageEnv",
+    "MessageStepResult",
+    "MessageTokenEnv",
+    "ModelJudge",
+    "Observation",
+    "PairwiseJudgeGroupBuilder",
+    "ParsedResponse",
+    "ProblemEnv",
+    "ProblemGroupBuilder",
+    "RLDataset",
+    "RLDatasetBuilder",
+    "Renderer",
+    "StepResult",
+    "StopCondition",
+    "TokensWithLogprobs",
+    "Tool",
+    "ToolCall",
+    "Trajectory",
+    "TrajectoryGroup",
+    "Transition",
+    "pairwise_rewards",
+    "parse_tool_calls",
+    "run_tool_call",
     # samplers/
-    "HFSampler", "SampleRequest", "Sampler", "TextPolicySampler",
+    "HFSampler",
+    "SampleRequest",
+    "Sampler",
+    "TextPolicySampler",
     # rollout/
-    "BatchingPolicy", "BatchingSampler", "ContextBudgetError", "EvalResult", "FailFast", "RetryOnFailure", "RolloutBatchResult",
-    "RolloutBudget", "RolloutTimeoutError", "SkipGroupError", "TagStats", "do_group_rollout", "do_single_rollout", "evaluate", "parked", "pass_at_k",
-    "run_rollout_batch", "run_rollout_batch_async",
+    "BatchingPolicy",
+    "BatchingSampler",
+    "ContextBudgetError",
+    "EvalResult",
+    "FailFast",
+    "RetryOnFailure",
+    "RolloutBatchResult",
+    "RolloutBudget",
+    "RolloutTimeoutError",
+    "SkipGroupError",
+    "TagStats",
+    "do_group_rollout",
+    "do_single_rollout",
+    "evaluate",
+    "parked",
+    "pass_at_k",
+    "run_rollout_batch",
+    "run_rollout_batch_async",
     # training_data/
-    "NonExtendingObservationError", "PairStats", "PreferencePair", "TrainingRow", "assemble_training_data",
-    "compute_advantages", "make_preference_pairs", "remove_constant_reward_groups", "trajectory_to_data",
+    "NonExtendingObservationError",
+    "PairStats",
+    "PreferencePair",
+    "TrainingRow",
+    "assemble_training_data",
+    "compute_advantages",
+    "make_preference_pairs",
+    "remove_constant_reward_groups",
+    "trajectory_to_data",
     # trainers/ (lazy)
-    "DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOConfig", "EnvDPOTrainer", "EnvGRPOConfig",
+    "DataCollatorForMaskedPreference",
+    "EmptyPairsWarning",
+    "EnvDPOConfig",
+    "EnvDPOTrainer",
+    "EnvGRPOConfig",
     "EnvGRPOTrainer",
     # registry/
-    "EnvKind", "EnvRowDataset", "EnvRowError", "UnknownEnvError", "export_env_dataset", "get_env", "list_envs",
-    "load_env_dataset", "make_env_dataset", "make_env_group_builder", "register_env", "rows_to_dataset",
+    "EnvKind",
+    "EnvRowDataset",
+    "EnvRowError",
+    "UnknownEnvError",
+    "export_env_dataset",
+    "get_env",
+    "list_envs",
+    "load_env_dataset",
+    "make_env_dataset",
+    "make_env_group_builder",
+    "register_env",
+    "rows_to_dataset",
     # gym/
-    "ActionParseError", "ActionParser", "GymDataset", "GymDatasetBuilder", "GymEnv", "GymEvalResult", "GymGroupBuilder",
-    "ObservationFormatter", "evaluate_gym", "evaluate_policy",
+    "ActionParseError",
+    "ActionParser",
+    "GymDataset",
+    "GymDatasetBuilder",
+    "GymEnv",
+    "GymEvalResult",
+    "GymGroupBuilder",
+    "ObservationFormatter",
+    "evaluate_gym",
+    "evaluate_policy",
     # hub/ (lazy)
-    "evaluate_model", "plot_training_curves", "push_folder_to_hub",
+    "evaluate_model",
+    "plot_training_curves",
+    "push_folder_to_hub",
 ]

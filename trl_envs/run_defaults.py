@@ -37,10 +37,32 @@ ENV_BUDGETS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 """Per built-in env: the token budgets it needs, from its options (``env_kwargs``). ``max_completion_length`` is the
 budget of one turn (GRPO; DPO's env mode calls it ``max_tokens_per_turn``)."""
 
-SHOWN = ("model_name_or_path", "env_name", "output_dir", "learning_rate", "lr_scheduler_type", "warmup_steps",
-         "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_steps",
-         "num_train_epochs", "num_rounds", "max_completion_length", "max_tokens_per_turn", "max_turns", "beta",
-         "temperature", "use_peft", "bf16", "use_cpu", "gradient_checkpointing", "logging_steps", "report_to", "seed")
+SHOWN = (
+    "model_name_or_path",
+    "env_name",
+    "output_dir",
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_generations",
+    "max_steps",
+    "num_train_epochs",
+    "num_rounds",
+    "max_completion_length",
+    "max_tokens_per_turn",
+    "max_turns",
+    "beta",
+    "temperature",
+    "use_peft",
+    "bf16",
+    "use_cpu",
+    "gradient_checkpointing",
+    "logging_steps",
+    "report_to",
+    "seed",
+)
 """The settings :meth:`RunSettings.table` lists (those a run has)."""
 
 
@@ -56,8 +78,9 @@ def is_demo_model(model_name_or_path: str | None) -> bool:
     return os.path.isdir(model_name_or_path) and os.path.basename(os.path.normpath(model_name_or_path)) in MODEL_NAMES
 
 
-def env_budgets(env_name: str | None, env_kwargs: dict[str, Any] | None, *, per_turn_key: str = "max_completion_length"
-                ) -> dict[str, Any]:
+def env_budgets(
+    env_name: str | None, env_kwargs: dict[str, Any] | None, *, per_turn_key: str = "max_completion_length"
+) -> dict[str, Any]:
     """The budgets ``env_name`` needs (:data:`ENV_BUDGETS`; ``{}`` for an env it does not know), the per-turn budget
     under ``per_turn_key``."""
     budgets = ENV_BUDGETS.get(env_name or "")
@@ -91,7 +114,9 @@ class RunSettings:
     def table(self) -> str:
         """One line per setting: ``name  value  (source)``."""
         width = max(map(len, self.values), default=0)
-        lines = [f"[trl_envs] settings ({'demo recipe: the offline demo model' if self.demo else 'TRL defaults + what the env needs'}):"]
+        lines = [
+            f"[trl_envs] settings ({'demo recipe: the offline demo model' if self.demo else 'TRL defaults + what the env needs'}):"
+        ]
         for name, value in self.values.items():
             value = getattr(value, "value", value)
             lines.append(f"  {name.ljust(width)}  {value!s:<28} ({self.sources[name]})")
@@ -121,9 +146,15 @@ def explicit_settings(parser, argv: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def parse_run_args(parser, demo_recipe: dict[str, Any], argv: Sequence[str] | None = None, *,
-                   per_turn_key: str = "max_completion_length", env_default: str | None = None,
-                   script_defaults: Callable[[str | None], dict[str, Any]] | None = None) -> tuple[tuple, RunSettings]:
+def parse_run_args(
+    parser,
+    demo_recipe: dict[str, Any],
+    argv: Sequence[str] | None = None,
+    *,
+    per_turn_key: str = "max_completion_length",
+    env_default: str | None = None,
+    script_defaults: Callable[[str | None], dict[str, Any]] | None = None,
+) -> tuple[tuple, RunSettings]:
     """Parse ``argv`` (default ``sys.argv[1:]``) with a script's ``TrlParser`` whose defaults do not include
     ``demo_recipe``; apply the demo recipe (offline tiny model) or the env's budgets (any other model) as defaults;
     return the parsed dataclasses and the :class:`RunSettings` of the run.
@@ -137,8 +168,9 @@ def parse_run_args(parser, demo_recipe: dict[str, Any], argv: Sequence[str] | No
     script_args, model_args = first[0], _find(first, "model_name_or_path")
     model = getattr(model_args, "model_name_or_path", None)
     demo = is_demo_model(model)
-    env_name = getattr(script_args, "env_name", None) or (None if getattr(script_args, "env_dataset", None)
-                                                          else env_default)
+    env_name = getattr(script_args, "env_name", None) or (
+        None if getattr(script_args, "env_dataset", None) else env_default
+    )
     if demo:
         added, label = dict(demo_recipe), "demo recipe"
     else:
@@ -158,9 +190,16 @@ def parse_run_args(parser, demo_recipe: dict[str, Any], argv: Sequence[str] | No
             continue
         settings.values[name] = getattr(holder, name)
         settings.sources[name] = explicit.get(name) or (
-            label if name in added else "script default" if name in common
-            else "this machine" if name in HARDWARE_SETTINGS
-            else "TRL default" if _is_upstream_field(holder, name) else "trl_envs default")
+            label
+            if name in added
+            else "script default"
+            if name in common
+            else "this machine"
+            if name in HARDWARE_SETTINGS
+            else "TRL default"
+            if _is_upstream_field(holder, name)
+            else "trl_envs default"
+        )
     if "env_name" in settings.values and settings.values["env_name"] is None and env_name:
         settings.values["env_name"], settings.sources["env_name"] = env_name, "script default"
     if settings.values.get("model_name_or_path") is None and "model_name_or_path" in settings.values:
@@ -174,8 +213,11 @@ def _is_upstream_field(obj: Any, name: str) -> bool:
     import dataclasses
 
     for cls in type(obj).__mro__:
-        if cls.__module__.split(".")[0] in ("trl", "transformers") and dataclasses.is_dataclass(cls) and \
-                name in {f.name for f in dataclasses.fields(cls)}:
+        if (
+            cls.__module__.split(".")[0] in ("trl", "transformers")
+            and dataclasses.is_dataclass(cls)
+            and name in {f.name for f in dataclasses.fields(cls)}
+        ):
             return True
     return False
 

@@ -72,8 +72,14 @@ nothing) let TRL mask the loss to assistant turns, ``<|im_end|>`` included."""
 # learning the sums erratic across seeds (some runs never get past guessing the typical answer); more steps make the
 # model right more often (~60% at 400 steps), leaving RL less to do. The build is ~30 s on two idle CPU cores.
 VOCAB_SIZE = 512
-MODEL_CONFIG = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, max_position_embeddings=1024)
+MODEL_CONFIG = dict(
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+)
 NUM_ARITHMETIC_DEMOS = 2000
 NUM_GUESS_DEMOS = 600
 TRAIN_STEPS = 250
@@ -88,8 +94,14 @@ TORCH_THREADS = 1  # the model is so small that more threads only add synchronis
 # v4 adds the halving games of guess_number (trl_envs.warm_start.HALVING_SHARE, halving_examples) and twice its
 # guess_number batch. v5 is v4's recipe computed faster (trl_envs.warm_start: logits only where there is a label, no
 # attention mask; two threads), which rounds differently: a different model, so a new name.
-V2_MODEL_CONFIG = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, max_position_embeddings=1024)
+V2_MODEL_CONFIG = dict(
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+)
 V2_TRAIN_STEPS = 500
 V2_ARITHMETIC_PER_STEP = 64
 V2_WORKED_PER_STEP = 32
@@ -110,8 +122,19 @@ zero one two three four five six seven eight nine ten eleven twelve thirteen fou
 """
 
 # Variables that would make the warm-start child join the caller's distributed job or change its device/backend.
-_DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                    "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
+_DISTRIBUTED_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMP_NUM_THREADS",
+)
 _DISTRIBUTED_ENV_PREFIXES = ("ACCELERATE_", "FSDP_", "TORCHELASTIC_", "PET_")
 
 
@@ -133,8 +156,9 @@ def is_built(path: str | os.PathLike[str]) -> bool:
     return os.path.isfile(os.path.join(path, MARKER_FILE))
 
 
-def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed: int = 0,
-                     name: str = MODEL_NAME) -> str:
+def build_tiny_model(
+    output_dir: str | None = None, *, force: bool = False, seed: int = 0, name: str = MODEL_NAME
+) -> str:
     """Build the tiny chat model into ``output_dir`` (default :func:`default_tiny_model_path` ``(name)``) and return
     its path. ``name`` picks the recipe: ``tiny-chat-v1`` (:data:`MODEL_NAME`, small and fast, for tests) or
     ``tiny-chat-v5`` (:data:`DEMO_MODEL_NAME`, the demo model the training scripts use).
@@ -158,15 +182,19 @@ def build_tiny_model(output_dir: str | None = None, *, force: bool = False, seed
         if not force and is_built(target):  # another process built it while we waited for the lock
             return str(target)
         if target.exists() and not force and not _is_empty_dir(target):
-            raise FileExistsError(f"build_tiny_model: {target} exists, is not empty and holds no finished build; "
-                                  "remove it, pick another directory, or pass force=True to replace it")
+            raise FileExistsError(
+                f"build_tiny_model: {target} exists, is not empty and holds no finished build; "
+                "remove it, pick another directory, or pass force=True to replace it"
+            )
         for stale in _scratch_dirs(target):  # we hold the lock, so these were left by a builder that was killed
             shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_STAGING}-", dir=target.parent))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the finished model is an ordinary cache directory
         try:
-            _log(f"building the tiny model {name} into {target} "
-                 f"({'about a minute' if name == DEMO_MODEL_NAME else 'about half a minute'})")
+            _log(
+                f"building the tiny model {name} into {target} "
+                f"({'about a minute' if name == DEMO_MODEL_NAME else 'about half a minute'})"
+            )
             _run_build_subprocess(staging, seed, name)
             _move_into_place(staging, target)
         finally:
@@ -219,14 +247,27 @@ def _move_into_place(staging: Path, target: Path) -> None:
 
 def _run_build_subprocess(directory: Path, seed: int, name: str = MODEL_NAME) -> None:
     """Run :func:`_build_into` in a fresh interpreter with the distributed/accelerate variables removed."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in _DISTRIBUTED_ENV and not key.startswith(_DISTRIBUTED_ENV_PREFIXES)}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in _DISTRIBUTED_ENV and not key.startswith(_DISTRIBUTED_ENV_PREFIXES)
+    }
     env["CUDA_VISIBLE_DEVICES"] = ""  # the build is CPU-only; do not initialise (or occupy) any GPU
     env["DS_ACCELERATOR"] = "cpu"  # where DeepSpeed is installed, spare it (and us) the GPU probe and its warning
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     package_root = str(Path(__file__).resolve().parent.parent)  # so the child imports this very copy of trl_envs
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "trl_envs.tiny_model", "--_build_into", str(directory), "--seed", str(seed), "--name", name]
+    command = [
+        sys.executable,
+        "-m",
+        "trl_envs.tiny_model",
+        "--_build_into",
+        str(directory),
+        "--seed",
+        str(seed),
+        "--name",
+        name,
+    ]
     # The child's stdout is pointed at its stderr (see `main`), so nothing but our own result reaches stdout.
     start = time.monotonic()
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
@@ -243,8 +284,9 @@ def _run_build_subprocess(directory: Path, seed: int, name: str = MODEL_NAME) ->
         raise
     result = child
     if result.returncode != 0 or not is_built(directory):
-        raise RuntimeError(f"build_tiny_model: building the tiny model failed (exit code {result.returncode}); "
-                           "see the messages above")
+        raise RuntimeError(
+            f"build_tiny_model: building the tiny model failed (exit code {result.returncode}); see the messages above"
+        )
 
 
 def _log(message: str) -> None:
@@ -267,11 +309,14 @@ def _build_into(directory: Path, seed: int, name: str = MODEL_NAME) -> None:
     if name == DEMO_MODEL_NAME:
         from . import warm_start
 
-        sources = [warm_start.Source("arithmetic", warm_start.arithmetic_examples(), V2_ARITHMETIC_PER_STEP),
-                   warm_start.Source("worked_sums", warm_start.worked_sum_examples(), V2_WORKED_PER_STEP),
-                   warm_start.Source("guess_number", warm_start.guess_number_examples(V2_GUESS_GAMES, seed),
-                                     V2_GUESS_PER_STEP),
-                   warm_start.Source("halving", warm_start.halving_examples(), V2_HALVING_PER_STEP)]
+        sources = [
+            warm_start.Source("arithmetic", warm_start.arithmetic_examples(), V2_ARITHMETIC_PER_STEP),
+            warm_start.Source("worked_sums", warm_start.worked_sum_examples(), V2_WORKED_PER_STEP),
+            warm_start.Source(
+                "guess_number", warm_start.guess_number_examples(V2_GUESS_GAMES, seed), V2_GUESS_PER_STEP
+            ),
+            warm_start.Source("halving", warm_start.halving_examples(), V2_HALVING_PER_STEP),
+        ]
         conversations = [example.messages for source in sources for example in source.examples]
     else:
         conversations = _demonstrations(seed)
@@ -281,9 +326,15 @@ def _build_into(directory: Path, seed: int, name: str = MODEL_NAME) -> None:
     demo = name == DEMO_MODEL_NAME
     # v2 unties the output layer from the input embeddings: RL then sharpens the answer distribution without moving
     # the embeddings of the digits it reads in the question (tied, the tiny model's arithmetic collapses under GRPO).
-    config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=not demo, bos_token_id=None,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         use_sliding_window=False, **(V2_MODEL_CONFIG if demo else MODEL_CONFIG))
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=not demo,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        use_sliding_window=False,
+        **(V2_MODEL_CONFIG if demo else MODEL_CONFIG),
+    )
     model = Qwen2ForCausalLM(config).to(torch.float32)
     model.generation_config.bos_token_id = None
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -291,20 +342,34 @@ def _build_into(directory: Path, seed: int, name: str = MODEL_NAME) -> None:
 
     if name == DEMO_MODEL_NAME:
         _log(f"warm-starting on {len(conversations)} weighted demonstrations ({V2_TRAIN_STEPS} steps)")
-        warm_start.train(model, tokenizer, sources, steps=V2_TRAIN_STEPS, learning_rate=V2_LEARNING_RATE,
-                         warmup_steps=V2_WARMUP_STEPS, seed=seed)
+        warm_start.train(
+            model,
+            tokenizer,
+            sources,
+            steps=V2_TRAIN_STEPS,
+            learning_rate=V2_LEARNING_RATE,
+            warmup_steps=V2_WARMUP_STEPS,
+            seed=seed,
+        )
     else:
         _log(f"warm-starting on {len(conversations)} demonstrations ({TRAIN_STEPS} steps)")
         _warm_start(model, tokenizer, conversations, directory, seed)
     model.config.use_cache = True  # the trainer turns the KV cache off for training
     evaluation = evaluate_warm_start(model, tokenizer, seed=seed + 10_000)
-    _log("sampled at temperature 1: " + ", ".join(f"{key} {value:.0%}" for key, value in evaluation.items())
-         + f" ({time.monotonic() - start:.0f}s)")
+    _log(
+        "sampled at temperature 1: "
+        + ", ".join(f"{key} {value:.0%}" for key, value in evaluation.items())
+        + f" ({time.monotonic() - start:.0f}s)"
+    )
 
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    marker = {"name": name, "seed": seed, "build_seconds": round(time.monotonic() - start, 1),
-              "warm_start_eval": evaluation}
+    marker = {
+        "name": name,
+        "seed": seed,
+        "build_seconds": round(time.monotonic() - start, 1),
+        "warm_start_eval": evaluation,
+    }
     (directory / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
     _log(f"built in {marker['build_seconds']:.0f}s")
 
@@ -336,19 +401,32 @@ def _train_tokenizer(conversations: list[list[dict[str, str]]]):
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=[PAD, IM_START, IM_END],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=[PAD, IM_START, IM_END],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     corpus = [_GENERIC_TEXT, "system\nuser\nassistant\n"]
     corpus += [message["content"] for convo in conversations for message in convo]
     bpe.train_from_iterator(corpus, trainer=trainer)
 
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=None, eos_token=IM_END, pad_token=PAD,
-                                        unk_token=None, extra_special_tokens=[IM_START], model_max_length=1024)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token=None,
+        eos_token=IM_END,
+        pad_token=PAD,
+        unk_token=None,
+        extra_special_tokens=[IM_START],
+        model_max_length=1024,
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -428,8 +506,9 @@ def evaluate_warm_start(model, tokenizer, *, num: int = 100, seed: int = 10_000)
     }
 
 
-def sample_replies(model, tokenizer, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 8,
-                   temperature: float = 1.0) -> list[str | None]:
+def sample_replies(
+    model, tokenizer, conversations: list[list[dict[str, str]]], *, max_new_tokens: int = 8, temperature: float = 1.0
+) -> list[str | None]:
     """Sample one assistant reply per conversation (left-padded batch; ``temperature=0``: greedy). ``None`` where the
     reply did not end with ``<|im_end|>`` within ``max_new_tokens``."""
     import torch
@@ -441,13 +520,20 @@ def sample_replies(model, tokenizer, conversations: list[list[dict[str, str]]], 
     finally:
         tokenizer.padding_side = padding_side
     with torch.no_grad():
-        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
-            dict(do_sample=False)
-        out = model.generate(**batch, **sampling,
-                             max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id)
+        sampling = (
+            dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            if temperature > 0
+            else dict(do_sample=False)
+        )
+        out = model.generate(
+            **batch,
+            **sampling,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
     replies: list[str | None] = []
-    for row in out[:, batch["input_ids"].shape[1]:].tolist():
+    for row in out[:, batch["input_ids"].shape[1] :].tolist():
         if tokenizer.eos_token_id not in row:
             replies.append(None)
             continue
@@ -471,7 +557,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output_dir", default=None, help=f"default: {default_tiny_model_path(DEMO_MODEL_NAME)}")
     parser.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--name", default=DEMO_MODEL_NAME, choices=MODEL_NAMES, help="the recipe (default: %(default)s)")
+    parser.add_argument(
+        "--name", default=DEMO_MODEL_NAME, choices=MODEL_NAMES, help="the recipe (default: %(default)s)"
+    )
     parser.add_argument("--_build_into", default=None, help=argparse.SUPPRESS)  # internal: the child process
     args = parser.parse_args(argv)
     if args._build_into is not None:

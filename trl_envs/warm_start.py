@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 from .core.renderer import Message
 from .envs.arithmetic import question
-from .envs.guess_number import demonstrations as guess_number_demonstrations, played_game
+from .envs.guess_number import demonstrations as guess_number_demonstrations
+from .envs.guess_number import played_game
 
 QUICK_SHARE = 0.82
 """How often the arithmetic teacher answers quickly (a bare number); the rest of the time it works the sum out."""
@@ -61,11 +62,19 @@ def arithmetic_examples(max_operand: int = 9) -> list[WeightedExample]:
     for a in range(max_operand + 1):
         for b in range(max_operand + 1):
             answers = {worked_sum(a, b): 1.0 - QUICK_SHARE}
-            answers.update({str(a + b + offset): QUICK_SHARE * probability
-                            for offset, probability in QUICK_OFFSETS.items() if a + b + offset >= 0})
-            examples += [WeightedExample([{"role": "user", "content": question(a, b)},
-                                          {"role": "assistant", "content": answer}], weight)
-                         for answer, weight in answers.items()]
+            answers.update(
+                {
+                    str(a + b + offset): QUICK_SHARE * probability
+                    for offset, probability in QUICK_OFFSETS.items()
+                    if a + b + offset >= 0
+                }
+            )
+            examples += [
+                WeightedExample(
+                    [{"role": "user", "content": question(a, b)}, {"role": "assistant", "content": answer}], weight
+                )
+                for answer, weight in answers.items()
+            ]
     return examples
 
 
@@ -79,9 +88,14 @@ def worked_sum_examples(max_operand: int = 9) -> list[WeightedExample]:
     """Every question with operands ``0..max_operand`` answered by working the sum out (:func:`worked_sum`), with the loss
     on all but the first answer token: the teacher, once it has begun to work a sum out, always finishes it right,
     but these examples do not change how often the model begins to (that stays :data:`QUICK_SHARE`'s complement)."""
-    return [WeightedExample([{"role": "user", "content": question(a, b)},
-                             {"role": "assistant", "content": worked_sum(a, b)}], skip_tokens=1)
-            for a in range(max_operand + 1) for b in range(max_operand + 1)]
+    return [
+        WeightedExample(
+            [{"role": "user", "content": question(a, b)}, {"role": "assistant", "content": worked_sum(a, b)}],
+            skip_tokens=1,
+        )
+        for a in range(max_operand + 1)
+        for b in range(max_operand + 1)
+    ]
 
 
 HALVING_SHARE = 0.2
@@ -96,11 +110,13 @@ def guess_number_examples(num: int, seed: int, low: int = 1, high: int = 16) -> 
     left out): opening with it means halving, so the first guess is the model's choice of strategy, as the first
     token of an arithmetic answer is, and what RL has to learn is to open every game that way."""
     middle = (low + high) // 2
-    random_games = [game for game in guess_number_demonstrations(2 * num, seed, low, high)
-                    if game[1]["content"] != str(middle)][:num]
+    random_games = [
+        game for game in guess_number_demonstrations(2 * num, seed, low, high) if game[1]["content"] != str(middle)
+    ][:num]
     halving = [halving_game(target, low, high) for target in range(low, high + 1)]
-    return ([WeightedExample(game, (1.0 - HALVING_SHARE) / len(random_games)) for game in random_games]
-            + [WeightedExample(game, HALVING_SHARE / len(halving)) for game in halving])
+    return [WeightedExample(game, (1.0 - HALVING_SHARE) / len(random_games)) for game in random_games] + [
+        WeightedExample(game, HALVING_SHARE / len(halving)) for game in halving
+    ]
 
 
 def halving_examples(low: int = 1, high: int = 16) -> list[WeightedExample]:
@@ -124,18 +140,23 @@ class Source:
     per_step: int
 
 
-def train(model, tokenizer, sources: Sequence[Source], *, steps: int, learning_rate: float, warmup_steps: int,
-          seed: int) -> dict[str, float]:
+def train(
+    model, tokenizer, sources: Sequence[Source], *, steps: int, learning_rate: float, warmup_steps: int, seed: int
+) -> dict[str, float]:
     """Supervised fine-tuning of ``model`` on ``sources``: AdamW, linear warmup then cosine decay, gradient norm
     clipped to 1; every step one batch per source (separate forward passes, so short examples are not padded to long
     ones). Returns each source's mean loss over the last 10% of steps."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    encoded = {source.name: [_encode(tokenizer, example.messages, example.skip_tokens) for example in source.examples]
-               for source in sources}
-    weights = {source.name: torch.tensor([example.weight for example in source.examples], dtype=torch.float64)
-               for source in sources}
+    encoded = {
+        source.name: [_encode(tokenizer, example.messages, example.skip_tokens) for example in source.examples]
+        for source in sources
+    }
+    weights = {
+        source.name: torch.tensor([example.weight for example in source.examples], dtype=torch.float64)
+        for source in sources
+    }
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
 
     def schedule(step: int) -> float:
@@ -147,8 +168,9 @@ def train(model, tokenizer, sources: Sequence[Source], *, steps: int, learning_r
     for step in range(steps):
         for source in sources:
             rows = torch.multinomial(weights[source.name], source.per_step, replacement=True, generator=generator)
-            loss = _assistant_loss(model, _batch([encoded[source.name][i] for i in rows.tolist()],
-                                                 tokenizer.pad_token_id))
+            loss = _assistant_loss(
+                model, _batch([encoded[source.name][i] for i in rows.tolist()], tokenizer.pad_token_id)
+            )
             (loss * source.per_step / sum(s.per_step for s in sources)).backward()
             if step >= steps - max(1, steps // 10):
                 tail[source.name].append(loss.item())
@@ -176,17 +198,20 @@ def _assistant_loss(model, batch: dict):
 def _encode(tokenizer, messages: list[Message], skip_tokens: int = 0) -> tuple[list[int], list[int]]:
     """Token ids and the loss mask of a conversation: 1 on assistant tokens (``<|im_end|>`` included) except the
     first ``skip_tokens`` of the first assistant message."""
-    encoding = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
-                                             return_assistant_tokens_mask=True)
+    encoding = tokenizer.apply_chat_template(
+        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
     ids, mask = list(encoding["input_ids"]), list(encoding["assistant_masks"])
     if not any(mask):
         raise ValueError(f"warm_start: the chat template marked no assistant token in {messages!r}")
     first = mask.index(1)
     if skip_tokens:
-        if not all(mask[first: first + skip_tokens + 1]):
-            raise ValueError(f"warm_start: skipping {skip_tokens} token(s) leaves no loss on the first assistant "
-                             f"message of {messages!r}")
-        mask[first: first + skip_tokens] = [0] * skip_tokens
+        if not all(mask[first : first + skip_tokens + 1]):
+            raise ValueError(
+                f"warm_start: skipping {skip_tokens} token(s) leaves no loss on the first assistant "
+                f"message of {messages!r}"
+            )
+        mask[first : first + skip_tokens] = [0] * skip_tokens
     return ids, mask
 
 
@@ -203,4 +228,3 @@ def _batch(rows: list[tuple[list[int], list[int]]], pad_token_id: int) -> dict:
         attention_mask[r, : len(ids)] = 1
         labels[r, : len(ids)] = torch.tensor([i if m else -100 for i, m in zip(ids, mask)])
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-

@@ -7,5 +7,13 @@ from .endpoint import AgentEndpoint, acquire_endpoint
 from .env import AgentEnv, AgentError, AgentGroupBuilder
 from .prompts import PromptBuilder
 
-__all__ = ["AgentDataset", "AgentDatasetBuilder", "AgentEndpoint", "AgentEnv", "AgentError", "AgentGroupBuilder",
-           "PromptBuilder", "acquire_endpoint"]
+__all__ = [
+    "AgentDataset",
+    "AgentDatasetBuilder",
+    "AgentEndpoint",
+    "AgentEnv",
+    "AgentError",
+    "AgentGroupBuilder",
+    "PromptBuilder",
+    "acquire_endpoint",
+]

@@ -29,9 +29,19 @@ class AgentDataset(RLDataset):
         tags: logging tags of every group.
     """
 
-    def __init__(self, agent: AgentFn, tasks: Sequence[Any], renderer: Renderer, *, batch_size: int = 4,
-                 group_size: int = 4, num_batches: int | None = None, reward_fn: RewardFn | None = None,
-                 seed: int = 0, tags: Sequence[str] = ("agent",)):
+    def __init__(
+        self,
+        agent: AgentFn,
+        tasks: Sequence[Any],
+        renderer: Renderer,
+        *,
+        batch_size: int = 4,
+        group_size: int = 4,
+        num_batches: int | None = None,
+        reward_fn: RewardFn | None = None,
+        seed: int = 0,
+        tags: Sequence[str] = ("agent",),
+    ):
         if len(tasks) == 0:
             raise ValueError("AgentDataset: no tasks given")
         for option, value in (("batch_size", batch_size), ("group_size", group_size)):
@@ -57,8 +67,17 @@ class AgentDataset(RLDataset):
         if not 0 <= index < self.num_batches:
             raise IndexError(f"AgentDataset: batch {index} out of range (0..{self.num_batches - 1})")
         start = index * self.batch_size
-        return [AgentGroupBuilder(self.agent, self._task(start + k), self.prompts, self.group_size,
-                                  reward_fn=self.reward_fn, tags=self.tags) for k in range(self.batch_size)]
+        return [
+            AgentGroupBuilder(
+                self.agent,
+                self._task(start + k),
+                self.prompts,
+                self.group_size,
+                reward_fn=self.reward_fn,
+                tags=self.tags,
+            )
+            for k in range(self.batch_size)
+        ]
 
     def __len__(self) -> int:
         return self.num_batches
@@ -71,8 +90,16 @@ class AgentDatasetBuilder(RLDatasetBuilder):
     set.
     """
 
-    def __init__(self, agent: AgentFn, tasks: Sequence[Any], renderer: Renderer, *,
-                 test_tasks: Sequence[Any] | None = None, num_test_batches: int | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        agent: AgentFn,
+        tasks: Sequence[Any],
+        renderer: Renderer,
+        *,
+        test_tasks: Sequence[Any] | None = None,
+        num_test_batches: int | None = None,
+        **kwargs: Any,
+    ):
         self.agent, self.tasks, self.test_tasks, self.renderer = agent, tasks, test_tasks, renderer
         self.num_test_batches, self.kwargs = num_test_batches, kwargs
         AgentDataset(agent, tasks, renderer, **kwargs)  # check the options now, before any model loads

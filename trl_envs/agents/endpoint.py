@@ -123,8 +123,15 @@ class AgentEndpoint:
         # uvicorn binds the socket itself (port 0: the OS picks): asyncio then turns Nagle's algorithm off on every
         # accepted connection, which it skips for a socket made without IPPROTO_TCP. With Nagle on, a response
         # written as headers + body waited for the client's delayed ACK: ~45 ms per call, measured.
-        config = uvicorn.Config(self._app(), host="127.0.0.1", port=0, log_level="warning", access_log=False,
-                                lifespan="off", timeout_keep_alive=60)
+        config = uvicorn.Config(
+            self._app(),
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_keep_alive=60,
+        )
         config.load()
         # A connection's keep-alive timer only closes an idle connection (it may outlive the server by up to
         # ``timeout_keep_alive`` when the client reset the connection): not an episode's work, so the batcher's
@@ -205,8 +212,12 @@ class AgentEndpoint:
                 self._session_of(request)
             except APIError as e:
                 return error(e)
-            return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model",
-                                                             "created": 0, "owned_by": "trl_envs"}]})
+            return JSONResponse(
+                {
+                    "object": "list",
+                    "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "trl_envs"}],
+                }
+            )
 
         async def chat_completions(request):
             try:
@@ -237,8 +248,12 @@ class AgentEndpoint:
             return session
         if key in self._ended:
             raise ended_error(self._ended[key])
-        raise APIError(401, "invalid API key: every episode has its own key (the api_key its agent was given)",
-                       type="authentication_error", code="invalid_api_key")
+        raise APIError(
+            401,
+            "invalid API key: every episode has its own key (the api_key its agent was given)",
+            type="authentication_error",
+            code="invalid_api_key",
+        )
 
 
 _ENDPOINTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AgentEndpoint] = weakref.WeakKeyDictionary()

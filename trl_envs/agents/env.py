@@ -62,8 +62,15 @@ class AgentEnv(Env):
     context, so the episode trained one row per call).
     """
 
-    def __init__(self, agent: AgentFn, task: Any, renderer: Renderer | PromptBuilder, *,
-                 reward_fn: RewardFn | None = None, name: str | None = None):
+    def __init__(
+        self,
+        agent: AgentFn,
+        task: Any,
+        renderer: Renderer | PromptBuilder,
+        *,
+        reward_fn: RewardFn | None = None,
+        name: str | None = None,
+    ):
         if not callable(agent):
             raise TypeError(f"AgentEnv: agent must be callable as agent(base_url, api_key, task), got {agent!r}")
         self.agent, self.task, self.reward_fn = agent, task, reward_fn
@@ -93,8 +100,10 @@ class AgentEnv(Env):
         try:
             ob = await self._next_observation()
             if ob is None:
-                raise AgentError(f"agent {self.name!r} returned without calling the model (task {_short(self.task)}); "
-                                 "there is nothing to train on")
+                raise AgentError(
+                    f"agent {self.name!r} returned without calling the model (task {_short(self.task)}); "
+                    "there is nothing to train on"
+                )
             return ob, self.stop
         except BaseException:
             await self.aclose("the episode failed")
@@ -119,9 +128,17 @@ class AgentEnv(Env):
             reward, metrics = await self._reward()
             final = self._ob + action
             await self.aclose("the agent returned")
-            return StepResult(reward, True, final, self.stop,
-                              metrics={**metrics, "agent_calls": float(self._session.num_calls),
-                                       "history_rewrites": float(self._rewrites)})
+            return StepResult(
+                reward,
+                True,
+                final,
+                self.stop,
+                metrics={
+                    **metrics,
+                    "agent_calls": float(self._session.num_calls),
+                    "history_rewrites": float(self._rewrites),
+                },
+            )
         except BaseException:
             await self.aclose("the episode failed")
             raise
@@ -148,7 +165,8 @@ class AgentEnv(Env):
 
     async def _run_agent(self, base_url: str, key: str) -> Any:
         if inspect.iscoroutinefunction(self.agent) or inspect.iscoroutinefunction(
-                getattr(self.agent, "__call__", None)):
+            getattr(self.agent, "__call__", None)
+        ):
             return await self.agent(base_url, key, self.task)
         result = await asyncio.to_thread(self.agent, base_url, key, self.task)
         return await result if inspect.isawaitable(result) else result
@@ -176,8 +194,9 @@ class AgentEnv(Env):
                     raise AgentError(f"agent {self.name!r} was cancelled (task {_short(self.task)})")
                 error = run.exception()
                 if error is not None:
-                    raise AgentError(f"agent {self.name!r} raised {type(error).__name__}: {error} (task "
-                                     f"{_short(self.task)})") from error
+                    raise AgentError(
+                        f"agent {self.name!r} raised {type(error).__name__}: {error} (task {_short(self.task)})"
+                    ) from error
                 return None
             await session.wait()
 
@@ -193,15 +212,18 @@ class AgentEnv(Env):
         metrics = {}
         if isinstance(result, dict) and "reward" in result:
             metrics = result.get("metrics") or {}
-            if not isinstance(metrics, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
-                                                        and not isinstance(v, bool) for k, v in metrics.items()):
-                raise EnvContractError(f"{where}: 'metrics' must be a dict of names to numbers, got "
-                                       f"{_short(metrics)}")
+            if not isinstance(metrics, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                for k, v in metrics.items()
+            ):
+                raise EnvContractError(f"{where}: 'metrics' must be a dict of names to numbers, got {_short(metrics)}")
             result = result["reward"]
         if isinstance(result, bool) or not isinstance(result, (int, float)) or not math.isfinite(result):
             hint = "" if self.reward_fn is not None else " (or give a reward_fn(task, result) that scores it)"
-            raise EnvContractError(f"{where} must return a finite number as the reward (or {{'reward': number, "
-                                   f"'metrics': {{...}}}}), got {_short(result)}{hint}")
+            raise EnvContractError(
+                f"{where} must return a finite number as the reward (or {{'reward': number, "
+                f"'metrics': {{...}}}}), got {_short(result)}{hint}"
+            )
         return float(result), {k: float(v) for k, v in metrics.items()}
 
 
@@ -217,8 +239,16 @@ class AgentGroupBuilder(EnvGroupBuilder):
     closes every env made (also those of retried attempts), so no agent or pending call outlives its rollout.
     """
 
-    def __init__(self, agent: AgentFn, task: Any, renderer: Renderer | PromptBuilder, group_size: int, *,
-                 reward_fn: RewardFn | None = None, tags: Sequence[str] = ("agent",)):
+    def __init__(
+        self,
+        agent: AgentFn,
+        task: Any,
+        renderer: Renderer | PromptBuilder,
+        group_size: int,
+        *,
+        reward_fn: RewardFn | None = None,
+        tags: Sequence[str] = ("agent",),
+    ):
         if group_size < 1:
             raise ValueError(f"AgentGroupBuilder: group_size must be >= 1, got {group_size}")
         self.agent, self.task, self.group_size, self.reward_fn = agent, task, group_size, reward_fn
@@ -227,8 +257,7 @@ class AgentGroupBuilder(EnvGroupBuilder):
         self._envs: list[AgentEnv] = []
 
     async def make_envs(self) -> Sequence[Env]:
-        envs = [AgentEnv(self.agent, self.task, self.prompts, reward_fn=self.reward_fn)
-                for _ in range(self.group_size)]
+        envs = [AgentEnv(self.agent, self.task, self.prompts, reward_fn=self.reward_fn) for _ in range(self.group_size)]
         self._envs.extend(envs)
         return envs
 

@@ -31,8 +31,15 @@ _TOOL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.S)
 class APIError(Exception):
     """A request the endpoint refuses: ``status`` (HTTP) and an OpenAI-style ``{"error": {...}}`` body."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
 
@@ -67,27 +74,42 @@ def parse_request(body: Any) -> ChatRequest:
         raise APIError(400, "the request body must be a JSON object")
     n = body.get("n", 1)
     if n not in (1, None):
-        raise APIError(400, f"n={n!r} is not supported: each call is one turn of one episode, so n must be 1 (GRPO "
-                       "samples a group as separate episodes; make separate calls for more samples)", param="n")
+        raise APIError(
+            400,
+            f"n={n!r} is not supported: each call is one turn of one episode, so n must be 1 (GRPO "
+            "samples a group as separate episodes; make separate calls for more samples)",
+            param="n",
+        )
     if body.get("stop") not in (None, [], ""):
-        raise APIError(400, "stop sequences are not supported: the chat template's end-of-turn token ends every "
-                       "reply", param="stop")
+        raise APIError(
+            400,
+            "stop sequences are not supported: the chat template's end-of-turn token ends every reply",
+            param="stop",
+        )
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise APIError(400, f"max_tokens must be an integer >= 1, got {max_tokens!r}", param="max_tokens")
     tools = body.get("tools") or []
-    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function"), dict)
-                                              and isinstance(t["function"].get("name"), str) for t in tools):
-        raise APIError(400, 'tools must be a list of {"type": "function", "function": {"name": ..., ...}} objects',
-                       param="tools")
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)
+        for t in tools
+    ):
+        raise APIError(
+            400, 'tools must be a list of {"type": "function", "function": {"name": ..., ...}} objects', param="tools"
+        )
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise APIError(400, f"stream must be true or false, got {stream!r}", param="stream")
     options = body.get("stream_options") or {}
     model = body.get("model", "policy")
-    return ChatRequest(canonical_messages(body.get("messages")), tools, max_tokens, stream,
-                       bool(isinstance(options, dict) and options.get("include_usage")),
-                       model if isinstance(model, str) else "policy")
+    return ChatRequest(
+        canonical_messages(body.get("messages")),
+        tools,
+        max_tokens,
+        stream,
+        bool(isinstance(options, dict) and options.get("include_usage")),
+        model if isinstance(model, str) else "policy",
+    )
 
 
 def canonical_messages(messages: Any) -> list[dict[str, Any]]:
@@ -105,8 +127,11 @@ def canonical_messages(messages: Any) -> list[dict[str, Any]]:
         calls = m.get("tool_calls")
         if calls:
             if m["role"] != "assistant" or not isinstance(calls, list):
-                raise APIError(400, f"{where}.tool_calls: only assistant messages carry a list of tool calls",
-                               param=f"{where}.tool_calls")
+                raise APIError(
+                    400,
+                    f"{where}.tool_calls: only assistant messages carry a list of tool calls",
+                    param=f"{where}.tool_calls",
+                )
             msg["tool_calls"] = [_tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
         for key in ("tool_call_id", "name"):
             if isinstance(m.get(key), str):
@@ -120,18 +145,23 @@ def _text(content: Any, where: str) -> str:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                         and isinstance(p.get("text"), str) for p in content):
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+    ):
         return "".join(p["text"] for p in content)
-    raise APIError(400, f"{where}.content must be a string or a list of text parts (images and audio are not "
-                   "supported)", param=f"{where}.content")
+    raise APIError(
+        400,
+        f"{where}.content must be a string or a list of text parts (images and audio are not supported)",
+        param=f"{where}.content",
+    )
 
 
 def _tool_call(call: Any, where: str) -> dict[str, Any]:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise APIError(400, f'{where} must be {{"id", "type": "function", "function": {{"name", "arguments"}}}}',
-                       param=where)
+        raise APIError(
+            400, f'{where} must be {{"id", "type": "function", "function": {{"name", "arguments"}}}}', param=where
+        )
     args = fn.get("arguments", {})
     if isinstance(args, str):
         try:
@@ -161,17 +191,24 @@ def assistant_reply(text: str) -> dict[str, Any]:
     if not calls or any(c.error is not None for c in calls):
         return {"role": "assistant", "content": text}
     content = _TOOL_BLOCK.sub("", text).strip()
-    return {"role": "assistant", "content": content,
-            "tool_calls": [{"id": f"call_{secrets.token_hex(8)}", "name": c.name, "arguments": c.arguments}
-                           for c in calls]}
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [{"id": f"call_{secrets.token_hex(8)}", "name": c.name, "arguments": c.arguments} for c in calls],
+    }
 
 
 def _wire_message(reply: dict[str, Any]) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": reply["content"] or None}
     if reply.get("tool_calls"):
-        msg["tool_calls"] = [{"id": c["id"], "type": "function",
-                              "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
-                             for c in reply["tool_calls"]]
+        msg["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+            }
+            for c in reply["tool_calls"]
+        ]
     return msg
 
 
@@ -183,31 +220,46 @@ def finish_reason(reply: dict[str, Any], sampler_finish: str) -> str:
     return "tool_calls" if reply.get("tool_calls") else "stop"
 
 
-def completion_body(request: ChatRequest, reply: dict[str, Any], finish: str, prompt_tokens: int,
-                    completion_tokens: int) -> dict[str, Any]:
+def completion_body(
+    request: ChatRequest, reply: dict[str, Any], finish: str, prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
     """A ``chat.completion`` object."""
-    return {"id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion", "created": int(time.time()),
-            "model": request.model,
-            "choices": [{"index": 0, "message": _wire_message(reply), "logprobs": None, "finish_reason": finish}],
-            "usage": _usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": f"chatcmpl-{secrets.token_hex(12)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model,
+        "choices": [{"index": 0, "message": _wire_message(reply), "logprobs": None, "finish_reason": finish}],
+        "usage": _usage(prompt_tokens, completion_tokens),
+    }
 
 
-def stream_body(request: ChatRequest, reply: dict[str, Any], finish: str, prompt_tokens: int,
-                completion_tokens: int) -> bytes:
+def stream_body(
+    request: ChatRequest, reply: dict[str, Any], finish: str, prompt_tokens: int, completion_tokens: int
+) -> bytes:
     """The same reply as ``chat.completion.chunk`` server-sent events: one chunk with the whole message, one with
     the finish reason, one with usage if asked, then ``[DONE]``."""
-    base = {"id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": request.model}
+    base = {
+        "id": f"chatcmpl-{secrets.token_hex(12)}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": request.model,
+    }
     delta = _wire_message(reply)
     if "tool_calls" in delta:
         delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(delta["tool_calls"])]
-    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]},
-              {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]}]
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]},
+    ]
     if request.include_usage:
         chunks.append({**base, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)})
     return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }

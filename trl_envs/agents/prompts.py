@@ -53,11 +53,13 @@ class PromptBuilder:
                 probe = [{"role": "user", "content": "Hi"}]
                 plain = tok.apply_chat_template(probe, tokenize=False, add_generation_prompt=True, **kwargs)
                 try:
-                    shown = tok.apply_chat_template(probe, tokenize=False, add_generation_prompt=True, tools=tools,
-                                                    **kwargs)
+                    shown = tok.apply_chat_template(
+                        probe, tokenize=False, add_generation_prompt=True, tools=tools, **kwargs
+                    )
                 except Exception as e:  # noqa: BLE001 - the template is user code
-                    raise APIError(400, f"the chat template of {base.name!r} cannot render these tools: {e}",
-                                   param="tools") from None
+                    raise APIError(
+                        400, f"the chat template of {base.name!r} cannot render these tools: {e}", param="tools"
+                    ) from None
                 if shown != plain:
                     hit = (Renderer(tok, chat_template_kwargs={**kwargs, "tools": tools}), None)
                 else:
@@ -75,13 +77,18 @@ class PromptBuilder:
         msgs = request.messages
         if previous is not None and tools_key == previous.tools_key:
             n = len(previous.messages)
-            if (len(msgs) > n and msgs[: n - 1] == previous.messages[: n - 1]
-                    and same_message(msgs[n - 1], previous.messages[n - 1])):
+            if (
+                len(msgs) > n
+                and msgs[: n - 1] == previous.messages[: n - 1]
+                and same_message(msgs[n - 1], previous.messages[n - 1])
+            ):
                 new = self.template_messages(msgs[n:], tools_prompt, first=False)
-                return self._render(lambda: renderer.extend_observation(previous.observation, previous.action, new),
-                                    renderer), True
-        ob = self._render(lambda: renderer.build_generation_prompt(self.template_messages(msgs, tools_prompt)),
-                          renderer)
+                return self._render(
+                    lambda: renderer.extend_observation(previous.observation, previous.action, new), renderer
+                ), True
+        ob = self._render(
+            lambda: renderer.build_generation_prompt(self.template_messages(msgs, tools_prompt)), renderer
+        )
         return ob, previous is None
 
     @staticmethod
@@ -91,11 +98,15 @@ class PromptBuilder:
         except APIError:
             raise
         except Exception as e:  # noqa: BLE001 - the template is user code: any failure is the request's
-            raise APIError(400, f"the chat template of {renderer.name!r} cannot render these messages "
-                           f"({type(e).__name__}: {e})", param="messages") from None
+            raise APIError(
+                400,
+                f"the chat template of {renderer.name!r} cannot render these messages ({type(e).__name__}: {e})",
+                param="messages",
+            ) from None
 
-    def template_messages(self, messages: list[dict[str, Any]], tools_prompt: str | None,
-                          first: bool = True) -> list[dict[str, Any]]:
+    def template_messages(
+        self, messages: list[dict[str, Any]], tools_prompt: str | None, first: bool = True
+    ) -> list[dict[str, Any]]:
         """Canonical messages in the form the template takes (``first``: the start of a conversation, where the
         tools' system prompt goes)."""
         out = []
@@ -103,11 +114,15 @@ class PromptBuilder:
             msg: dict[str, Any] = {"role": m["role"], "content": m["content"]}
             calls = m.get("tool_calls")
             if calls and tools_prompt is None:
-                msg["tool_calls"] = [{"id": c["id"], "type": "function",
-                                      "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
+                msg["tool_calls"] = [
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for c in calls
+                ]
             elif calls:
-                blocks = "\n".join(f"<tool_call>\n{json.dumps({'name': c['name'], 'arguments': c['arguments']})}\n"
-                                   "</tool_call>" for c in calls)
+                blocks = "\n".join(
+                    f"<tool_call>\n{json.dumps({'name': c['name'], 'arguments': c['arguments']})}\n</tool_call>"
+                    for c in calls
+                )
                 msg["content"] = f"{m['content']}\n{blocks}" if m["content"] else blocks
             for key in ("tool_call_id", "name"):
                 if key in m and tools_prompt is None:

@@ -50,60 +50,82 @@ def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
     parser = argparse.ArgumentParser(
-        prog="trl-envs", description="Train language models with RL on environments: inspect, play and evaluate "
-                                     "envs and models.", epilog=EPILOG)
+        prog="trl-envs",
+        description="Train language models with RL on environments: inspect, play and evaluate envs and models.",
+        epilog=EPILOG,
+    )
     parser.add_argument("--version", action="version", version=f"trl_envs {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     for name, script in (("grpo", "train_grpo.py"), ("dpo", "train_dpo.py")):
-        commands.add_parser(name, help=f"train with {name.upper()}: scripts/{script} (trl-envs {name} --help)",
-                            add_help=False)
+        commands.add_parser(
+            name, help=f"train with {name.upper()}: scripts/{script} (trl-envs {name} --help)", add_help=False
+        )
 
-    p = commands.add_parser("list", help="list the envs you can name", description="List the envs that "
-                            "`play`, `eval` and the training scripts know by name, with a one-line description.")
+    p = commands.add_parser(
+        "list",
+        help="list the envs you can name",
+        description="List the envs that "
+        "`play`, `eval` and the training scripts know by name, with a one-line description.",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON object {name: description}")
     p.set_defaults(run=_list)
 
     from .play import add_arguments as add_play_arguments
 
     p = commands.add_parser(
-        "play", help="play an env by hand, typing the model's answers",
+        "play",
+        help="play an env by hand, typing the model's answers",
         description="Play one episode of an env by hand: you see the observation exactly as the model would (text "
-                    "with the chat template's special tokens) and type the model's answers; the end-of-turn token is "
-                    "added as if sampled. Then every step's reward and metrics and the total are printed. Answers can "
-                    "come from a pipe: printf '8\\n4\\n' | trl-envs play guess_number",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "with the chat template's special tokens) and type the model's answers; the end-of-turn token is "
+        "added as if sampled. Then every step's reward and metrics and the total are printed. Answers can "
+        "come from a pipe: printf '8\\n4\\n' | trl-envs play guess_number",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_play_arguments(p, env_positional=True)
     p.set_defaults(run=_play)
 
     p = commands.add_parser(
-        "eval", help="evaluate a model or adapter on an env's test set",
+        "eval",
+        help="evaluate a model or adapter on an env's test set",
         description="Play an env's test problems with a model (full model or PEFT adapter, path or Hub id) and "
-                    "report the mean and std of the episodes' total reward (as Stable-Baselines3's "
-                    "evaluate_policy), pass@k over the samples of each problem, and the same per logging tag. "
-                    "Prints a table and writes the numbers as JSON. Seeded: the same command gives the same numbers.")
+        "report the mean and std of the episodes' total reward (as Stable-Baselines3's "
+        "evaluate_policy), pass@k over the samples of each problem, and the same per logging tag. "
+        "Prints a table and writes the numbers as JSON. Seeded: the same command gives the same numbers.",
+    )
     _add_eval_arguments(p)
     p.set_defaults(run=_eval)
 
     p = commands.add_parser(
-        "show", help="read a run's rollout traces (terminal and an HTML page)",
+        "show",
+        help="read a run's rollout traces (terminal and an HTML page)",
         description="Print the episodes a GRPO run traced (OUTPUT_DIR/rollouts/, written every logging_steps): "
-                    "every message with its role, the rewards per turn, the group reward, the total and the row "
-                    "layout; and write them all as one static HTML page.")
+        "every message with its role, the rewards per turn, the group reward, the total and the row "
+        "layout; and write them all as one static HTML page.",
+    )
     from .show import add_arguments as add_show_arguments
 
     add_show_arguments(p)
     p.set_defaults(run=_show)
 
-    p = commands.add_parser("build-tiny-model", help="build (or find) the offline demo chat model; print its path",
-                            description=f"Build the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
-                                        "default runs, `play` and `eval` (about a minute on a CPU, cached), or reuse "
-                                        "the cached build; prints its directory.")
-    p.add_argument("--output_dir", default=None, help="where to build it (default: ~/.cache/trl_envs/<name>, "
-                                                      "or $TRL_ENVS_CACHE/<name>)")
-    p.add_argument("--name", default=DEMO_MODEL_NAME, choices=list(MODEL_NAMES),
-                   help=f"{DEMO_MODEL_NAME}: the demo model; {MODEL_NAME}: the smaller model of the tests "
-                        "(default: %(default)s)")
+    p = commands.add_parser(
+        "build-tiny-model",
+        help="build (or find) the offline demo chat model; print its path",
+        description=f"Build the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
+        "default runs, `play` and `eval` (about a minute on a CPU, cached), or reuse "
+        "the cached build; prints its directory.",
+    )
+    p.add_argument(
+        "--output_dir",
+        default=None,
+        help="where to build it (default: ~/.cache/trl_envs/<name>, or $TRL_ENVS_CACHE/<name>)",
+    )
+    p.add_argument(
+        "--name",
+        default=DEMO_MODEL_NAME,
+        choices=list(MODEL_NAMES),
+        help=f"{DEMO_MODEL_NAME}: the demo model; {MODEL_NAME}: the smaller model of the tests (default: %(default)s)",
+    )
     p.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_build_tiny_model)
@@ -111,39 +133,67 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
-    from .play import json_object
     from ..registry.names import list_envs
+    from .play import json_object
 
-    p.add_argument("--model", default=None, help="model or adapter: a directory or Hub id (default: the demo "
-                                                 f"model {DEMO_MODEL_NAME})")
-    p.add_argument("--env", default="arithmetic",
-                   help=f"env: {', '.join(list_envs(prefixed=False))}, "
-                        "reasoning_gym/<task>, textarena/<game>, pettingzoo/<family>/<game> or "
-                        "'package.module:factory' (default: arithmetic)")
-    p.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object, e.g. '{\"max_operand\": 3}'")
+    p.add_argument(
+        "--model",
+        default=None,
+        help=f"model or adapter: a directory or Hub id (default: the demo model {DEMO_MODEL_NAME})",
+    )
+    p.add_argument(
+        "--env",
+        default="arithmetic",
+        help=f"env: {', '.join(list_envs(prefixed=False))}, "
+        "reasoning_gym/<task>, textarena/<game>, pettingzoo/<family>/<game> or "
+        "'package.module:factory' (default: arithmetic)",
+    )
+    p.add_argument(
+        "--env_kwargs",
+        type=json_object,
+        default=None,
+        help="env dataset options, a JSON object, e.g. '{\"max_operand\": 3}'",
+    )
     p.add_argument("--split", default="test", choices=["test", "train"], help="which split to play (default: test)")
-    p.add_argument("--num_problems", type=int, default=None,
-                   help="problems (env groups) to play (default: the whole split as the env makes it)")
-    p.add_argument("--samples_per_problem", type=int, default=4, help="episodes per problem, the n of pass@k "
-                                                                      "(default: 4)")
-    p.add_argument("--pass_k", type=int, nargs="+", default=None,
-                   help="the k of pass@k (default: 1 and --samples_per_problem)")
-    p.add_argument("--success_threshold", type=float, default=0.0,
-                   help="an episode is solved when its total reward is above this (default: 0)")
+    p.add_argument(
+        "--num_problems",
+        type=int,
+        default=None,
+        help="problems (env groups) to play (default: the whole split as the env makes it)",
+    )
+    p.add_argument(
+        "--samples_per_problem", type=int, default=4, help="episodes per problem, the n of pass@k (default: 4)"
+    )
+    p.add_argument(
+        "--pass_k", type=int, nargs="+", default=None, help="the k of pass@k (default: 1 and --samples_per_problem)"
+    )
+    p.add_argument(
+        "--success_threshold",
+        type=float,
+        default=0.0,
+        help="an episode is solved when its total reward is above this (default: 0)",
+    )
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 is greedy (default: 1)")
     p.add_argument("--top_p", type=float, default=1.0)
     p.add_argument("--max_tokens", type=int, default=32, help="token budget of one action (default: 32)")
-    p.add_argument("--max_turns", type=_int_or_none, default=16,
-                   help="most actions per episode; 'none' for no limit (default: 16)")
-    p.add_argument("--max_tokens_per_trajectory", type=_int_or_none, default=None,
-                   help="most sampled tokens per episode (default: no limit)")
+    p.add_argument(
+        "--max_turns", type=_int_or_none, default=16, help="most actions per episode; 'none' for no limit (default: 16)"
+    )
+    p.add_argument(
+        "--max_tokens_per_trajectory",
+        type=_int_or_none,
+        default=None,
+        help="most sampled tokens per episode (default: no limit)",
+    )
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.add_argument("--device", default=None, help="e.g. cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the checkpoint's)")
-    p.add_argument("--chunk_size", type=int, default=32,
-                   help="problems played at once; bounds memory (default: 32)")
-    p.add_argument("--output", default="eval_results.json",
-                   help="JSON file for the results (default: eval_results.json; '' to write none)")
+    p.add_argument("--chunk_size", type=int, default=32, help="problems played at once; bounds memory (default: 32)")
+    p.add_argument(
+        "--output",
+        default="eval_results.json",
+        help="JSON file for the results (default: eval_results.json; '' to write none)",
+    )
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
 
 
@@ -178,9 +228,8 @@ def _play(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from ..hub.model_eval import evaluate_model
-    from ..tiny_model import build_tiny_model
-
     from ..registry.names import get_env
+    from ..tiny_model import build_tiny_model
     from .preflight import check_model_path, check_pass_k, check_sampling
 
     check_model_path(args.model, "--model")  # every check that needs no model, before loading it
@@ -189,12 +238,25 @@ def _eval(args: argparse.Namespace) -> int:
     check_pass_k(args.pass_k, args.samples_per_problem)
     model = args.model or build_tiny_model(name=DEMO_MODEL_NAME)
     result = evaluate_model(
-        model, args.env, env_kwargs=args.env_kwargs, split=args.split, num_problems=args.num_problems,
-        samples_per_problem=args.samples_per_problem, ks=args.pass_k, temperature=args.temperature, top_p=args.top_p,
-        max_tokens=args.max_tokens, max_turns=args.max_turns,
-        max_tokens_per_trajectory=args.max_tokens_per_trajectory, seed=args.seed,
-        success_threshold=args.success_threshold, device=args.device, dtype=args.dtype, chunk_size=args.chunk_size,
-        progress=not args.no_progress)
+        model,
+        args.env,
+        env_kwargs=args.env_kwargs,
+        split=args.split,
+        num_problems=args.num_problems,
+        samples_per_problem=args.samples_per_problem,
+        ks=args.pass_k,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        max_turns=args.max_turns,
+        max_tokens_per_trajectory=args.max_tokens_per_trajectory,
+        seed=args.seed,
+        success_threshold=args.success_threshold,
+        device=args.device,
+        dtype=args.dtype,
+        chunk_size=args.chunk_size,
+        progress=not args.no_progress,
+    )
     settings = {k: v for k, v in vars(args).items() if k not in ("run", "command", "no_progress", "output")}
     settings["model"] = model
     print(f"{model} on {args.env} ({args.split} split), temperature {args.temperature}, seed {args.seed}:")

@@ -65,8 +65,13 @@ def is_plain_error(error: BaseException) -> bool:
         return True
     if isinstance(error, OSError) and "huggingface" in type(error).__module__:  # model/repo not found, offline
         return True
-    return type(error).__name__ in ("HfHubHTTPError", "RepositoryNotFoundError", "LocalEntryNotFoundError",
-                                    "OfflineModeIsEnabled", "GatedRepoError")
+    return type(error).__name__ in (
+        "HfHubHTTPError",
+        "RepositoryNotFoundError",
+        "LocalEntryNotFoundError",
+        "OfflineModeIsEnabled",
+        "GatedRepoError",
+    )
 
 
 class _Signals:
@@ -143,8 +148,12 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
                 _Signals.received = signum
                 _arm_second_sigint()
             name = signal.Signals(signum).name
-            print(f"\n{prog}: stopped by {name} (the rollouts in flight were cancelled and their envs cleaned up; "
-                  "no model saved or card written after this point)", file=sys.stderr, flush=True)
+            print(
+                f"\n{prog}: stopped by {name} (the rollouts in flight were cancelled and their envs cleaned up; "
+                "no model saved or card written after this point)",
+                file=sys.stderr,
+                flush=True,
+            )
             return 128 + signum
         except SystemExit:
             raise
@@ -165,5 +174,13 @@ def _report(prog: str, error: BaseException) -> None:
     print(f"{prog}: error: {shorten_message(message)}", file=sys.stderr, flush=True)
 
 
-__all__ = ["MAX_VALUE_CHARS", "RunFailed", "UsageError", "received_signal", "run_command", "shorten",
-           "shorten_message", "termination_signals"]
+__all__ = [
+    "MAX_VALUE_CHARS",
+    "RunFailed",
+    "UsageError",
+    "received_signal",
+    "run_command",
+    "shorten",
+    "shorten_message",
+    "termination_signals",
+]

@@ -17,8 +17,8 @@ import sys
 import threading
 
 from ..core.renderer import Renderer
-from ..rollout.engine import RolloutBudget, do_group_rollout, run_sync
 from ..core.types import RLDataset, RLDatasetBuilder, TokensWithLogprobs, TrajectoryGroup
+from ..rollout.engine import RolloutBudget, do_group_rollout, run_sync
 
 
 class HumanPolicy:
@@ -35,7 +35,7 @@ class HumanPolicy:
         self.echo = not sys.stdin.isatty()  # piped answers are echoed so the transcript reads like a dialogue
 
     async def __call__(self, prompt: list[int], stop, max_tokens: int) -> TokensWithLogprobs:
-        new = prompt[self.seen:]
+        new = prompt[self.seen :]
         print(self.tokenizer.decode(new, skip_special_tokens=False), end="")
         if self.show_tokens:
             print(f"\n    [observation: {len(prompt)} tokens, {len(new)} new: {new}]")
@@ -50,7 +50,7 @@ class HumanPolicy:
             tokens, finish = tokens + [self.renderer.end_of_turn_token_id], "stop"
         else:  # cut by the token budget, as the sampler would
             tokens, finish = tokens[:max_tokens], "length"
-        print(self.tokenizer.decode(tokens[len(tokens) - (finish == "stop"):], skip_special_tokens=False), end="")
+        print(self.tokenizer.decode(tokens[len(tokens) - (finish == "stop") :], skip_special_tokens=False), end="")
         if self.show_tokens:
             print(f"\n    [action: {tokens}]", end="")
         self.seen = len(prompt) + len(tokens)
@@ -73,16 +73,20 @@ def add_arguments(parser: argparse.ArgumentParser, *, env_positional: bool) -> N
     """The options of ``play`` (``env_positional``: ``play ENV`` as on ``trl-envs``, else ``--env ENV``)."""
     from ..registry.names import list_envs
 
-    env_help = (f"env to play: {', '.join(list_envs(prefixed=False))}, reasoning_gym/<task>, textarena/<game>, "
-                "pettingzoo/<family>/<game> or 'package.module:factory' (default: arithmetic)")
+    env_help = (
+        f"env to play: {', '.join(list_envs(prefixed=False))}, reasoning_gym/<task>, textarena/<game>, "
+        "pettingzoo/<family>/<game> or 'package.module:factory' (default: arithmetic)"
+    )
     if env_positional:
         parser.add_argument("env", nargs="?", default="arithmetic", help=env_help)
     else:
         parser.add_argument("--env", default="arithmetic", help=env_help)
     parser.add_argument("--env_kwargs", type=json_object, default=None, help="env dataset options, a JSON object")
-    parser.add_argument("--model_name_or_path", default=None,
-                        help="whose tokenizer and chat template to use (default: the demo "
-                             "model, tiny-chat-v5)")
+    parser.add_argument(
+        "--model_name_or_path",
+        default=None,
+        help="whose tokenizer and chat template to use (default: the demo model, tiny-chat-v5)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="dataset seed")
     parser.add_argument("--index", type=int, default=0, help="which problem of the training set to play")
     parser.add_argument("--max_tokens", type=int, default=32, help="token budget of one answer")
@@ -104,14 +108,21 @@ def play(args: argparse.Namespace) -> TrajectoryGroup:
     """Play one episode of ``args.env`` (problem ``args.index`` of its training split) and print the report."""
     from transformers import AutoTokenizer
 
-    from ..registry.names import make_env_dataset
     from ..model_names import DEMO_MODEL_NAME
+    from ..registry.names import make_env_dataset
     from ..tiny_model import build_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model(name=DEMO_MODEL_NAME))
     renderer = Renderer(tokenizer)
-    envs = make_env_dataset(args.env, renderer, group_size=1, groups_per_batch=1, num_batches=args.index + 1,
-                            defaults={"seed": args.seed}, **(args.env_kwargs or {}))
+    envs = make_env_dataset(
+        args.env,
+        renderer,
+        group_size=1,
+        groups_per_batch=1,
+        num_batches=args.index + 1,
+        defaults={"seed": args.seed},
+        **(args.env_kwargs or {}),
+    )
     train = run_sync(envs)[0] if isinstance(envs, RLDatasetBuilder) else envs
     builder = _problem(train, args.index, args.env)
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
@@ -126,7 +137,8 @@ def _interrupt_while_typing():
     """Ctrl-C stops the episode at once, even while ``input()`` waits. (asyncio's own handler would only cancel the
     task, which the blocked ``input()`` never sees: the first Ctrl-C would be ignored.)"""
     if threading.current_thread() is not threading.main_thread() or (
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield
         return
 

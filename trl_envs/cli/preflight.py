@@ -26,11 +26,19 @@ def check_model_path(value: str | None, flag: str = "--model_name_or_path") -> N
     path = os.path.expanduser(value)
     if os.path.exists(path):
         if not os.path.isdir(path):
-            raise UsageError(f"{flag} {shorten(value)} is a file; give a model folder (holding config.json) or a Hub "
-                             "id such as Qwen/Qwen2.5-0.5B-Instruct")
+            raise UsageError(
+                f"{flag} {shorten(value)} is a file; give a model folder (holding config.json) or a Hub "
+                "id such as Qwen/Qwen2.5-0.5B-Instruct"
+            )
         return
-    looks_like_path = (value.startswith((".", "/", "~")) or "\\" in value or value.endswith("/")
-                       or value.count("/") > 1 or not _HUB_ID.match(value) or ".." in value)
+    looks_like_path = (
+        value.startswith((".", "/", "~"))
+        or "\\" in value
+        or value.endswith("/")
+        or value.count("/") > 1
+        or not _HUB_ID.match(value)
+        or ".." in value
+    )
     if looks_like_path:
         raise UsageError(f"{flag} {shorten(value)}: no such folder (and not a Hub id of the form org/name)")
 
@@ -57,12 +65,15 @@ def check_pass_k(ks: Sequence[int] | None, samples_per_problem: int) -> None:
     check_counts(samples_per_problem=samples_per_problem)
     bad = [k for k in ks or () if not 1 <= k <= samples_per_problem]
     if bad:
-        raise UsageError(f"--pass_k {' '.join(map(str, bad))}: pass@k needs 1 <= k <= --samples_per_problem "
-                         f"({samples_per_problem}); sample more per problem or ask for a smaller k")
+        raise UsageError(
+            f"--pass_k {' '.join(map(str, bad))}: pass@k needs 1 <= k <= --samples_per_problem "
+            f"({samples_per_problem}); sample more per problem or ask for a smaller k"
+        )
 
 
-def check_data_columns(path: str, required: Sequence[str], flag: str, alternatives: Sequence[Sequence[str]] = ()
-                       ) -> None:
+def check_data_columns(
+    path: str, required: Sequence[str], flag: str, alternatives: Sequence[Sequence[str]] = ()
+) -> None:
     """A local JSON / JSONL / CSV / Parquet data file has the ``required`` columns (or one of the ``alternatives``),
     read from its first row; other paths (Hub ids, folders) are left to the loader."""
     if not os.path.isfile(path):
@@ -74,8 +85,10 @@ def check_data_columns(path: str, required: Sequence[str], flag: str, alternativ
         if all(c in columns for c in wanted):
             return
     missing = [c for c in required if c not in columns]
-    raise UsageError(f"{flag} {shorten(path)}: no {' and no '.join(map(repr, missing))} column; a preference file "
-                     f"needs {list(required)}; its columns are {sorted(columns)[:20]}")
+    raise UsageError(
+        f"{flag} {shorten(path)}: no {' and no '.join(map(repr, missing))} column; a preference file "
+        f"needs {list(required)}; its columns are {sorted(columns)[:20]}"
+    )
 
 
 def _first_row_columns(path: str) -> list[str] | None:
@@ -113,19 +126,28 @@ def check_hub_access(repo_id: str, token: str | None = None, private: bool | Non
     from huggingface_hub.constants import is_offline_mode
 
     if is_offline_mode():
-        raise UsageError("--push_to_hub: huggingface_hub is in offline mode (HF_HUB_OFFLINE=1), nothing could be "
-                         "pushed; unset HF_HUB_OFFLINE or drop --push_to_hub")
+        raise UsageError(
+            "--push_to_hub: huggingface_hub is in offline mode (HF_HUB_OFFLINE=1), nothing could be "
+            "pushed; unset HF_HUB_OFFLINE or drop --push_to_hub"
+        )
     try:
         return str(HfApi(token=token).create_repo(repo_id, private=private, repo_type="model", exist_ok=True))
     except Exception as e:  # noqa: BLE001 - every failure here means the push at the end would fail too
-        raise UsageError(f"--push_to_hub: cannot create or reach the Hub repo {shorten(repo_id)} before training "
-                         f"({type(e).__name__}: {shorten(str(e), 300)}). Check the network, --hub_token or "
-                         "`hf auth login`, and --hub_model_id") from None
+        raise UsageError(
+            f"--push_to_hub: cannot create or reach the Hub repo {shorten(repo_id)} before training "
+            f"({type(e).__name__}: {shorten(str(e), 300)}). Check the network, --hub_token or "
+            "`hf auth login`, and --hub_model_id"
+        ) from None
 
 
-def check_group_geometry(num_generations: int, per_device_train_batch_size: int, gradient_accumulation_steps: int,
-                         world_size: int = 1, generation_batch_size: int | None = None,
-                         steps_per_generation: int | None = None) -> None:
+def check_group_geometry(
+    num_generations: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    world_size: int = 1,
+    generation_batch_size: int | None = None,
+    steps_per_generation: int | None = None,
+) -> None:
     """The rows of one generation round hold whole groups: named by the flags a user types."""
     if generation_batch_size is not None or steps_per_generation is not None:
         return  # set explicitly: TRL's own message names them
@@ -136,7 +158,8 @@ def check_group_geometry(num_generations: int, per_device_train_batch_size: int,
             f"--per_device_train_batch_size {per_device_train_batch_size} × --gradient_accumulation_steps "
             f"{gradient_accumulation_steps}{processes} = {rows} rows per step is not a multiple of --num_generations "
             f"{num_generations} (the group size): choose a batch size that is a multiple of it, e.g. "
-            f"--per_device_train_batch_size {_next_multiple(per_device_train_batch_size, num_generations)}")
+            f"--per_device_train_batch_size {_next_multiple(per_device_train_batch_size, num_generations)}"
+        )
 
 
 def _next_multiple(n: int, k: int) -> int:
@@ -147,10 +170,22 @@ def check_script_settings(script_args: Any, training_args: Any, model_args: Any)
     """Everything the training scripts can check before loading a model."""
     check_model_path(getattr(model_args, "model_name_or_path", None))
     check_sampling(getattr(training_args, "temperature", None), getattr(training_args, "top_p", None))
-    check_counts(**{name: getattr(script_args, name) for name in
-                    ("num_env_batches", "groups_per_batch", "groups_per_round", "group_size")
-                    if getattr(script_args, name, None) is not None})
+    check_counts(
+        **{
+            name: getattr(script_args, name)
+            for name in ("num_env_batches", "groups_per_batch", "groups_per_round", "group_size")
+            if getattr(script_args, name, None) is not None
+        }
+    )
 
 
-__all__ = ["check_counts", "check_data_columns", "check_group_geometry", "check_hub_access", "check_model_path",
-           "check_pass_k", "check_sampling", "check_script_settings"]
+__all__ = [
+    "check_counts",
+    "check_data_columns",
+    "check_group_geometry",
+    "check_hub_access",
+    "check_model_path",
+    "check_pass_k",
+    "check_sampling",
+    "check_script_settings",
+]

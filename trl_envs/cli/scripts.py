@@ -40,12 +40,17 @@ def preflight_training(script_args: Any, training_args: Any, model_args: Any) ->
     resume_option(training_args)
 
 
-def run_training_script(prog: str, parse: Callable[[Sequence[str] | None], tuple], main: Callable[..., Any],
-                        argv: Sequence[str] | None = None) -> int:
+def run_training_script(
+    prog: str,
+    parse: Callable[[Sequence[str] | None], tuple],
+    main: Callable[..., Any],
+    argv: Sequence[str] | None = None,
+) -> int:
     """Parse ``argv`` (default: the command line) with ``parse(argv)`` -> ``(parsed dataclasses, settings)``, run
     :func:`preflight_training`, print the settings (:class:`~trl_envs.run_defaults.RunSettings`, or ``None``: nothing
     to print) once the checks passed, then ``main(*parsed)`` holding the output folder's lock; returns the exit status
     (see :func:`~trl_envs.cli.errors.run_command`)."""
+
     def body() -> None:
         from ..trainers.checkpoints import hold_output_dir
 

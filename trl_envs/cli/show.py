@@ -21,14 +21,17 @@ from ..rollout.traces import TRACES_DIR, read_traces
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("output_dir", help="a training run's output_dir (or its rollouts/ folder, or one .jsonl file)")
     p.add_argument("--steps", type=int, default=1, help="how many of the last logged steps to print (default: 1)")
-    p.add_argument("--html", default=None, help="where to write the HTML page (default: "
-                                                "OUTPUT_DIR/rollouts/index.html; '' for none)")
+    p.add_argument(
+        "--html",
+        default=None,
+        help="where to write the HTML page (default: OUTPUT_DIR/rollouts/index.html; '' for none)",
+    )
 
 
 def show(args: argparse.Namespace) -> int:
     records = read_traces(args.output_dir)
     steps = sorted({r["step"] for r in records})
-    shown = set(steps[-max(args.steps, 1):])
+    shown = set(steps[-max(args.steps, 1) :])
     print(render_text([r for r in records if r["step"] in shown]))
     if args.html != "":
         path = Path(args.html) if args.html else _traces_dir(Path(args.output_dir)) / "index.html"
@@ -44,9 +47,11 @@ def _traces_dir(path: Path) -> Path:
 
 
 def _header(r: dict[str, Any]) -> str:
-    return (f"step {r['step']} · {r['tag']} · group {r['group']} · episode {r['episode']} · total reward "
-            f"{r['total_reward']:+.2f} (turns {', '.join(f'{x:+.2f}' for x in r['turn_rewards']) or '-'}; group "
-            f"{r['group_reward']:+.2f}) · {r['stop_reason']} · rows: {r['row_layout']}")
+    return (
+        f"step {r['step']} · {r['tag']} · group {r['group']} · episode {r['episode']} · total reward "
+        f"{r['total_reward']:+.2f} (turns {', '.join(f'{x:+.2f}' for x in r['turn_rewards']) or '-'}; group "
+        f"{r['group_reward']:+.2f}) · {r['stop_reason']} · rows: {r['row_layout']}"
+    )
 
 
 def render_text(records: Sequence[dict[str, Any]]) -> str:
@@ -61,8 +66,10 @@ def render_text(records: Sequence[dict[str, Any]]) -> str:
             for i, line in enumerate(lines):
                 out.append(f"  {label if i == 0 else ' ' * 10} │ {line}")
             if "reward" in m:
-                out.append(f"  {' ' * 10} │   → reward {m['reward']:+.2f}"
-                           + (f" ({m['finish']})" if m.get("finish") == "length" else ""))
+                out.append(
+                    f"  {' ' * 10} │   → reward {m['reward']:+.2f}"
+                    + (f" ({m['finish']})" if m.get("finish") == "length" else "")
+                )
     return "\n".join(out)
 
 
@@ -83,16 +90,20 @@ h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em;border-bottom:1px solid #c
 def render_html(records: Sequence[dict[str, Any]], title: str = "Rollouts") -> str:
     """One self-contained HTML page of the episodes, newest step first."""
     esc = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{_CSS}</style>"
-             f"</head><body><h1>{esc(title)}</h1>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{_CSS}</style>"
+        f"</head><body><h1>{esc(title)}</h1>"
+    ]
     for step in sorted({r["step"] for r in records}, reverse=True):
         parts.append(f"<h2>step {step}</h2>")
         for r in (r for r in records if r["step"] == step):
             parts.append(f"<div class='episode'><div class='meta'>{esc(_header(r))}</div>")
             for m in r["messages"]:
                 role = esc(m["role"])
-                parts.append(f"<div class='msg {role}'><div class='role'>{role}</div>"
-                             f"<div class='content'>{esc(m['content'].strip())}</div></div>")
+                parts.append(
+                    f"<div class='msg {role}'><div class='role'>{role}</div>"
+                    f"<div class='content'>{esc(m['content'].strip())}</div></div>"
+                )
                 if "reward" in m:
                     parts.append(f"<div class='reward'>reward {m['reward']:+.2f}</div>")
             parts.append("</div>")

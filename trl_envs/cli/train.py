@@ -27,9 +27,11 @@ def script_path(command: str) -> Path:
     for folder in folders:
         if (folder / SCRIPTS[command]).is_file():
             return folder / SCRIPTS[command]
-    raise FileNotFoundError(f"trl-envs {command}: {SCRIPTS[command]} not found in {', '.join(map(str, folders))}; "
-                            "install trl_envs from a clone (pip install -e .) or set TRL_ENVS_SCRIPTS to the folder "
-                            "holding the scripts")
+    raise FileNotFoundError(
+        f"trl-envs {command}: {SCRIPTS[command]} not found in {', '.join(map(str, folders))}; "
+        "install trl_envs from a clone (pip install -e .) or set TRL_ENVS_SCRIPTS to the folder "
+        "holding the scripts"
+    )
 
 
 def run(command: str, argv: list[str]) -> int:

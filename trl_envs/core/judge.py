@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..samplers.base import Sampler, SampleRequest
 from .renderer import Renderer
-from ..samplers.base import SampleRequest, Sampler
 from .types import Env, EnvGroupBuilder, Metrics, Trajectory
 
 
@@ -42,13 +42,16 @@ async def judge_pairs(judge: Any, pairs: Sequence[tuple[Any, Any]]) -> list[floa
         scores = [next(resolved) if inspect.isawaitable(r) else r for r in results]
     for (a, b), s in zip(pairs, scores):
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not -1.0 <= s <= 1.0:
-            raise ValueError(f"judge {_name(judge)} returned {s!r} comparing {a!r:.80} with {b!r:.80}; it must return "
-                             "1 (first better), -1 (second better), 0 (tie) or a number in between")
+            raise ValueError(
+                f"judge {_name(judge)} returned {s!r} comparing {a!r:.80} with {b!r:.80}; it must return "
+                "1 (first better), -1 (second better), 0 (tie) or a number in between"
+            )
     return [float(s) for s in scores]
 
 
-async def pairwise_rewards(items: Sequence[Any], judge: Any, *, both_orders: bool = False
-                           ) -> list[tuple[float, Metrics]]:
+async def pairwise_rewards(
+    items: Sequence[Any], judge: Any, *, both_orders: bool = False
+) -> list[tuple[float, Metrics]]:
     """``(reward, metrics)`` per item: the mean over the other items of wins minus losses under ``judge``.
 
     Each unordered pair is judged once as ``judge(items[i], items[j])`` with ``i < j`` (the score counts for ``i``
@@ -76,8 +79,13 @@ async def pairwise_rewards(items: Sequence[Any], judge: Any, *, both_orders: boo
                 losses[me] += 1
             else:
                 ties[me] += 1
-    return [(total[i] / (n - 1), {"judge/win": wins[i] / (n - 1), "judge/loss": losses[i] / (n - 1),
-                                  "judge/tie": ties[i] / (n - 1)}) for i in range(n)]
+    return [
+        (
+            total[i] / (n - 1),
+            {"judge/win": wins[i] / (n - 1), "judge/loss": losses[i] / (n - 1), "judge/tie": ties[i] / (n - 1)},
+        )
+        for i in range(n)
+    ]
 
 
 class PairwiseJudgeGroupBuilder(EnvGroupBuilder):
@@ -93,11 +101,20 @@ class PairwiseJudgeGroupBuilder(EnvGroupBuilder):
         both_orders: judge every pair in both orders and average (for judges with a position bias).
     """
 
-    def __init__(self, inner: EnvGroupBuilder, judge: Any, renderer: Renderer | None = None,
-                 extract: Callable[[Trajectory], Any] | None = None, coef: float = 1.0, both_orders: bool = False):
+    def __init__(
+        self,
+        inner: EnvGroupBuilder,
+        judge: Any,
+        renderer: Renderer | None = None,
+        extract: Callable[[Trajectory], Any] | None = None,
+        coef: float = 1.0,
+        both_orders: bool = False,
+    ):
         if extract is None and renderer is None:
-            raise ValueError(f"PairwiseJudgeGroupBuilder around {type(inner).__name__}: give a renderer (to compare "
-                             "the last responses' text) or an extract function")
+            raise ValueError(
+                f"PairwiseJudgeGroupBuilder around {type(inner).__name__}: give a renderer (to compare "
+                "the last responses' text) or an extract function"
+            )
         self.inner, self.judge, self.renderer, self.extract = inner, judge, renderer, extract
         self.coef, self.both_orders = coef, both_orders
 
@@ -115,13 +132,14 @@ class PairwiseJudgeGroupBuilder(EnvGroupBuilder):
     def coupled_envs(self) -> list[list[int]] | None:
         return self.inner.coupled_envs()
 
-    async def compute_group_rewards(self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
-                                    ) -> list[tuple[float, Metrics]]:
+    async def compute_group_rewards(
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
         base = await self.inner.compute_group_rewards(trajectory_group, env_group)
-        judged = await pairwise_rewards([self.completion(t) for t in trajectory_group], self.judge,
-                                        both_orders=self.both_orders)
-        return [(float(r) + self.coef * jr, {**m, **jm, "judge/reward": jr})
-                for (r, m), (jr, jm) in zip(base, judged)]
+        judged = await pairwise_rewards(
+            [self.completion(t) for t in trajectory_group], self.judge, both_orders=self.both_orders
+        )
+        return [(float(r) + self.coef * jr, {**m, **jm, "judge/reward": jr}) for (r, m), (jr, jm) in zip(base, judged)]
 
     async def cleanup(self) -> None:
         await self.inner.cleanup()
@@ -132,8 +150,10 @@ class PairwiseJudgeGroupBuilder(EnvGroupBuilder):
 
 _VERDICT = re.compile(r"\b(A|B|tie|Tie|TIE)\b")  # case-sensitive A/B: the article "a" is not a verdict
 
-DEFAULT_JUDGE_INSTRUCTION = ("Compare two responses to the task below and say which is better. Reply with just A, "
-                             "B, or tie.\n\nTask: {task}\n\nResponse A: {a}\n\nResponse B: {b}")
+DEFAULT_JUDGE_INSTRUCTION = (
+    "Compare two responses to the task below and say which is better. Reply with just A, "
+    "B, or tie.\n\nTask: {task}\n\nResponse A: {a}\n\nResponse B: {b}"
+)
 
 
 class ModelJudge:
@@ -151,8 +171,15 @@ class ModelJudge:
         max_tokens: the judge's token budget per verdict.
     """
 
-    def __init__(self, sampler: Sampler, renderer: Renderer, task: str, *,
-                 instruction: str = DEFAULT_JUDGE_INSTRUCTION, max_tokens: int = 8):
+    def __init__(
+        self,
+        sampler: Sampler,
+        renderer: Renderer,
+        task: str,
+        *,
+        instruction: str = DEFAULT_JUDGE_INSTRUCTION,
+        max_tokens: int = 8,
+    ):
         self.sampler, self.renderer, self.task = sampler, renderer, task
         self.instruction, self.max_tokens = instruction, max_tokens
         self.num_unreadable = 0
@@ -162,14 +189,16 @@ class ModelJudge:
         return self.renderer.build_generation_prompt([{"role": "user", "content": text}])
 
     async def judge_many(self, pairs: list[tuple[str, str]]) -> list[float]:
-        requests = [SampleRequest(self.prompt(a, b), self.renderer.get_stop_sequences(), self.max_tokens)
-                    for a, b in pairs]
+        requests = [
+            SampleRequest(self.prompt(a, b), self.renderer.get_stop_sequences(), self.max_tokens) for a, b in pairs
+        ]
         from ..rollout.batching import current_batcher  # the rollout layer, imported when a judge runs in it
 
         batcher = current_batcher()
         if batcher is not None:  # inside a rollout batch: one call with every group's pairs asked meanwhile
-            outs = await asyncio.gather(*(batcher.sample(r.prompt, r.stop, r.max_tokens, sampler=self.sampler)
-                                          for r in requests))
+            outs = await asyncio.gather(
+                *(batcher.sample(r.prompt, r.stop, r.max_tokens, sampler=self.sampler) for r in requests)
+            )
         else:
             outs = await asyncio.to_thread(self.sampler.sample, requests)
         return [self.read_verdict(self.renderer.parse_response(o.tokens).message["content"]) for o in outs]

@@ -78,8 +78,7 @@ class MessageTokenEnv(Env):
         result = await self.message_env.step(self.renderer.parse_response(action))
         if not isinstance(result, MessageStepResult):
             raise EnvContractError(  # not retried by RetryOnFailure: a broken env is a bug, not bad luck
-                f"{type(self.message_env).__name__}.step must return a MessageStepResult, got "
-                f"{type(result).__name__}"
+                f"{type(self.message_env).__name__}.step must return a MessageStepResult, got {type(result).__name__}"
             )
         if result.episode_done:
             next_ob = list(self._ob) + list(action)

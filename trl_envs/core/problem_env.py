@@ -81,8 +81,10 @@ def _answer_score(value: Any, env_name: str) -> float:
     # numpy bools and scalars
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         return _answer_score(value.item(), env_name)
-    raise EnvContractError(f"{env_name}.check_answer returned {value!r} ({type(value).__name__}); it must return a "
-                           "bool or a score in [0, 1]")
+    raise EnvContractError(
+        f"{env_name}.check_answer returned {value!r} ({type(value).__name__}); it must return a "
+        "bool or a score in [0, 1]"
+    )
 
 
 class ProblemGroupBuilder(EnvGroupBuilder):

@@ -87,8 +87,10 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema templates take in ``tools``."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
 
 def run_tool_call(call: ToolCall, tools: dict[str, Tool]) -> tuple[Message, bool]:
@@ -105,7 +107,8 @@ def run_tool_call(call: ToolCall, tools: dict[str, Tool]) -> tuple[Message, bool
     unknown = [k for k in call.arguments if k not in allowed]
     if missing or unknown:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
-            [f"unknown {', '.join(unknown)}"] if unknown else [])
+            [f"unknown {', '.join(unknown)}"] if unknown else []
+        )
         return _tool_message(name, f"Error: bad arguments for {name} ({'; '.join(problems)})."), False
     try:
         return _tool_message(name, str(tool.fn(**call.arguments))), True
@@ -122,8 +125,9 @@ def template_renders_tools(renderer: Renderer, tools: list[Tool]) -> bool:
     probe = [{"role": "user", "content": "Hi"}]
     kwargs = renderer.chat_template_kwargs
     plain = renderer.tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True, **kwargs)
-    with_tools = renderer.tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True,
-                                                        tools=[t.schema() for t in tools], **kwargs)
+    with_tools = renderer.tokenizer.apply_chat_template(
+        probe, tokenize=False, add_generation_prompt=True, tools=[t.schema() for t in tools], **kwargs
+    )
     return plain != with_tools
 
 
@@ -139,18 +143,29 @@ def renderer_with_tools(renderer: Renderer, tools: list[Tool]) -> Renderer | Non
 def tools_system_prompt(tools: list[Tool] | list[dict[str, Any]]) -> str:
     """A system prompt describing ``tools`` (:class:`Tool` s or OpenAI function schemas) and the ``<tool_call>``
     format, for templates without tool support."""
-    lines = ["You can call tools. To call one, write", "<tool_call>",
-             '{"name": <tool name>, "arguments": <arguments as a JSON object>}', "</tool_call>",
-             "Each result comes back in a tool message. When you know the answer, reply with just the answer.",
-             "Tools:"]
+    lines = [
+        "You can call tools. To call one, write",
+        "<tool_call>",
+        '{"name": <tool name>, "arguments": <arguments as a JSON object>}',
+        "</tool_call>",
+        "Each result comes back in a tool message. When you know the answer, reply with just the answer.",
+        "Tools:",
+    ]
     lines += [json.dumps(t.schema()["function"] if isinstance(t, Tool) else t["function"]) for t in tools]
     return "\n".join(lines)
 
 
 # -- the calculator ----------------------------------------------------------------------------------------------
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _LIMIT = 10**18
 
@@ -199,9 +214,11 @@ def _calculator(expression: str) -> str:
 CALCULATOR = Tool(
     name="calculator",
     description="Evaluate an arithmetic expression (numbers, + - * / // % ** and parentheses).",
-    parameters={"type": "object", "properties": {"expression": {"type": "string",
-                                                                "description": "e.g. \"37 * 12 + 5\""}},
-                "required": ["expression"]},
+    parameters={
+        "type": "object",
+        "properties": {"expression": {"type": "string", "description": 'e.g. "37 * 12 + 5"'}},
+        "required": ["expression"],
+    },
     fn=_calculator,
 )
 """A calculator tool: ``calculator(expression="37 * 12")`` → ``"444"``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core.types import RLDatasetBuilder
+from ..openenv.dataset import OpenEnvDatasetBuilder  # imports nothing of openenv until a session opens
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder, check_int_option, check_number_option
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .calculator_agent import CalculatorAgentDatasetBuilder
@@ -14,7 +15,6 @@ from .guess_number import GuessNumberDatasetBuilder, GuessNumberEnv
 from .judged_arithmetic import JudgedArithmeticDatasetBuilder
 from .tic_tac_toe import TicTacToeDatasetBuilder
 from .tool_use import ToolUseDatasetBuilder
-from ..openenv.dataset import OpenEnvDatasetBuilder  # imports nothing of openenv until a session opens
 
 BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
     "arithmetic": ArithmeticDatasetBuilder,
@@ -28,7 +28,19 @@ BUILTIN_ENVS: dict[str, Callable[..., RLDatasetBuilder]] = {
 }
 
 
-__all__ = ["ArithmeticDatasetBuilder", "ArithmeticEnv", "BUILTIN_ENVS", "BuiltinDataset", "BuiltinDatasetBuilder",
-           "CalculatorAgentDatasetBuilder", "CartPoleDatasetBuilder", "check_int_option", "check_number_option",
-           "GuessNumberDatasetBuilder", "GuessNumberEnv", "JudgedArithmeticDatasetBuilder", "TicTacToeDatasetBuilder",
-           "ToolUseDatasetBuilder"]
+__all__ = [
+    "ArithmeticDatasetBuilder",
+    "ArithmeticEnv",
+    "BUILTIN_ENVS",
+    "BuiltinDataset",
+    "BuiltinDatasetBuilder",
+    "CalculatorAgentDatasetBuilder",
+    "CartPoleDatasetBuilder",
+    "check_int_option",
+    "check_number_option",
+    "GuessNumberDatasetBuilder",
+    "GuessNumberEnv",
+    "JudgedArithmeticDatasetBuilder",
+    "TicTacToeDatasetBuilder",
+    "ToolUseDatasetBuilder",
+]

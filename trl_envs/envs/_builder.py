@@ -22,10 +22,15 @@ def check_int_option(env: str, option: str, value: Any, minimum: int | None = No
 def check_number_option(env: str, option: str, value: Any, *, positive: bool = False) -> None:
     """Raise a ``ValueError`` naming the env and the option unless ``value`` is a finite number (> 0 if
     ``positive``)."""
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
-            or (positive and value <= 0)):
-        raise ValueError(f"env {env!r}: option {option!r} must be a finite number{' > 0' if positive else ''}, got "
-                         f"{value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or (positive and value <= 0)
+    ):
+        raise ValueError(
+            f"env {env!r}: option {option!r} must be a finite number{' > 0' if positive else ''}, got {value!r}"
+        )
 
 
 class BuiltinDataset(RLDataset):
@@ -90,9 +95,11 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
             check_int_option(self.env_name, "seed", self.seed)
         check_int_option(self.env_name, "test_seed", self.test_seed)
         if self.train_seed == self.test_seed + TEST_SEED_OFFSET:
-            raise ValueError(f"{type(self).__name__}: seed={self.train_seed} is the test set's seed (test_seed + "
-                             f"{TEST_SEED_OFFSET}); training would replay the held-out problems. Pick another "
-                             "seed.")
+            raise ValueError(
+                f"{type(self).__name__}: seed={self.train_seed} is the test set's seed (test_seed + "
+                f"{TEST_SEED_OFFSET}); training would replay the held-out problems. Pick another "
+                "seed."
+            )
 
     @property
     def train_seed(self) -> int:
@@ -103,5 +110,7 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
         raise NotImplementedError(f"{type(self).__name__} must define dataset(num_batches, seed)")
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        return (self.dataset(self.num_batches, self.train_seed),
-                self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET))
+        return (
+            self.dataset(self.num_batches, self.train_seed),
+            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET),
+        )

@@ -17,8 +17,7 @@ from typing import Any, ClassVar
 
 from ..core.problem_env import ProblemEnv, ProblemGroupBuilder
 from ..core.renderer import Message, Renderer
-from ..core.types import EnvGroupBuilder
-from ..core.types import TEST_SEED_OFFSET
+from ..core.types import TEST_SEED_OFFSET, EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _FINAL_INTEGER = re.compile(r"(?<![\w.])(-?\d+)\s*$")
@@ -85,8 +84,9 @@ class ArithmeticGroupBuilder(ProblemGroupBuilder):
         self.a, self.b, self.format_coef = a, b, format_coef
 
     @classmethod
-    def from_row(cls, renderer: Renderer, group_size: int, *, a: int, b: int,
-                 format_coef: float = 0.1) -> ArithmeticGroupBuilder:
+    def from_row(
+        cls, renderer: Renderer, group_size: int, *, a: int, b: int, format_coef: float = 0.1
+    ) -> ArithmeticGroupBuilder:
         """The group of one row spec (the fields of ``{"env": "arithmetic", "a": 2, "b": 3}``)."""
         return cls(renderer, a, b, group_size, format_coef)
 
@@ -99,9 +99,17 @@ class ArithmeticDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``. Problems are
     drawn uniformly from ``problems`` when given, else from all operands ``0..max_operand``."""
 
-    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
-                 max_operand: int = 9, seed: int = 0, format_coef: float = 0.1,
-                 problems: Sequence[tuple[int, int]] | None = None):
+    def __init__(
+        self,
+        renderer: Renderer,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        max_operand: int = 9,
+        seed: int = 0,
+        format_coef: float = 0.1,
+        problems: Sequence[tuple[int, int]] | None = None,
+    ):
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.max_operand, self.seed, self.format_coef = max_operand, seed, format_coef
         self.problems = list(problems) if problems is not None else None
@@ -138,17 +146,21 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction < 1.0:
             raise ValueError(f"arithmetic: option held_out_fraction must be a number in [0, 1), got {fraction!r}")
 
-    def dataset(self, num_batches: int, seed: int,
-                problems: Sequence[tuple[int, int]] | None = None) -> ArithmeticDataset:
-        return ArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed,
-                                 problems=problems)
+    def dataset(
+        self, num_batches: int, seed: int, problems: Sequence[tuple[int, int]] | None = None
+    ) -> ArithmeticDataset:
+        return ArithmeticDataset(
+            self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed, problems=problems
+        )
 
     async def __call__(self) -> tuple[ArithmeticDataset, ArithmeticDataset]:
         if not self.held_out_fraction:
             return await super().__call__()
         train, held_out = split_problems(self.max_operand, self.held_out_fraction)
-        return (self.dataset(self.num_batches, self.train_seed, train),
-                self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, held_out))
+        return (
+            self.dataset(self.num_batches, self.train_seed, train),
+            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, held_out),
+        )
 
 
 def demonstrations(num: int, seed: int = 0, max_operand: int = 9) -> list[list[Message]]:

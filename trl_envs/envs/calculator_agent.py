@@ -35,17 +35,24 @@ async def calculator_agent(base_url: str, api_key: str, task: dict[str, Any]) ->
     http_client = httpx.AsyncClient(verify=False, timeout=600)
     async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client) as client:
         while True:
-            response = await client.chat.completions.create(model="policy", messages=messages,
-                                                            tools=[CALCULATOR.schema()])
+            response = await client.chat.completions.create(
+                model="policy", messages=messages, tools=[CALCULATOR.schema()]
+            )
             choice = response.choices[0]
             message = choice.message
             if not message.tool_calls:
                 value = read_number(message.content or "") if choice.finish_reason == "stop" else None
                 correct = value is not None and abs(value - task["answer"]) < 1e-6
-                return {"reward": float(correct),
-                        "metrics": {"correct": float(correct), "answer_format": float(value is not None),
-                                    "used_tool": float(tool_calls > 0), "tool_calls": float(tool_calls),
-                                    "tool_errors": float(tool_errors)}}
+                return {
+                    "reward": float(correct),
+                    "metrics": {
+                        "correct": float(correct),
+                        "answer_format": float(value is not None),
+                        "used_tool": float(tool_calls > 0),
+                        "tool_calls": float(tool_calls),
+                        "tool_errors": float(tool_errors),
+                    },
+                }
             messages.append(message.model_dump(exclude_none=True))
             for call in message.tool_calls:
                 tool_calls += 1
@@ -61,8 +68,9 @@ async def calculator_agent(base_url: str, api_key: str, task: dict[str, Any]) ->
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": reply["content"]})
 
 
-def make_tasks(num_batches: int, batch_size: int, seed: int, problem: str, max_operand: int,
-               max_tool_calls: int) -> list[dict[str, Any]]:
+def make_tasks(
+    num_batches: int, batch_size: int, seed: int, problem: str, max_operand: int, max_tool_calls: int
+) -> list[dict[str, Any]]:
     """``num_batches * batch_size`` tasks: ``What is a * b + c?`` (``mul_add``, operands 2..max; for a given seed
     the same questions, batch by batch, as the ``tool_use`` env) or ``What is a + b?`` (``add``, operands 0..max)."""
     tasks = []
@@ -96,12 +104,17 @@ class CalculatorAgentDatasetBuilder(BuiltinDatasetBuilder):
     def check_options(self) -> None:
         super().check_options()
         if self.problem not in PROBLEMS:
-            raise ValueError(f"env {self.env_name!r}: option 'problem' must be one of {PROBLEMS}, got "
-                             f"{self.problem!r}")
+            raise ValueError(f"env {self.env_name!r}: option 'problem' must be one of {PROBLEMS}, got {self.problem!r}")
         check_int_option(self.env_name, "max_operand", self.max_operand, 2)
 
     def dataset(self, num_batches: int, seed: int) -> AgentDataset:
         tasks = make_tasks(num_batches, self.batch_size, seed, self.problem, self.max_operand, self.max_tool_calls)
-        return AgentDataset(calculator_agent, tasks, self.renderer, batch_size=self.batch_size,
-                            group_size=self.group_size, num_batches=num_batches, tags=["calculator_agent"])
-
+        return AgentDataset(
+            calculator_agent,
+            tasks,
+            self.renderer,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            num_batches=num_batches,
+            tags=["calculator_agent"],
+        )

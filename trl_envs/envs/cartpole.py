@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..gym.env import GymDatasetBuilder, GymGroupBuilder
 from ..core.renderer import Renderer
+from ..gym.env import GymDatasetBuilder, GymGroupBuilder
 from ._builder import check_int_option
 
 ENV_ID = "CartPole-v1"
@@ -31,13 +31,15 @@ def _side(text: str) -> str:
 def cartpole_text(observation: Any, info: dict | None = None) -> str:
     """The CartPole state as the model sees it, e.g.::
 
-        Keep the pole up. Reply 0 to push the cart left, 1 to push it right.
-        pole angle +0.03 (right), pole turning -0.12 (left), cart +0.01, cart speed +0.20
+    Keep the pole up. Reply 0 to push the cart left, 1 to push it right.
+    pole angle +0.03 (right), pole turning -0.12 (left), cart +0.01, cart speed +0.20
     """
     x, speed, angle, turning = (float(v) for v in observation)
     angle_s, turning_s = f"{angle:+.2f}".replace("-0.00", "+0.00"), f"{turning:+.2f}".replace("-0.00", "+0.00")
-    return (f"{INSTRUCTIONS}\npole angle {angle_s} ({_side(angle_s)}), pole turning {turning_s} ({_side(turning_s)}), "
-            f"cart {x:+.2f}, cart speed {speed:+.2f}")
+    return (
+        f"{INSTRUCTIONS}\npole angle {angle_s} ({_side(angle_s)}), pole turning {turning_s} ({_side(turning_s)}), "
+        f"cart {x:+.2f}, cart speed {speed:+.2f}"
+    )
 
 
 def lean_policy(prompt: str) -> str:
@@ -50,9 +52,16 @@ def lean_policy(prompt: str) -> str:
     return "1" if angle + turning > 0 else "0"
 
 
-def CartPoleDatasetBuilder(renderer: Renderer, group_size: int = 4, batch_size: int = 2, num_batches: int = 1000,
-                           num_test_batches: int = 1, seed: int = 0, test_seed: int = 0,
-                           **env_kwargs: Any) -> GymDatasetBuilder:
+def CartPoleDatasetBuilder(
+    renderer: Renderer,
+    group_size: int = 4,
+    batch_size: int = 2,
+    num_batches: int = 1000,
+    num_test_batches: int = 1,
+    seed: int = 0,
+    test_seed: int = 0,
+    **env_kwargs: Any,
+) -> GymDatasetBuilder:
     """Gymnasium CartPole-v1 in text: the current state each turn, reply 0 (push left) or 1 (push right); +1 per step.
 
     Train/test datasets of ``CartPole-v1`` episodes: groups of ``group_size`` episodes with one seed each.
@@ -67,30 +76,54 @@ def CartPoleDatasetBuilder(renderer: Renderer, group_size: int = 4, batch_size: 
     one action (~9 steps) before it learned to read the state. A fixed push and a small penalty leave the state as
     the only thing worth learning (bench/results/history.md, CartPole).
     """
-    for option, value, minimum in (("group_size", group_size, 1), ("batch_size", batch_size, 1),
-                                   ("num_batches", num_batches, 1), ("num_test_batches", num_test_batches, 0),
-                                   ("seed", seed, None)):
+    for option, value, minimum in (
+        ("group_size", group_size, 1),
+        ("batch_size", batch_size, 1),
+        ("num_batches", num_batches, 1),
+        ("num_test_batches", num_test_batches, 0),
+        ("seed", seed, None),
+    ):
         check_int_option("cartpole", option, value, minimum)
     if env_kwargs.get("max_episode_steps") is not None:
         check_int_option("cartpole", "max_episode_steps", env_kwargs["max_episode_steps"], 1)
-    return GymDatasetBuilder(ENV_ID, renderer, batch_size=batch_size, group_size=group_size, num_batches=num_batches,
-                             num_test_batches=num_test_batches, seed=seed, test_seed=test_seed, tags=["cartpole"],
-                             env_kwargs=_options(env_kwargs))
+    return GymDatasetBuilder(
+        ENV_ID,
+        renderer,
+        batch_size=batch_size,
+        group_size=group_size,
+        num_batches=num_batches,
+        num_test_batches=num_test_batches,
+        seed=seed,
+        test_seed=test_seed,
+        tags=["cartpole"],
+        env_kwargs=_options(env_kwargs),
+    )
 
 
 def _options(env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    return dict(formatter=cartpole_text, action_names=ACTION_NAMES, mode="current_state", invalid_action="default",
-                invalid_action_penalty=-0.1, default_action=0) | env_kwargs
+    return (
+        dict(
+            formatter=cartpole_text,
+            action_names=ACTION_NAMES,
+            mode="current_state",
+            invalid_action="default",
+            invalid_action_penalty=-0.1,
+            default_action=0,
+        )
+        | env_kwargs
+    )
 
 
-def cartpole_from_row(renderer: Renderer, group_size: int, *, seed: int,
-                      max_episode_steps: int | None = None) -> GymGroupBuilder:
+def cartpole_from_row(
+    renderer: Renderer, group_size: int, *, seed: int, max_episode_steps: int | None = None
+) -> GymGroupBuilder:
     """The group of one row spec, ``{"env": "cartpole", "seed": 3}``: ``group_size`` episodes reset with ``seed``
     (``max_episode_steps`` caps them below CartPole-v1's 500)."""
     if max_episode_steps is not None and max_episode_steps < 1:
         raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
-    return GymGroupBuilder(ENV_ID, renderer, seed, group_size, ["cartpole"],
-                           **_options({"max_episode_steps": max_episode_steps}))
+    return GymGroupBuilder(
+        ENV_ID, renderer, seed, group_size, ["cartpole"], **_options({"max_episode_steps": max_episode_steps})
+    )
 
 
 CartPoleDatasetBuilder.from_row = cartpole_from_row  # rows: docs/envs_as_datasets.md

@@ -24,8 +24,15 @@ class GuessNumberEnv(MessageEnv):
     """One game. Rewards: ``wrong_penalty`` (negative) per wrong or unparsable guess, ``win_reward`` for the right
     one. The episode ends on the right guess or after ``max_guesses`` guesses."""
 
-    def __init__(self, target: int, low: int = 1, high: int = 16, max_guesses: int = 6,
-                 win_reward: float = 1.0, wrong_penalty: float = -0.1):
+    def __init__(
+        self,
+        target: int,
+        low: int = 1,
+        high: int = 16,
+        max_guesses: int = 6,
+        win_reward: float = 1.0,
+        wrong_penalty: float = -0.1,
+    ):
         if not low <= target <= high:
             raise ValueError(f"GuessNumberEnv: target {target} outside [{low}, {high}]")
         self.target, self.low, self.high, self.max_guesses = target, low, high, max_guesses
@@ -62,21 +69,25 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
     ``{"env": "guess_number", "target": 7, "low": 1, "high": 16, "max_guesses": 6}`` (all but ``target`` optional),
     see :meth:`from_row` / :meth:`to_row` and docs/envs_as_datasets.md."""
 
-    def __init__(self, renderer: Renderer, target: int, group_size: int, low: int = 1, high: int = 16,
-                 max_guesses: int = 6):
+    def __init__(
+        self, renderer: Renderer, target: int, group_size: int, low: int = 1, high: int = 16, max_guesses: int = 6
+    ):
         self.renderer, self.target, self.group_size = renderer, target, group_size
         self.low, self.high, self.max_guesses = low, high, max_guesses
 
     async def make_envs(self) -> Sequence[Env]:
-        return [MessageTokenEnv(GuessNumberEnv(self.target, self.low, self.high, self.max_guesses), self.renderer)
-                for _ in range(self.group_size)]
+        return [
+            MessageTokenEnv(GuessNumberEnv(self.target, self.low, self.high, self.max_guesses), self.renderer)
+            for _ in range(self.group_size)
+        ]
 
     def logging_tags(self) -> list[str]:
         return ["guess_number"]
 
     @classmethod
-    def from_row(cls, renderer: Renderer, group_size: int, *, target: int, low: int = 1, high: int = 16,
-                 max_guesses: int = 6) -> GuessNumberGroupBuilder:
+    def from_row(
+        cls, renderer: Renderer, group_size: int, *, target: int, low: int = 1, high: int = 16, max_guesses: int = 6
+    ) -> GuessNumberGroupBuilder:
         """The group of one row spec (the fields of ``{"env": "guess_number", "target": 7, ...}``)."""
         if not low <= target <= high:
             raise ValueError(f"target {target} is outside [low, high] = [{low}, {high}]")
@@ -86,15 +97,29 @@ class GuessNumberGroupBuilder(EnvGroupBuilder):
 
     def to_row(self) -> dict[str, Any]:
         """This group's row spec, JSON-serializable (the inverse of :meth:`from_row`)."""
-        return {"env": "guess_number", "target": self.target, "low": self.low, "high": self.high,
-                "max_guesses": self.max_guesses}
+        return {
+            "env": "guess_number",
+            "target": self.target,
+            "low": self.low,
+            "high": self.high,
+            "max_guesses": self.max_guesses,
+        }
 
 
 class GuessNumberDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
-    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
-                 low: int = 1, high: int = 16, max_guesses: int = 6, seed: int = 0):
+    def __init__(
+        self,
+        renderer: Renderer,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        low: int = 1,
+        high: int = 16,
+        max_guesses: int = 6,
+        seed: int = 0,
+    ):
         if low > high:  # else get_batch fails with random's "empty range"
             raise ValueError(f"guess_number: low must be <= high, got low={low}, high={high}")
         super().__init__(renderer, batch_size, group_size, num_batches)
@@ -102,9 +127,12 @@ class GuessNumberDataset(BuiltinDataset):
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"guess_number/{self.seed}/{index}")
-        return [GuessNumberGroupBuilder(self.renderer, rng.randint(self.low, self.high), self.group_size,
-                                        self.low, self.high, self.max_guesses)
-                for _ in range(self.batch_size)]
+        return [
+            GuessNumberGroupBuilder(
+                self.renderer, rng.randint(self.low, self.high), self.group_size, self.low, self.high, self.max_guesses
+            )
+            for _ in range(self.batch_size)
+        ]
 
 
 @dataclass
@@ -128,12 +156,14 @@ class GuessNumberDatasetBuilder(BuiltinDatasetBuilder):
         check_int_option(self.env_name, "low", self.low)
         check_int_option(self.env_name, "high", self.high)
         if self.low > self.high:
-            raise ValueError(f"env 'guess_number': option 'low' must be <= option 'high', got low={self.low}, "
-                             f"high={self.high}")
+            raise ValueError(
+                f"env 'guess_number': option 'low' must be <= option 'high', got low={self.low}, high={self.high}"
+            )
 
     def dataset(self, num_batches: int, seed: int) -> GuessNumberDataset:
-        return GuessNumberDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.low, self.high,
-                                  self.max_guesses, seed)
+        return GuessNumberDataset(
+            self.renderer, self.batch_size, self.group_size, num_batches, self.low, self.high, self.max_guesses, seed
+        )
 
 
 def demonstrations(num: int, seed: int = 0, low: int = 1, high: int = 16) -> list[list[Message]]:

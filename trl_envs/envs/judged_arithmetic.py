@@ -24,6 +24,7 @@ from ..core.types import Env, EnvGroupBuilder
 from ._builder import BuiltinDataset
 from .arithmetic import ArithmeticDatasetBuilder, draw_problem, question, read_answer
 
+
 class CloserToJudge:
     """Judge: the answer closer to ``target`` wins; an answer beats a non-answer; else a tie. Answers are read by
     :func:`~trl_envs.envs.arithmetic.read_answer` (a bare integer or a worked sum)."""
@@ -50,8 +51,9 @@ class QuestionEnv(MessageEnv):
 
     async def step(self, response: ParsedResponse) -> MessageStepResult:
         value = read_answer(response.message["content"]) if response.ok else None
-        return MessageStepResult(0.0, True, [], {"correct": float(value == self.answer),
-                                                 "parse_ok": float(value is not None)})
+        return MessageStepResult(
+            0.0, True, [], {"correct": float(value == self.answer), "parse_ok": float(value is not None)}
+        )
 
 
 class QuestionGroupBuilder(EnvGroupBuilder):
@@ -61,8 +63,10 @@ class QuestionGroupBuilder(EnvGroupBuilder):
         self.renderer, self.a, self.b, self.group_size = renderer, a, b, group_size
 
     async def make_envs(self) -> Sequence[Env]:
-        return [MessageTokenEnv(QuestionEnv(question(self.a, self.b), self.a + self.b), self.renderer)
-                for _ in range(self.group_size)]
+        return [
+            MessageTokenEnv(QuestionEnv(question(self.a, self.b), self.a + self.b), self.renderer)
+            for _ in range(self.group_size)
+        ]
 
     def logging_tags(self) -> list[str]:
         return ["judged_arithmetic"]
@@ -71,8 +75,17 @@ class QuestionGroupBuilder(EnvGroupBuilder):
 class JudgedArithmeticDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` judged groups; batch ``i`` is fixed by ``seed`` and ``i``."""
 
-    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int, max_operand: int = 9,
-                 seed: int = 0, both_orders: bool = False, problems: Sequence[tuple[int, int]] | None = None):
+    def __init__(
+        self,
+        renderer: Renderer,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        max_operand: int = 9,
+        seed: int = 0,
+        both_orders: bool = False,
+        problems: Sequence[tuple[int, int]] | None = None,
+    ):
         if group_size < 2:
             raise ValueError(f"judged_arithmetic: group_size must be >= 2 to compare answers, got {group_size}")
         super().__init__(renderer, batch_size, group_size, num_batches)
@@ -84,8 +97,14 @@ class JudgedArithmeticDataset(BuiltinDataset):
         out = []
         for _ in range(self.batch_size):
             a, b = draw_problem(rng, self.problems, self.max_operand)
-            out.append(PairwiseJudgeGroupBuilder(QuestionGroupBuilder(self.renderer, a, b, self.group_size),
-                                                 CloserToJudge(a + b), self.renderer, both_orders=self.both_orders))
+            out.append(
+                PairwiseJudgeGroupBuilder(
+                    QuestionGroupBuilder(self.renderer, a, b, self.group_size),
+                    CloserToJudge(a + b),
+                    self.renderer,
+                    both_orders=self.both_orders,
+                )
+            )
         return out
 
 
@@ -101,7 +120,9 @@ class JudgedArithmeticDatasetBuilder(ArithmeticDatasetBuilder):
     env_name: ClassVar[str] = "judged_arithmetic"
     int_options: ClassVar[dict[str, int]] = {"group_size": 2, "max_operand": 0}  # a judge compares >= 2 answers
 
-    def dataset(self, num_batches: int, seed: int,
-                problems: Sequence[tuple[int, int]] | None = None) -> JudgedArithmeticDataset:
-        return JudgedArithmeticDataset(self.renderer, self.batch_size, self.group_size, num_batches,
-                                       self.max_operand, seed, problems=problems)
+    def dataset(
+        self, num_batches: int, seed: int, problems: Sequence[tuple[int, int]] | None = None
+    ) -> JudgedArithmeticDataset:
+        return JudgedArithmeticDataset(
+            self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed, problems=problems
+        )

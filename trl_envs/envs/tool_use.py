@@ -17,8 +17,15 @@ from typing import ClassVar
 
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
-from ..core.tools import (CALCULATOR, Tool, ToolCall, parse_tool_calls, renderer_with_tools, run_tool_call,
-                     tools_system_prompt)
+from ..core.tools import (
+    CALCULATOR,
+    Tool,
+    ToolCall,
+    parse_tool_calls,
+    renderer_with_tools,
+    run_tool_call,
+    tools_system_prompt,
+)
 from ..core.types import Env, EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
@@ -42,8 +49,14 @@ class ToolUseEnv(MessageEnv):
         max_tool_calls: calls allowed per episode; later calls get an ``Error:`` message asking for the answer.
     """
 
-    def __init__(self, question: str, answer: float, tools: Sequence[Tool], system_prompt: str | None = None,
-                 max_tool_calls: int = 4):
+    def __init__(
+        self,
+        question: str,
+        answer: float,
+        tools: Sequence[Tool],
+        system_prompt: str | None = None,
+        max_tool_calls: int = 4,
+    ):
         self.question, self.answer = question, answer
         self.tools = {t.name: t for t in tools}
         self.system_prompt, self.max_tool_calls = system_prompt, max_tool_calls
@@ -64,8 +77,9 @@ class ToolUseEnv(MessageEnv):
         for call in calls:
             self.tool_calls += 1
             if self.tool_calls > self.max_tool_calls:  # answered like any unusable call: an Error: tool message
-                call = ToolCall(call.name, error=f"no tool calls left (at most {self.max_tool_calls}); give your "
-                                "final answer")
+                call = ToolCall(
+                    call.name, error=f"no tool calls left (at most {self.max_tool_calls}); give your final answer"
+                )
             reply, ok = run_tool_call(call, self.tools)
             self.tool_errors += not ok
             all_ok = all_ok and ok
@@ -73,8 +87,13 @@ class ToolUseEnv(MessageEnv):
         return MessageStepResult(0.0, False, replies, {"tool_call_ok": float(all_ok)})
 
     def _answer_metrics(self, correct: bool, answered: bool) -> dict[str, float]:
-        return {"correct": float(correct), "answer_format": float(answered), "tool_calls": float(self.tool_calls),
-                "tool_errors": float(self.tool_errors), "used_tool": float(self.tool_calls > 0)}
+        return {
+            "correct": float(correct),
+            "answer_format": float(answered),
+            "tool_calls": float(self.tool_calls),
+            "tool_errors": float(self.tool_errors),
+            "used_tool": float(self.tool_calls > 0),
+        }
 
 
 def make_problem(rng: random.Random, max_operand: int) -> tuple[str, int]:
@@ -86,14 +105,27 @@ def make_problem(rng: random.Random, max_operand: int) -> tuple[str, int]:
 class ToolUseGroupBuilder(EnvGroupBuilder):
     """``group_size`` copies of one :class:`ToolUseEnv` problem."""
 
-    def __init__(self, renderer: Renderer, question: str, answer: int, group_size: int,
-                 system_prompt: str | None, max_tool_calls: int = 4, tools: Sequence[Tool] = (CALCULATOR,)):
+    def __init__(
+        self,
+        renderer: Renderer,
+        question: str,
+        answer: int,
+        group_size: int,
+        system_prompt: str | None,
+        max_tool_calls: int = 4,
+        tools: Sequence[Tool] = (CALCULATOR,),
+    ):
         self.renderer, self.question, self.answer, self.group_size = renderer, question, answer, group_size
         self.system_prompt, self.max_tool_calls, self.tools = system_prompt, max_tool_calls, list(tools)
 
     async def make_envs(self) -> Sequence[Env]:
-        return [MessageTokenEnv(ToolUseEnv(self.question, self.answer, self.tools, self.system_prompt,
-                                           self.max_tool_calls), self.renderer) for _ in range(self.group_size)]
+        return [
+            MessageTokenEnv(
+                ToolUseEnv(self.question, self.answer, self.tools, self.system_prompt, self.max_tool_calls),
+                self.renderer,
+            )
+            for _ in range(self.group_size)
+        ]
 
     def logging_tags(self) -> list[str]:
         return ["tool_use"]
@@ -107,8 +139,17 @@ class ToolUseDataset(BuiltinDataset):
     ``<tool_call>`` format.
     """
 
-    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int, max_operand: int = 30,
-                 max_tool_calls: int = 4, seed: int = 0, tools: Sequence[Tool] = (CALCULATOR,)):
+    def __init__(
+        self,
+        renderer: Renderer,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        max_operand: int = 30,
+        max_tool_calls: int = 4,
+        seed: int = 0,
+        tools: Sequence[Tool] = (CALCULATOR,),
+    ):
         self.max_operand, self.max_tool_calls, self.seed, self.tools = max_operand, max_tool_calls, seed, list(tools)
         tool_renderer = renderer_with_tools(renderer, self.tools)
         super().__init__(tool_renderer or renderer, batch_size, group_size, num_batches)
@@ -119,8 +160,17 @@ class ToolUseDataset(BuiltinDataset):
         out = []
         for _ in range(self.batch_size):
             question, answer = make_problem(rng, self.max_operand)
-            out.append(ToolUseGroupBuilder(self.renderer, question, answer, self.group_size, self.system_prompt,
-                                           self.max_tool_calls, self.tools))
+            out.append(
+                ToolUseGroupBuilder(
+                    self.renderer,
+                    question,
+                    answer,
+                    self.group_size,
+                    self.system_prompt,
+                    self.max_tool_calls,
+                    self.tools,
+                )
+            )
         return out
 
 
@@ -138,5 +188,6 @@ class ToolUseDatasetBuilder(BuiltinDatasetBuilder):
     max_tool_calls: int = 4
 
     def dataset(self, num_batches: int, seed: int) -> ToolUseDataset:
-        return ToolUseDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand,
-                              self.max_tool_calls, seed)
+        return ToolUseDataset(
+            self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, self.max_tool_calls, seed
+        )

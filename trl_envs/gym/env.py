@@ -31,10 +31,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..core.renderer import Message, Renderer
+from ..core.types import (
+    TEST_SEED_OFFSET,
+    Action,
+    Env,
+    EnvGroupBuilder,
+    Observation,
+    RLDataset,
+    RLDatasetBuilder,
+    StepResult,
+    StopCondition,
+)
 from .text import ActionParseError, ActionParser, ObservationFormatter
 from .text import default_action as space_default_action
-from ..core.renderer import Message, Renderer
-from ..core.types import TEST_SEED_OFFSET, Action, Env, EnvGroupBuilder, Observation, RLDataset, RLDatasetBuilder, StepResult, StopCondition
 
 GymMode = Literal["current_state", "full_history"]
 InvalidActionMode = Literal["default", "end"]
@@ -65,11 +75,14 @@ def _make_gym(env: Any, make_kwargs: dict[str, Any], max_episode_steps: int | No
     elif callable(env):
         instance, owned = env(**make_kwargs), True
         if not _is_gym_instance(instance):
-            raise TypeError(f"GymEnv: the env factory {env!r} returned {type(instance).__name__}, not a Gymnasium "
-                            "env (needs reset, step, action_space)")
+            raise TypeError(
+                f"GymEnv: the env factory {env!r} returned {type(instance).__name__}, not a Gymnasium "
+                "env (needs reset, step, action_space)"
+            )
     else:
-        raise TypeError(f"GymEnv: env must be a Gymnasium id, a Gymnasium env or a factory returning one; got "
-                        f"{type(env).__name__}")
+        raise TypeError(
+            f"GymEnv: env must be a Gymnasium id, a Gymnasium env or a factory returning one; got {type(env).__name__}"
+        )
     if max_episode_steps is not None:
         instance = _import_gymnasium().wrappers.TimeLimit(instance, max_episode_steps=max_episode_steps)
     return instance, owned
@@ -121,14 +134,28 @@ class GymEnv(Env):
     when the env stepped, ``env_reward``.
     """
 
-    def __init__(self, env: Any, renderer: Renderer, *, seed: int | None = None, mode: GymMode = "current_state",
-                 formatter: Callable[[Any, dict], str] | None = None,
-                 action_parser: Callable[[str], Any] | None = None,
-                 observation_names: Sequence[str] | None = None, action_names: Sequence[str] | None = None,
-                 instructions: str = "", precision: int = 2, system_prompt: str | None = None,
-                 invalid_action: InvalidActionMode = "default", invalid_action_penalty: float = -1.0,
-                 default_action: Any = None, reward_scale: float = 1.0, max_episode_steps: int | None = None,
-                 max_context_tokens: int | None = None, make_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        env: Any,
+        renderer: Renderer,
+        *,
+        seed: int | None = None,
+        mode: GymMode = "current_state",
+        formatter: Callable[[Any, dict], str] | None = None,
+        action_parser: Callable[[str], Any] | None = None,
+        observation_names: Sequence[str] | None = None,
+        action_names: Sequence[str] | None = None,
+        instructions: str = "",
+        precision: int = 2,
+        system_prompt: str | None = None,
+        invalid_action: InvalidActionMode = "default",
+        invalid_action_penalty: float = -1.0,
+        default_action: Any = None,
+        reward_scale: float = 1.0,
+        max_episode_steps: int | None = None,
+        max_context_tokens: int | None = None,
+        make_kwargs: dict[str, Any] | None = None,
+    ):
         self.name = gym_env_name(env)
         if mode not in ("current_state", "full_history"):
             raise ValueError(f"GymEnv({self.name}): mode must be 'current_state' or 'full_history', got {mode!r}")
@@ -140,11 +167,20 @@ class GymEnv(Env):
         self.renderer, self.seed, self.mode = renderer, seed, mode
         self.observations_extend = mode == "full_history"  # instance attribute: read by the rollout
         self.invalid_action, self.invalid_action_penalty = invalid_action, float(invalid_action_penalty)
-        self.reward_scale, self.max_context_tokens, self.system_prompt = float(reward_scale), max_context_tokens, system_prompt
+        self.reward_scale, self.max_context_tokens, self.system_prompt = (
+            float(reward_scale),
+            max_context_tokens,
+            system_prompt,
+        )
         try:
             self.formatter = formatter or ObservationFormatter(
-                self.gym.observation_space, self.gym.action_space, observation_names=observation_names,
-                action_names=action_names, precision=precision, instructions=instructions)
+                self.gym.observation_space,
+                self.gym.action_space,
+                observation_names=observation_names,
+                action_names=action_names,
+                precision=precision,
+                instructions=instructions,
+            )
             self.action_parser = action_parser or ActionParser(self.gym.action_space, action_names=action_names)
             if _is_random(default_action):
                 self._default_action = None  # sampled from the seeded action space at each invalid reply
@@ -157,8 +193,10 @@ class GymEnv(Env):
             raise type(e)(f"GymEnv({self.name}): {e}") from None
         if self._default_action is not None and not self.gym.action_space.contains(self._default_action):
             self.close()
-            raise ValueError(f"GymEnv({self.name}): default_action {self._default_action!r} is not in the action space "
-                             f"{self.gym.action_space!r}")
+            raise ValueError(
+                f"GymEnv({self.name}): default_action {self._default_action!r} is not in the action space "
+                f"{self.gym.action_space!r}"
+            )
         self._ob: Observation | None = None
         self._state_text = ""
         self._done = False
@@ -191,8 +229,9 @@ class GymEnv(Env):
             self.invalid_actions += 1
             logs["invalid_action"] = error
             if self.invalid_action == "end":
-                return self._finish(action, self.invalid_action_penalty, {"parse_ok": 0.0}, logs,
-                                    terminated=False, truncated=False)
+                return self._finish(
+                    action, self.invalid_action_penalty, {"parse_ok": 0.0}, logs, terminated=False, truncated=False
+                )
             gym_action = self._fallback_action()
         observation, env_reward, terminated, truncated, info = self.gym.step(gym_action)
         env_reward = float(env_reward)
@@ -208,8 +247,9 @@ class GymEnv(Env):
             next_ob = self.renderer.build_generation_prompt(self._prompt_messages(self._state_text))
         else:
             note = "" if error is None else f"Invalid action ({error}); played {self._describe(gym_action)}.\n"
-            next_ob = self.renderer.extend_observation(self._ob, action,
-                                                       [{"role": "user", "content": note + self._state_text}])
+            next_ob = self.renderer.extend_observation(
+                self._ob, action, [{"role": "user", "content": note + self._state_text}]
+            )
             if self.max_context_tokens is not None and len(next_ob) > self.max_context_tokens:
                 return self._finish(action, reward, metrics, logs, terminated=False, truncated=True, context_full=True)
         self._ob = next_ob
@@ -246,12 +286,26 @@ class GymEnv(Env):
     def _describe(self, gym_action: Any) -> str:
         return str(gym_action.tolist() if hasattr(gym_action, "tolist") else gym_action)
 
-    def _finish(self, action: Action, reward: float, metrics: dict[str, float], logs: dict[str, Any], *,
-                terminated: bool, truncated: bool, context_full: bool = False) -> StepResult:
+    def _finish(
+        self,
+        action: Action,
+        reward: float,
+        metrics: dict[str, float],
+        logs: dict[str, Any],
+        *,
+        terminated: bool,
+        truncated: bool,
+        context_full: bool = False,
+    ) -> StepResult:
         self._done = True
-        metrics = dict(metrics, episode_return=self.episode_return, episode_length=float(self.steps),
-                       terminated=float(terminated), truncated=float(truncated),
-                       invalid_actions=float(self.invalid_actions))
+        metrics = dict(
+            metrics,
+            episode_return=self.episode_return,
+            episode_length=float(self.steps),
+            terminated=float(terminated),
+            truncated=float(truncated),
+            invalid_actions=float(self.invalid_actions),
+        )
         if self.mode == "full_history":
             metrics["context_full"] = float(context_full)
         final_ob = list(self._ob) + list(action)
@@ -279,11 +333,20 @@ class GymGroupBuilder(EnvGroupBuilder):
         **env_kwargs: any :class:`GymEnv` option (``mode``, ``formatter``, ``max_episode_steps``, ...).
     """
 
-    def __init__(self, env: Any, renderer: Renderer, seed: int | None, group_size: int,
-                 tags: Sequence[str] | None = None, **env_kwargs: Any):
+    def __init__(
+        self,
+        env: Any,
+        renderer: Renderer,
+        seed: int | None,
+        group_size: int,
+        tags: Sequence[str] | None = None,
+        **env_kwargs: Any,
+    ):
         if _is_gym_instance(env) or not (isinstance(env, str) or callable(env)):
-            raise TypeError(f"GymGroupBuilder: env must be a Gymnasium id or a factory (a group needs {group_size} "
-                            f"fresh envs), got {type(env).__name__}")
+            raise TypeError(
+                f"GymGroupBuilder: env must be a Gymnasium id or a factory (a group needs {group_size} "
+                f"fresh envs), got {type(env).__name__}"
+            )
         if group_size < 1:
             raise ValueError(f"GymGroupBuilder({gym_env_name(env)}): group_size must be >= 1, got {group_size}")
         self.env, self.renderer, self.seed, self.group_size = env, renderer, seed, group_size
@@ -312,21 +375,36 @@ class GymDataset(RLDataset):
     """``num_batches`` batches of ``batch_size`` :class:`GymGroupBuilder` s; group ``j`` of batch ``i`` resets with
     seed ``seed + i * batch_size + j`` (every group a different start, the same for every run)."""
 
-    def __init__(self, env: Any, renderer: Renderer, *, batch_size: int, group_size: int, num_batches: int,
-                 seed: int = 0, tags: Sequence[str] | None = None, **env_kwargs: Any):
+    def __init__(
+        self,
+        env: Any,
+        renderer: Renderer,
+        *,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        seed: int = 0,
+        tags: Sequence[str] | None = None,
+        **env_kwargs: Any,
+    ):
         if batch_size < 1 or num_batches < 1:
-            raise ValueError(f"GymDataset({gym_env_name(env)}): batch_size and num_batches must be >= 1, got "
-                             f"{batch_size} and {num_batches}")
+            raise ValueError(
+                f"GymDataset({gym_env_name(env)}): batch_size and num_batches must be >= 1, got "
+                f"{batch_size} and {num_batches}"
+            )
         self.env, self.renderer, self.batch_size, self.group_size = env, renderer, batch_size, group_size
         self.num_batches, self.seed, self.tags, self.env_kwargs = num_batches, seed, tags, env_kwargs
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         if not 0 <= index < self.num_batches:
-            raise IndexError(f"GymDataset({gym_env_name(self.env)}): batch {index} out of range "
-                             f"(0..{self.num_batches - 1})")
+            raise IndexError(
+                f"GymDataset({gym_env_name(self.env)}): batch {index} out of range (0..{self.num_batches - 1})"
+            )
         first = self.seed + index * self.batch_size
-        return [GymGroupBuilder(self.env, self.renderer, first + j, self.group_size, self.tags, **self.env_kwargs)
-                for j in range(self.batch_size)]
+        return [
+            GymGroupBuilder(self.env, self.renderer, first + j, self.group_size, self.tags, **self.env_kwargs)
+            for j in range(self.batch_size)
+        ]
 
     def __len__(self) -> int:
         return self.num_batches
@@ -356,17 +434,29 @@ class GymDatasetBuilder(RLDatasetBuilder):
 
     def __post_init__(self) -> None:
         train = range(self.seed, self.seed + self.num_batches * self.batch_size)
-        test = range(self.test_seed + TEST_SEED_OFFSET,
-                     self.test_seed + TEST_SEED_OFFSET + self.num_test_batches * self.batch_size)
+        test = range(
+            self.test_seed + TEST_SEED_OFFSET,
+            self.test_seed + TEST_SEED_OFFSET + self.num_test_batches * self.batch_size,
+        )
         if self.num_test_batches > 0 and train.start < test.stop and test.start < train.stop:
-            raise ValueError(f"GymDatasetBuilder: training episode seeds {train.start}..{train.stop - 1} overlap the "
-                             f"test episode seeds {test.start}..{test.stop - 1}; pick a seed below "
-                             f"{test.start - self.num_batches * self.batch_size + 1} or fewer batches.")
+            raise ValueError(
+                f"GymDatasetBuilder: training episode seeds {train.start}..{train.stop - 1} overlap the "
+                f"test episode seeds {test.start}..{test.stop - 1}; pick a seed below "
+                f"{test.start - self.num_batches * self.batch_size + 1} or fewer batches."
+            )
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         def dataset(num_batches: int, seed: int) -> GymDataset:
-            return GymDataset(self.env, self.renderer, batch_size=self.batch_size, group_size=self.group_size,
-                              num_batches=num_batches, seed=seed, tags=self.tags, **self.env_kwargs)
+            return GymDataset(
+                self.env,
+                self.renderer,
+                batch_size=self.batch_size,
+                group_size=self.group_size,
+                num_batches=num_batches,
+                seed=seed,
+                tags=self.tags,
+                **self.env_kwargs,
+            )
 
         test = dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET) if self.num_test_batches > 0 else None
         return dataset(self.num_batches, self.seed), test

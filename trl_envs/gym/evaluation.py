@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ..rollout.evaluation import EvalResult, evaluate
-from .env import GymDataset
 from ..core.renderer import Renderer
-from ..rollout.engine import RolloutBudget
-from ..samplers.base import Sampler
 from ..core.types import Trajectory
+from ..rollout.engine import RolloutBudget
+from ..rollout.evaluation import EvalResult, evaluate
+from ..samplers.base import Sampler
+from .env import GymDataset
 
 
 @dataclass
@@ -48,8 +48,17 @@ def _episode_return(trajectory: Trajectory) -> tuple[float, int]:
     return float(sum(stepped)), len(stepped)
 
 
-def evaluate_gym(sampler: Sampler, env: Any, renderer: Renderer, n_eval_episodes: int = 10, *, seed: int = 0,
-                 max_tokens_per_turn: int = 16, max_turns: int | None = None, **env_kwargs: Any) -> GymEvalResult:
+def evaluate_gym(
+    sampler: Sampler,
+    env: Any,
+    renderer: Renderer,
+    n_eval_episodes: int = 10,
+    *,
+    seed: int = 0,
+    max_tokens_per_turn: int = 16,
+    max_turns: int | None = None,
+    **env_kwargs: Any,
+) -> GymEvalResult:
     """Play ``n_eval_episodes`` episodes of ``env`` (a Gymnasium id or factory) with ``sampler``, episode ``i``
     reset with seed ``seed + i``.
 
@@ -62,20 +71,36 @@ def evaluate_gym(sampler: Sampler, env: Any, renderer: Renderer, n_eval_episodes
     """
     if n_eval_episodes < 1:
         raise ValueError(f"evaluate_gym: n_eval_episodes must be >= 1, got {n_eval_episodes}")
-    dataset = GymDataset(env, renderer, batch_size=n_eval_episodes, group_size=1, num_batches=1, seed=seed,
-                         **env_kwargs)
-    result = evaluate(sampler, dataset, budget=RolloutBudget(max_turns=max_turns,
-                                                             max_tokens_per_turn=max_tokens_per_turn))
+    dataset = GymDataset(
+        env, renderer, batch_size=n_eval_episodes, group_size=1, num_batches=1, seed=seed, **env_kwargs
+    )
+    result = evaluate(
+        sampler, dataset, budget=RolloutBudget(max_turns=max_turns, max_tokens_per_turn=max_tokens_per_turn)
+    )
     trajectories = [g.trajectories[0] for g in result.groups if g is not None]
     returns, lengths = zip(*(_episode_return(t) for t in trajectories))
     replies = [t.metrics["parse_ok"] for tr in trajectories for t in tr.transitions if "parse_ok" in t.metrics]
-    return GymEvalResult(float(np.mean(returns)), float(np.std(returns)), list(returns), list(lengths),
-                         int(sum(lengths)), float(np.mean(replies)) if replies else 0.0, result)
+    return GymEvalResult(
+        float(np.mean(returns)),
+        float(np.std(returns)),
+        list(returns),
+        list(lengths),
+        int(sum(lengths)),
+        float(np.mean(replies)) if replies else 0.0,
+        result,
+    )
 
 
-def evaluate_policy(sampler: Sampler, env: Any, renderer: Renderer, n_eval_episodes: int = 10, *, seed: int = 0,
-                    return_episode_rewards: bool = False, **kwargs: Any
-                    ) -> tuple[float, float] | tuple[list[float], list[int]]:
+def evaluate_policy(
+    sampler: Sampler,
+    env: Any,
+    renderer: Renderer,
+    n_eval_episodes: int = 10,
+    *,
+    seed: int = 0,
+    return_episode_rewards: bool = False,
+    **kwargs: Any,
+) -> tuple[float, float] | tuple[list[float], list[int]]:
     """Stable-Baselines3's ``evaluate_policy`` shape: ``(mean_reward, std_reward)``, or ``(episode_rewards,
     episode_lengths)`` with ``return_episode_rewards=True``. ``kwargs`` go to :func:`evaluate_gym`."""
     result = evaluate_gym(sampler, env, renderer, n_eval_episodes, seed=seed, **kwargs)

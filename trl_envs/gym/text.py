@@ -56,8 +56,7 @@ def _fmt_number(x: float, precision: int, signed: bool = False) -> str:
     return text
 
 
-def format_numbers(values: Any, precision: int = 2, names: Sequence[str] | None = None,
-                   signed: bool = False) -> str:
+def format_numbers(values: Any, precision: int = 2, names: Sequence[str] | None = None, signed: bool = False) -> str:
     """``"1.00, -0.25"`` (or ``"x 1.00, y -0.25"`` with ``names``) for an array or a sequence of numbers."""
     flat = np.asarray(values).reshape(-1)
     parts = [_fmt_number(v.item() if hasattr(v, "item") else v, precision, signed) for v in flat]
@@ -82,8 +81,9 @@ def _count_numbers(space: Any) -> int:
     return int(np.prod(shape)) if len(shape) else 1
 
 
-def describe_observation(observation: Any, precision: int = 2, names: Sequence[str] | None = None,
-                         signed: bool = False) -> str:
+def describe_observation(
+    observation: Any, precision: int = 2, names: Sequence[str] | None = None, signed: bool = False
+) -> str:
     """An observation as text: numbers rounded, ``Dict`` as ``key: value`` pairs, ``Tuple`` as ``(a; b)``."""
     if isinstance(observation, Mapping):
         return "; ".join(f"{k}: {describe_observation(v, precision, None, signed)}" for k, v in observation.items())
@@ -107,12 +107,16 @@ def describe_actions(action_space: Any, action_names: Sequence[str] | None = Non
         low, high = np.asarray(action_space.low).reshape(-1), np.asarray(action_space.high).reshape(-1)
         count = low.size
         if action_names is not None:
-            return "Action: " + ", ".join(f"{name} in [{_fmt_number(lo, precision)}, {_fmt_number(hi, precision)}]"
-                                          for name, lo, hi in zip(action_names, low, high))
+            return "Action: " + ", ".join(
+                f"{name} in [{_fmt_number(lo, precision)}, {_fmt_number(hi, precision)}]"
+                for name, lo, hi in zip(action_names, low, high)
+            )
         if np.all(low == low[0]) and np.all(high == high[0]):
             noun = "number" if count == 1 else "numbers"
-            return (f"Action: {count} {noun} in [{_fmt_number(low[0].item(), precision)}, "
-                    f"{_fmt_number(high[0].item(), precision)}]")
+            return (
+                f"Action: {count} {noun} in [{_fmt_number(low[0].item(), precision)}, "
+                f"{_fmt_number(high[0].item(), precision)}]"
+            )
         bounds = ", ".join(f"[{_fmt_number(lo, precision)}, {_fmt_number(hi, precision)}]" for lo, hi in zip(low, high))
         return f"Action: {count} numbers, in {bounds}"
     if kind in ("MultiDiscrete", "MultiBinary"):
@@ -142,22 +146,37 @@ class ObservationFormatter:
         ValueError: the number of names does not match the space.
     """
 
-    def __init__(self, observation_space: Any, action_space: Any, *, observation_names: Sequence[str] | None = None,
-                 action_names: Sequence[str] | None = None, precision: int = 2, instructions: str = "",
-                 signed: bool = False):
+    def __init__(
+        self,
+        observation_space: Any,
+        action_space: Any,
+        *,
+        observation_names: Sequence[str] | None = None,
+        action_names: Sequence[str] | None = None,
+        precision: int = 2,
+        instructions: str = "",
+        signed: bool = False,
+    ):
         try:
             count = _count_numbers(observation_space)
         except TypeError:
-            raise TypeError(f"ObservationFormatter: no default text for observation space {observation_space!r}; "
-                            "pass formatter=(observation, info) -> str") from None
+            raise TypeError(
+                f"ObservationFormatter: no default text for observation space {observation_space!r}; "
+                "pass formatter=(observation, info) -> str"
+            ) from None
         if count > MAX_NUMBERS_SHOWN:
-            raise TypeError(f"ObservationFormatter: observation space {observation_space!r} has {count} numbers, too "
-                            f"many to show as text (limit {MAX_NUMBERS_SHOWN}); pass formatter=(observation, info) -> "
-                            "str that summarises it")
-        if observation_names is not None and (_space_kind(observation_space) not in ("Box", "Discrete")
-                                              or len(observation_names) != count):
-            raise ValueError(f"ObservationFormatter: {len(observation_names)} observation_names for observation space "
-                             f"{observation_space!r} ({count} numbers); give one name per number of a Box space")
+            raise TypeError(
+                f"ObservationFormatter: observation space {observation_space!r} has {count} numbers, too "
+                f"many to show as text (limit {MAX_NUMBERS_SHOWN}); pass formatter=(observation, info) -> "
+                "str that summarises it"
+            )
+        if observation_names is not None and (
+            _space_kind(observation_space) not in ("Box", "Discrete") or len(observation_names) != count
+        ):
+            raise ValueError(
+                f"ObservationFormatter: {len(observation_names)} observation_names for observation space "
+                f"{observation_space!r} ({count} numbers); give one name per number of a Box space"
+            )
         _check_action_names(action_space, action_names, "ObservationFormatter")
         self.observation_space, self.action_space = observation_space, action_space
         self.observation_names = list(observation_names) if observation_names is not None else None
@@ -166,8 +185,9 @@ class ObservationFormatter:
 
     def __call__(self, observation: Any, info: dict | None = None) -> str:
         lines = [self.instructions] if self.instructions else []
-        lines.append("Observation: " + describe_observation(observation, self.precision, self.observation_names,
-                                                            self.signed))
+        lines.append(
+            "Observation: " + describe_observation(observation, self.precision, self.observation_names, self.signed)
+        )
         if self.actions_line:
             lines.append(self.actions_line)
         return "\n".join(lines)
@@ -177,16 +197,21 @@ def _check_action_names(action_space: Any, action_names: Sequence[str] | None, w
     if action_names is None:
         return
     kind = _space_kind(action_space)
-    expected = int(action_space.n) if kind == "Discrete" else (
-        int(np.prod(action_space.shape)) if kind == "Box" else None)
+    expected = (
+        int(action_space.n) if kind == "Discrete" else (int(np.prod(action_space.shape)) if kind == "Box" else None)
+    )
     if expected is None or len(action_names) != expected:
-        raise ValueError(f"{where}: {len(action_names)} action_names for action space {action_space!r}; give one "
-                         "name per Discrete action (or per Box dimension)")
+        raise ValueError(
+            f"{where}: {len(action_names)} action_names for action space {action_space!r}; give one "
+            "name per Discrete action (or per Box dimension)"
+        )
     if kind == "Discrete":
         lowered = [str(n).strip().lower() for n in action_names]
         if len(set(lowered)) != len(lowered) or any(re.fullmatch(_NUMBER, n) for n in lowered):
-            raise ValueError(f"{where}: action_names {list(action_names)} must be distinct and not numbers "
-                             "(numbers are read as action indices)")
+            raise ValueError(
+                f"{where}: action_names {list(action_names)} must be distinct and not numbers "
+                "(numbers are read as action indices)"
+            )
 
 
 class ActionParser:
@@ -208,8 +233,10 @@ class ActionParser:
     def __init__(self, action_space: Any, *, action_names: Sequence[str] | None = None, clip: bool = True):
         kind = _space_kind(action_space)
         if kind not in ("Discrete", "Box", "MultiDiscrete", "MultiBinary"):
-            raise TypeError(f"ActionParser: no default parser for action space {action_space!r}; pass "
-                            "action_parser=(text) -> action")
+            raise TypeError(
+                f"ActionParser: no default parser for action space {action_space!r}; pass "
+                "action_parser=(text) -> action"
+            )
         _check_action_names(action_space, action_names, "ActionParser")
         self.action_space, self.kind, self.clip = action_space, kind, clip
         self.action_names = [str(n).strip().lower() for n in action_names] if action_names is not None else None
@@ -223,8 +250,11 @@ class ActionParser:
         return self._numbers(reply)
 
     def _expected(self) -> str:
-        return describe_actions(self.action_space, self.action_names).replace("Actions: ", "one of ").replace(
-            "Action: ", "")
+        return (
+            describe_actions(self.action_space, self.action_names)
+            .replace("Actions: ", "one of ")
+            .replace("Action: ", "")
+        )
 
     def _discrete(self, reply: str) -> int:
         space = self.action_space

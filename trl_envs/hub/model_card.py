@@ -60,8 +60,9 @@ def card_metadata(info: ModelCardInfo):
 
     algorithm = info.algorithm.lower()
     tags = ["trl", "trl-envs", algorithm, "reinforcement-learning"] + [f"env:{e}" for e in info.envs]
-    data: dict[str, Any] = dict(library_name="peft" if info.is_adapter else "transformers",
-                                pipeline_tag="text-generation", tags=tags)
+    data: dict[str, Any] = dict(
+        library_name="peft" if info.is_adapter else "transformers", pipeline_tag="text-generation", tags=tags
+    )
     if base_model_is_hub_id(info.base_model):
         data["base_model"] = info.base_model
     if info.datasets:
@@ -85,9 +86,11 @@ def render_model_card(info: ModelCardInfo) -> str:
         _eval_section(info),
     ]
     if info.plot_file:
-        parts.append(f"## Training curves\n\n![Training curves: reward and policy entropy against steps]"
-                     f"({info.plot_file})\n\nRising reward with falling (not collapsing) policy entropy is the healthy "
-                     "sign: the policy gets better while becoming more certain.\n")
+        parts.append(
+            f"## Training curves\n\n![Training curves: reward and policy entropy against steps]"
+            f"({info.plot_file})\n\nRising reward with falling (not collapsing) policy entropy is the healthy "
+            "sign: the policy gets better while becoming more certain.\n"
+        )
     parts.append(_load_section(info, repo))
     parts.append(_training_section(info, algorithm))
     return "\n".join(parts)
@@ -119,48 +122,67 @@ def _eval_section(info: ModelCardInfo) -> str:
     results = [("before training", info.eval_before), ("after training", info.eval_after)]
     results = [(name, r) for name, r in results if r is not None]
     ks = sorted(set().union(*(r.pass_at_k for _, r in results)))
-    lines = ["| metric | " + " | ".join(name for name, _ in results) + " |",
-             "| --- |" + " ---: |" * len(results),
-             "| mean total reward ± std | " + " | ".join(f"{r.mean_reward:.3f} ± {r.std_reward:.3f}"
-                                                       for _, r in results) + " |"]
+    lines = [
+        "| metric | " + " | ".join(name for name, _ in results) + " |",
+        "| --- |" + " ---: |" * len(results),
+        "| mean total reward ± std | "
+        + " | ".join(f"{r.mean_reward:.3f} ± {r.std_reward:.3f}" for _, r in results)
+        + " |",
+    ]
     for k in ks:
-        lines.append(f"| pass@{k} | " + " | ".join(f"{r.pass_at_k[k]:.3f}" if k in r.pass_at_k else "-"
-                                                  for _, r in results) + " |")
-    lines.append("| episodes (problems) | " + " | ".join(f"{r.num_episodes} ({r.num_problems})"
-                                                         for _, r in results) + " |")
+        lines.append(
+            f"| pass@{k} | "
+            + " | ".join(f"{r.pass_at_k[k]:.3f}" if k in r.pass_at_k else "-" for _, r in results)
+            + " |"
+        )
+    lines.append(
+        "| episodes (problems) | " + " | ".join(f"{r.num_episodes} ({r.num_problems})" for _, r in results) + " |"
+    )
     command = info.eval_settings.get("command")
     settings = ", ".join(f"{k} {v}" for k, v in info.eval_settings.items() if k != "command")
     env = f" `{info.eval_env}`" if info.eval_env else ""
     reproduce = ""
     if command:
-        reproduce = (f"\n\nReproduce it (every number and setting is in `eval_results.json`):\n\n```bash\n{command}\n"
-                     "```")
-    return ("## Evaluation\n\n" + "\n".join(lines) + f"\n\nMeasured on the held-out test problems of the env{env}"
-            + (f" ({settings})" if settings else "") + "; an episode counts as solved when its total reward is above "
-            f"{(info.eval_after or info.eval_before).success_threshold:g}." + reproduce + "\n")
+        reproduce = f"\n\nReproduce it (every number and setting is in `eval_results.json`):\n\n```bash\n{command}\n```"
+    return (
+        "## Evaluation\n\n"
+        + "\n".join(lines)
+        + f"\n\nMeasured on the held-out test problems of the env{env}"
+        + (f" ({settings})" if settings else "")
+        + "; an episode counts as solved when its total reward is above "
+        f"{(info.eval_after or info.eval_before).success_threshold:g}." + reproduce + "\n"
+    )
 
 
 def _load_section(info: ModelCardInfo, repo: str) -> str:
     if info.is_adapter:
-        code = (f"from peft import AutoPeftModelForCausalLM\nfrom transformers import AutoTokenizer\n\n"
-                f"model = AutoPeftModelForCausalLM.from_pretrained(\"{repo}\")  # the base model with this adapter\n"
-                f"tokenizer = AutoTokenizer.from_pretrained(\"{repo}\")\n\n"
-                f"# or explicitly:\nfrom peft import PeftModel\nfrom transformers import AutoModelForCausalLM\n\n"
-                f"base = AutoModelForCausalLM.from_pretrained(\"{info.base_model}\")\n"
-                f"model = PeftModel.from_pretrained(base, \"{repo}\")\n"
-                "model = model.merge_and_unload()  # optional: a plain transformers model\n")
+        code = (
+            f"from peft import AutoPeftModelForCausalLM\nfrom transformers import AutoTokenizer\n\n"
+            f'model = AutoPeftModelForCausalLM.from_pretrained("{repo}")  # the base model with this adapter\n'
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo}")\n\n'
+            f"# or explicitly:\nfrom peft import PeftModel\nfrom transformers import AutoModelForCausalLM\n\n"
+            f'base = AutoModelForCausalLM.from_pretrained("{info.base_model}")\n'
+            f'model = PeftModel.from_pretrained(base, "{repo}")\n'
+            "model = model.merge_and_unload()  # optional: a plain transformers model\n"
+        )
     else:
-        code = (f"from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-                f"model = AutoModelForCausalLM.from_pretrained(\"{repo}\")\n"
-                f"tokenizer = AutoTokenizer.from_pretrained(\"{repo}\")\n")
+        code = (
+            f"from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+            f'model = AutoModelForCausalLM.from_pretrained("{repo}")\n'
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo}")\n'
+        )
     note = ""
     if info.is_adapter and not base_model_is_hub_id(info.base_model):
-        note = (f"\nThe adapter's base model is the local path `{info.base_model}`: build or copy that model there "
-                "first, or point `base_model_name_or_path` in `adapter_config.json` at your copy.\n")
-    chat = ("\nPrompt it with the tokenizer's chat template, as during training:\n\n```python\n"
-            "messages = [{\"role\": \"user\", \"content\": \"...\"}]\n"
-            "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\", "
-            "return_dict=True)\nprint(tokenizer.decode(model.generate(**inputs, max_new_tokens=64)[0]))\n```\n")
+        note = (
+            f"\nThe adapter's base model is the local path `{info.base_model}`: build or copy that model there "
+            "first, or point `base_model_name_or_path` in `adapter_config.json` at your copy.\n"
+        )
+    chat = (
+        "\nPrompt it with the tokenizer's chat template, as during training:\n\n```python\n"
+        'messages = [{"role": "user", "content": "..."}]\n'
+        'inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", '
+        "return_dict=True)\nprint(tokenizer.decode(model.generate(**inputs, max_new_tokens=64)[0]))\n```\n"
+    )
     return f"## How to load\n\n```python\n{code}```\n{note}{chat}"
 
 
@@ -175,6 +197,8 @@ def _training_section(info: ModelCardInfo, algorithm: str) -> str:
             versions.append(f"{package} {md.version(package.replace('_', '-'))}")
         except md.PackageNotFoundError:
             continue
-    return (f"## Training\n\n{algorithm} with trl_envs' `Env{algorithm}Trainer` (TRL's `{algorithm}Trainer`).\n\n"
-            f"{table}The full configuration is in `training_config.json`, the logged metrics in "
-            f"`log_history.json`.\n\nFramework versions: {', '.join(versions)}.\n")
+    return (
+        f"## Training\n\n{algorithm} with trl_envs' `Env{algorithm}Trainer` (TRL's `{algorithm}Trainer`).\n\n"
+        f"{table}The full configuration is in `training_config.json`, the logged metrics in "
+        f"`log_history.json`.\n\nFramework versions: {', '.join(versions)}.\n"
+    )

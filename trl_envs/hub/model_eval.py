@@ -6,25 +6,42 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..registry.names import make_env_dataset
-from ..rollout.evaluation import EvalResult, evaluate
 from ..core.renderer import Renderer
-from ..rollout.engine import RolloutBudget, run_sync
-from ..samplers.hf import HFSampler
 from ..core.types import RLDatasetBuilder
+from ..registry.names import make_env_dataset
+from ..rollout.engine import RolloutBudget, run_sync
+from ..rollout.evaluation import EvalResult, evaluate
+from ..samplers.hf import HFSampler
 from ..trainers.rollout_args import RolloutArguments
 
 DEFAULT_BATCH_SIZE = 8
 """Problems per dataset batch offered to the env when a number of problems is asked for."""
 
 
-def evaluate_model(model_name_or_path: str, env: str, *, env_kwargs: dict[str, Any] | None = None,
-                   split: str = "test", num_problems: int | None = None, samples_per_problem: int = 4,
-                   ks: Sequence[int] | None = None, temperature: float = 1.0, top_p: float = 1.0,
-                   max_tokens: int = 32, max_turns: int | None = 16, max_tokens_per_trajectory: int | None = None,
-                   seed: int = 0, success_threshold: float = 0.0, device: str | None = None,
-                   dtype: str | None = None, chunk_size: int | None = 32, progress: bool = False,
-                   model=None, tokenizer=None, max_context_tokens: int | None = None) -> EvalResult:
+def evaluate_model(
+    model_name_or_path: str,
+    env: str,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    split: str = "test",
+    num_problems: int | None = None,
+    samples_per_problem: int = 4,
+    ks: Sequence[int] | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_tokens: int = 32,
+    max_turns: int | None = 16,
+    max_tokens_per_trajectory: int | None = None,
+    seed: int = 0,
+    success_threshold: float = 0.0,
+    device: str | None = None,
+    dtype: str | None = None,
+    chunk_size: int | None = 32,
+    progress: bool = False,
+    model=None,
+    tokenizer=None,
+    max_context_tokens: int | None = None,
+) -> EvalResult:
     """Load ``model_name_or_path`` (full model or PEFT adapter, see :func:`~trl_envs.hub.model_loading.load_policy`),
     play ``num_problems`` problems of ``env``'s ``split`` with ``samples_per_problem`` samples each and return the
     :class:`~trl_envs.rollout.evaluation.EvalResult` (mean/std reward, pass@k, per tag).
@@ -46,8 +63,14 @@ def evaluate_model(model_name_or_path: str, env: str, *, env_kwargs: dict[str, A
     from ..cli.preflight import check_counts, check_pass_k, check_sampling
 
     check_sampling(temperature, top_p)
-    check_counts(num_problems=num_problems, samples_per_problem=samples_per_problem, max_tokens=max_tokens,
-                 max_turns=max_turns, max_tokens_per_trajectory=max_tokens_per_trajectory, chunk_size=chunk_size)
+    check_counts(
+        num_problems=num_problems,
+        samples_per_problem=samples_per_problem,
+        max_tokens=max_tokens,
+        max_turns=max_turns,
+        max_tokens_per_trajectory=max_tokens_per_trajectory,
+        chunk_size=chunk_size,
+    )
     check_pass_k(ks, samples_per_problem)
     if model is None:
         from .model_loading import load_policy
@@ -68,7 +91,20 @@ def evaluate_model(model_name_or_path: str, env: str, *, env_kwargs: dict[str, A
         raise ValueError(f"evaluate_model: env {env!r} has no test split; use split='train'")
     sampler = HFSampler(model, tokenizer, temperature=temperature, top_p=top_p)
     limits = RolloutArguments(max_context_tokens=max_context_tokens).model_limits(model)  # as in training
-    budget = RolloutBudget(max_turns=max_turns, max_tokens_per_turn=max_tokens,
-                           max_tokens_per_trajectory=max_tokens_per_trajectory, **limits)
-    return evaluate(sampler, dataset, budget=budget, num_problems=num_problems, ks=ks, seed=seed,
-                    success_threshold=success_threshold, chunk_size=chunk_size, progress=progress)
+    budget = RolloutBudget(
+        max_turns=max_turns,
+        max_tokens_per_turn=max_tokens,
+        max_tokens_per_trajectory=max_tokens_per_trajectory,
+        **limits,
+    )
+    return evaluate(
+        sampler,
+        dataset,
+        budget=budget,
+        num_problems=num_problems,
+        ks=ks,
+        seed=seed,
+        success_threshold=success_threshold,
+        chunk_size=chunk_size,
+        progress=progress,
+    )

@@ -23,8 +23,7 @@ def is_adapter(name_or_path: str, revision: str | None = None) -> bool:
         return False
 
 
-def load_policy(name_or_path: str, *, device: str | None = None, dtype: str | None = None,
-                revision: str | None = None):
+def load_policy(name_or_path: str, *, device: str | None = None, dtype: str | None = None, revision: str | None = None):
     """``(model, tokenizer)`` for ``name_or_path``: a full causal LM, or a PEFT adapter on its base model.
 
     The tokenizer is taken from ``name_or_path`` when it has one (the training scripts save it next to the adapter),

@@ -26,8 +26,11 @@ def metric_series(log_history: Sequence[dict], keys: Sequence[str]) -> tuple[str
     """``(key, steps, values)`` of the first of ``keys`` logged with a number in ``log_history`` (the Trainer's
     ``state.log_history``: dicts with a ``step``), or ``None`` when none is."""
     for key in keys:
-        points = [(entry["step"], float(entry[key])) for entry in log_history
-                  if isinstance(entry.get(key), (int, float)) and "step" in entry]
+        points = [
+            (entry["step"], float(entry[key]))
+            for entry in log_history
+            if isinstance(entry.get(key), (int, float)) and "step" in entry
+        ]
         if points:
             return key, [s for s, _ in points], [v for _, v in points]
     return None
@@ -48,8 +51,9 @@ def running_mean(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
-def plot_training_curves(log_history: Sequence[dict] | str | os.PathLike[str], path: str | os.PathLike[str],
-                         title: str | None = None) -> str | None:
+def plot_training_curves(
+    log_history: Sequence[dict] | str | os.PathLike[str], path: str | os.PathLike[str], title: str | None = None
+) -> str | None:
     """Write a PNG of the reward (with the evaluation reward, if logged) and the policy entropy against steps,
     each with its running mean when there are 10 points or more.
 
@@ -73,8 +77,10 @@ def plot_training_curves(log_history: Sequence[dict] | str | os.PathLike[str], p
     if entropy is not None:
         panels.append(("policy entropy", [entropy]))
     if not panels:
-        warnings.warn(f"plot_training_curves: no reward ({', '.join(REWARD_KEYS)}) or entropy was logged; "
-                      f"{path} not written", stacklevel=2)
+        warnings.warn(
+            f"plot_training_curves: no reward ({', '.join(REWARD_KEYS)}) or entropy was logged; {path} not written",
+            stacklevel=2,
+        )
         return None
 
     from matplotlib.figure import Figure  # a Figure without pyplot: no display, no global backend state (Agg)
@@ -87,11 +93,17 @@ def plot_training_curves(log_history: Sequence[dict] | str | os.PathLike[str], p
                 continue
             key, steps, values = item
             smooth = len(values) >= 10  # noisy per-step values: the trend is what a reader looks for
-            line, = ax.plot(steps, values, style, markersize=3, alpha=0.45 if smooth else 1.0, label=key)
+            (line,) = ax.plot(steps, values, style, markersize=3, alpha=0.45 if smooth else 1.0, label=key)
             if smooth:
                 window = max(len(values) // 10, 3)
-                ax.plot(steps, running_mean(values, window), "-", color=line.get_color(), linewidth=2,
-                        label=f"{key} (mean of last {window})")
+                ax.plot(
+                    steps,
+                    running_mean(values, window),
+                    "-",
+                    color=line.get_color(),
+                    linewidth=2,
+                    label=f"{key} (mean of last {window})",
+                )
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")

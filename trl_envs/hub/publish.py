@@ -27,14 +27,27 @@ from pathlib import Path
 from typing import Any
 
 from ..rollout.evaluation import EvalResult
-from .push import push_folder_to_hub
 from .model_card import ModelCardInfo, write_model_card
 from .model_loading import ADAPTER_CONFIG
 from .plots import PLOT_FILE, plot_training_curves
+from .push import push_folder_to_hub
 
-CARD_HYPERPARAMETERS = ("learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
-                        "gradient_accumulation_steps", "num_generations", "num_rounds", "beta", "loss_type",
-                        "temperature", "max_completion_length", "max_tokens_per_turn", "max_turns", "seed")
+CARD_HYPERPARAMETERS = (
+    "learning_rate",
+    "max_steps",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_generations",
+    "num_rounds",
+    "beta",
+    "loss_type",
+    "temperature",
+    "max_completion_length",
+    "max_tokens_per_turn",
+    "max_turns",
+    "seed",
+)
 """Training settings shown on the model card (when the config has them)."""
 
 
@@ -43,20 +56,34 @@ class PublishArguments:
     """Command-line options of the end-of-training evaluation for the model card (``--card_eval ...``) and of the
     run's progress display (``--progress``)."""
 
-    card_eval: bool = field(default=True, metadata={
-        "help": "Evaluate the base model and the trained model on the env's test problems for the model card's "
-                "table (--card_eval false to skip)."})
-    card_eval_env: str | None = field(default=None, metadata={
-        "help": "Env to evaluate on (default: the training env)."})
+    card_eval: bool = field(
+        default=True,
+        metadata={
+            "help": "Evaluate the base model and the trained model on the env's test problems for the model card's "
+            "table (--card_eval false to skip)."
+        },
+    )
+    card_eval_env: str | None = field(
+        default=None, metadata={"help": "Env to evaluate on (default: the training env)."}
+    )
     card_eval_problems: int = field(default=32, metadata={"help": "Test problems in the card's evaluation."})
-    card_eval_samples: int = field(default=8, metadata={
-        "help": "Samples per problem (the n of pass@n) in the card's evaluation."})
-    card_eval_temperature: float | None = field(default=None, metadata={
-        "help": "Sampling temperature of the card's evaluation (default: the training temperature; 0: greedy)."})
+    card_eval_samples: int = field(
+        default=8, metadata={"help": "Samples per problem (the n of pass@n) in the card's evaluation."}
+    )
+    card_eval_temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "Sampling temperature of the card's evaluation (default: the training temperature; 0: greedy)."
+        },
+    )
     card_eval_seed: int = field(default=0, metadata={"help": "Sampling seed of the card's evaluation."})
-    progress: bool | None = field(default=None, metadata={
-        "help": "Progress bars (training steps with elapsed time and ETA, the card's evaluations): true, false, or "
-                "unset for 'when stderr is a terminal'."})
+    progress: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Progress bars (training steps with elapsed time and ETA, the card's evaluations): true, false, or "
+            "unset for 'when stderr is a terminal'."
+        },
+    )
 
 
 @dataclass
@@ -86,12 +113,17 @@ def take_over_push(training_args) -> bool:
         from huggingface_hub.constants import is_offline_mode
 
         if is_offline_mode():
-            raise ValueError("--push_to_hub: huggingface_hub is in offline mode (HF_HUB_OFFLINE=1), nothing could "
-                             "be pushed; unset HF_HUB_OFFLINE or drop --push_to_hub")
+            raise ValueError(
+                "--push_to_hub: huggingface_hub is in offline mode (HF_HUB_OFFLINE=1), nothing could "
+                "be pushed; unset HF_HUB_OFFLINE or drop --push_to_hub"
+            )
         from ..cli.preflight import check_hub_access
 
-        check_hub_access(training_args.hub_model_id or Path(training_args.output_dir).absolute().name,
-                         token=training_args.hub_token, private=training_args.hub_private_repo)
+        check_hub_access(
+            training_args.hub_model_id or Path(training_args.output_dir).absolute().name,
+            token=training_args.hub_token,
+            private=training_args.hub_private_repo,
+        )
     training_args.push_to_hub = False
     return push
 
@@ -114,10 +146,21 @@ def save_run(trainer, tokenizer) -> None:
         print(f"saved to {output_dir}")
 
 
-def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], push: bool,
-                publish_args: PublishArguments | None = None, env_kwargs: dict[str, Any] | None = None,
-                eval_env: str | None = None, eval_env_kwargs: dict[str, Any] | None = None,
-                datasets: list[str] | None = None, script_args: Any = None, model_args: Any = None) -> PublishResult:
+def publish_run(
+    trainer,
+    *,
+    base_model: str,
+    algorithm: str,
+    envs: list[str],
+    push: bool,
+    publish_args: PublishArguments | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    eval_env: str | None = None,
+    eval_env_kwargs: dict[str, Any] | None = None,
+    datasets: list[str] | None = None,
+    script_args: Any = None,
+    model_args: Any = None,
+) -> PublishResult:
     """Write the curves, config, evaluation and model card into ``trainer.args.output_dir`` (already holding the
     saved model and tokenizer) and push the folder if ``push``. Runs on the main process only.
 
@@ -144,8 +187,11 @@ def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], pu
     publish_args = publish_args or PublishArguments()
     is_adapter = os.path.isfile(os.path.join(output_dir, ADAPTER_CONFIG))
 
-    result.plot_path = plot_training_curves(trainer.state.log_history, os.path.join(output_dir, PLOT_FILE),
-                                            title=f"{algorithm.upper()} on {', '.join(envs) or 'preference data'}")
+    result.plot_path = plot_training_curves(
+        trainer.state.log_history,
+        os.path.join(output_dir, PLOT_FILE),
+        title=f"{algorithm.upper()} on {', '.join(envs) or 'preference data'}",
+    )
     _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push)
 
     repo_id = args.hub_model_id or Path(output_dir).absolute().name
@@ -156,20 +202,35 @@ def publish_run(trainer, *, base_model: str, algorithm: str, envs: list[str], pu
     elif publish_args.card_eval:
         kwargs = env_kwargs if env in envs else eval_env_kwargs if env == eval_env else None
         result.eval_before, result.eval_after, settings = _evaluate_before_after(
-            trainer, base_model, output_dir, repo_id, env, kwargs, publish_args)
+            trainer, base_model, output_dir, repo_id, env, kwargs, publish_args
+        )
 
     info = ModelCardInfo(
-        model_name=repo_id.split("/")[-1], base_model=base_model, algorithm=algorithm, envs=list(envs),
-        is_adapter=is_adapter, repo_id=repo_id, eval_env=env if result.eval_after is not None else None,
-        eval_before=result.eval_before, eval_after=result.eval_after, eval_settings=settings,
-        plot_file=PLOT_FILE if result.plot_path else None, datasets=list(datasets or []),
-        hyperparameters=_card_hyperparameters(args))
+        model_name=repo_id.split("/")[-1],
+        base_model=base_model,
+        algorithm=algorithm,
+        envs=list(envs),
+        is_adapter=is_adapter,
+        repo_id=repo_id,
+        eval_env=env if result.eval_after is not None else None,
+        eval_before=result.eval_before,
+        eval_after=result.eval_after,
+        eval_settings=settings,
+        plot_file=PLOT_FILE if result.plot_path else None,
+        datasets=list(datasets or []),
+        hyperparameters=_card_hyperparameters(args),
+    )
     result.card_path = write_model_card(output_dir, info)
     print(f"[trl_envs] wrote the model card {result.card_path}")
     if push:
-        result.repo_url = push_folder_to_hub(output_dir, repo_id, token=args.hub_token,
-                                             private=args.hub_private_repo, revision=args.hub_revision,
-                                             commit_message=f"{algorithm.upper()} with trl_envs: end of training")
+        result.repo_url = push_folder_to_hub(
+            output_dir,
+            repo_id,
+            token=args.hub_token,
+            private=args.hub_private_repo,
+            revision=args.hub_revision,
+            commit_message=f"{algorithm.upper()} with trl_envs: end of training",
+        )
         print(f"[trl_envs] pushed {output_dir} to {result.repo_url}")
     return result
 
@@ -181,8 +242,7 @@ def _card_hyperparameters(args) -> dict[str, Any]:
     return shown
 
 
-def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: str, env: str, env_kwargs,
-                           publish_args):
+def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: str, env: str, env_kwargs, publish_args):
     from .model_eval import evaluate_model
 
     args = trainer.args
@@ -190,36 +250,67 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: s
     temperature = publish_args.card_eval_temperature
     if temperature is None:
         temperature = getattr(args, "temperature", 1.0)
-    settings = {"problems": publish_args.card_eval_problems, "samples per problem": publish_args.card_eval_samples,
-                "temperature": temperature, "seed": publish_args.card_eval_seed}
+    settings = {
+        "problems": publish_args.card_eval_problems,
+        "samples per problem": publish_args.card_eval_samples,
+        "temperature": temperature,
+        "seed": publish_args.card_eval_seed,
+    }
     command = ["trl-envs", "eval", "--model", repo_id, "--env", env]
     if env_kwargs:
         command += ["--env_kwargs", json.dumps(env_kwargs)]
-    command += ["--num_problems", publish_args.card_eval_problems, "--samples_per_problem",
-                publish_args.card_eval_samples, "--temperature", temperature,
-                "--max_tokens", budget.max_tokens_per_turn,
-                "--max_turns", "none" if budget.max_turns is None else budget.max_turns]
+    command += [
+        "--num_problems",
+        publish_args.card_eval_problems,
+        "--samples_per_problem",
+        publish_args.card_eval_samples,
+        "--temperature",
+        temperature,
+        "--max_tokens",
+        budget.max_tokens_per_turn,
+        "--max_turns",
+        "none" if budget.max_turns is None else budget.max_turns,
+    ]
     if budget.max_tokens_per_trajectory is not None:
         command += ["--max_tokens_per_trajectory", budget.max_tokens_per_trajectory]
     command += ["--seed", publish_args.card_eval_seed]
     settings["command"] = shlex.join(map(str, command))
-    common = dict(env_kwargs=env_kwargs, num_problems=publish_args.card_eval_problems,
-                  samples_per_problem=publish_args.card_eval_samples, temperature=temperature,
-                  max_tokens=budget.max_tokens_per_turn, max_turns=budget.max_turns,
-                  max_tokens_per_trajectory=budget.max_tokens_per_trajectory, seed=publish_args.card_eval_seed,
-                  device=str(trainer.accelerator.device), max_context_tokens=getattr(args, "max_context_tokens", None))
+    common = dict(
+        env_kwargs=env_kwargs,
+        num_problems=publish_args.card_eval_problems,
+        samples_per_problem=publish_args.card_eval_samples,
+        temperature=temperature,
+        max_tokens=budget.max_tokens_per_turn,
+        max_turns=budget.max_turns,
+        max_tokens_per_trajectory=budget.max_tokens_per_trajectory,
+        seed=publish_args.card_eval_seed,
+        device=str(trainer.accelerator.device),
+        max_context_tokens=getattr(args, "max_context_tokens", None),
+    )
     results = {}
     episodes = publish_args.card_eval_problems * publish_args.card_eval_samples
     progress = show_progress(getattr(publish_args, "progress", None))
     for name, model in (("before", base_model), ("after", output_dir)):
-        print(f"[trl_envs] model card: evaluating the model {name} training on {env} ({publish_args.card_eval_problems} "
-              f"test problems x {publish_args.card_eval_samples} samples = {episodes} episodes; --card_eval false "
-              "skips it)", flush=True)
+        print(
+            f"[trl_envs] model card: evaluating the model {name} training on {env} ({publish_args.card_eval_problems} "
+            f"test problems x {publish_args.card_eval_samples} samples = {episodes} episodes; --card_eval false "
+            "skips it)",
+            flush=True,
+        )
         results[name] = evaluate_model(model, env, **common, progress=progress)
         print(f"[trl_envs] {env} test problems, {name} training:\n{results[name].format_table()}")
     with open(os.path.join(output_dir, "eval_results.json"), "w", encoding="utf-8") as f:
-        json.dump({"env": env, "env_kwargs": env_kwargs, "settings": settings, "base_model": base_model,
-                   **{name: r.to_dict() for name, r in results.items()}}, f, indent=2)
+        json.dump(
+            {
+                "env": env,
+                "env_kwargs": env_kwargs,
+                "settings": settings,
+                "base_model": base_model,
+                **{name: r.to_dict() for name, r in results.items()},
+            },
+            f,
+            indent=2,
+        )
         f.write("\n")
     return results["before"], results["after"], settings
 
@@ -231,10 +322,15 @@ def show_progress(asked: bool | None) -> bool:
 
 def _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push) -> None:
     config = {
-        "algorithm": algorithm, "base_model": base_model, "envs": list(envs), "env_kwargs": env_kwargs,
+        "algorithm": algorithm,
+        "base_model": base_model,
+        "envs": list(envs),
+        "env_kwargs": env_kwargs,
         "push_to_hub": push,
-        **{name: dataclasses.asdict(a) if dataclasses.is_dataclass(a) else a
-           for name, a in (("script_args", script_args), ("model_args", model_args))},
+        **{
+            name: dataclasses.asdict(a) if dataclasses.is_dataclass(a) else a
+            for name, a in (("script_args", script_args), ("model_args", model_args))
+        },
         "training_args": json.loads(args.to_json_string()),
     }
     with open(os.path.join(output_dir, "training_config.json"), "w", encoding="utf-8") as f:

@@ -25,10 +25,16 @@ def files_to_push(folder: str | os.PathLike[str]) -> list[str]:
     return sorted(filter_repo_objects(paths, ignore_patterns=PUSH_IGNORE_PATTERNS + list(DEFAULT_IGNORE_PATTERNS)))
 
 
-def push_folder_to_hub(folder: str | os.PathLike[str], repo_id: str, *, token: str | None = None,
-                       private: bool | None = None, revision: str | None = None,
-                       commit_message: str = "Upload model trained with trl_envs",
-                       endpoint: str | None = None) -> str:
+def push_folder_to_hub(
+    folder: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    token: str | None = None,
+    private: bool | None = None,
+    revision: str | None = None,
+    commit_message: str = "Upload model trained with trl_envs",
+    endpoint: str | None = None,
+) -> str:
     """Create the model repo ``repo_id`` if needed and upload ``folder`` to it in one commit; return the repo URL.
 
     Args:
@@ -47,14 +53,21 @@ def push_folder_to_hub(folder: str | os.PathLike[str], repo_id: str, *, token: s
     from huggingface_hub.constants import is_offline_mode
 
     if is_offline_mode():
-        raise RuntimeError(f"push_folder_to_hub: cannot push {folder} to {repo_id!r}: huggingface_hub is in offline "
-                           "mode (HF_HUB_OFFLINE=1); unset it to push")
+        raise RuntimeError(
+            f"push_folder_to_hub: cannot push {folder} to {repo_id!r}: huggingface_hub is in offline "
+            "mode (HF_HUB_OFFLINE=1); unset it to push"
+        )
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"push_folder_to_hub: {folder} is not a directory")
     api = HfApi(endpoint=endpoint, token=token)
     repo_url = api.create_repo(repo_id, private=private, repo_type="model", exist_ok=True)
     if revision is not None and revision != "main":
         api.create_branch(repo_url.repo_id, branch=revision, exist_ok=True)
-    api.upload_folder(repo_id=repo_url.repo_id, folder_path=folder, commit_message=commit_message,
-                      revision=revision, ignore_patterns=list(PUSH_IGNORE_PATTERNS))
+    api.upload_folder(
+        repo_id=repo_url.repo_id,
+        folder_path=folder,
+        commit_message=commit_message,
+        revision=revision,
+        ignore_patterns=list(PUSH_IGNORE_PATTERNS),
+    )
     return str(repo_url)

@@ -18,5 +18,13 @@ from .group import GameDataset, GameDatasetBuilder, GameGroupBuilder
 from .match import GameMatch
 from .player import GamePlayerEnv
 
-__all__ = ["GameDataset", "GameDatasetBuilder", "GameGroupBuilder", "GameMatch", "GamePlayerEnv", "IllegalReply",
-           "Opponent", "TurnGame"]
+__all__ = [
+    "GameDataset",
+    "GameDatasetBuilder",
+    "GameGroupBuilder",
+    "GameMatch",
+    "GamePlayerEnv",
+    "IllegalReply",
+    "Opponent",
+    "TurnGame",
+]

@@ -47,8 +47,10 @@ class TurnGame(ABC):
     def random_reply(self, seat: int, rng: random.Random) -> str:
         """A legal reply for ``seat``, drawn with ``rng``: the ``"random"`` fixed opponent. Raises
         :class:`IllegalReply` where the game does not list its legal moves."""
-        raise IllegalReply(f"{self.name}: this game does not list its legal moves, so it has no 'random' opponent; "
-                           "pass an opponent callable (text, rng) -> reply")
+        raise IllegalReply(
+            f"{self.name}: this game does not list its legal moves, so it has no 'random' opponent; "
+            "pass an opponent callable (text, rng) -> reply"
+        )
 
     def close(self) -> None:
         """Release the game's resources (called once, when the match is done or abandoned)."""

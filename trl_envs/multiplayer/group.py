@@ -41,10 +41,20 @@ class GameGroupBuilder(EnvGroupBuilder):
         tag: the logging tag (the env's name).
     """
 
-    def __init__(self, make_game: Callable[[int], TurnGame], renderer: Renderer, group_size: int, num_players: int,
-                 seed: int = 0, opponent: Opponent | str | None = None, seat: int | None = None,
-                 move_timeout: float = 120.0, invalid_reply_penalty: float = 0.0, system_prompt: str | None = None,
-                 tag: str = "game"):
+    def __init__(
+        self,
+        make_game: Callable[[int], TurnGame],
+        renderer: Renderer,
+        group_size: int,
+        num_players: int,
+        seed: int = 0,
+        opponent: Opponent | str | None = None,
+        seat: int | None = None,
+        move_timeout: float = 120.0,
+        invalid_reply_penalty: float = 0.0,
+        system_prompt: str | None = None,
+        tag: str = "game",
+    ):
         check_group(tag, group_size, num_players, opponent, seat)
         self.make_game, self.renderer, self.group_size, self.num_players = make_game, renderer, group_size, num_players
         self.seed, self.opponent, self.seat, self.move_timeout = seed, opponent, seat, move_timeout
@@ -70,8 +80,9 @@ class GameGroupBuilder(EnvGroupBuilder):
         n = self.num_players
         return [list(range(k * n, (k + 1) * n)) for k in range(self.group_size // n)]
 
-    async def compute_group_rewards(self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
-                                    ) -> list[tuple[float, Metrics]]:
+    async def compute_group_rewards(
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
         out = []
         for env in env_group:
             player = env.unwrapped
@@ -100,8 +111,9 @@ class GameGroupBuilder(EnvGroupBuilder):
         return match
 
     def _env(self, match: GameMatch, seat: int) -> Env:
-        return MessageTokenEnv(GamePlayerEnv(match, seat, self.system_prompt, self.invalid_reply_penalty),
-                               self.renderer)
+        return MessageTokenEnv(
+            GamePlayerEnv(match, seat, self.system_prompt, self.invalid_reply_penalty), self.renderer
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_matches": []}  # live games stay with the process that plays them
@@ -123,9 +135,11 @@ def check_group(name: str, group_size: int, num_players: int, opponent: Any, sea
     if num_players < 1:
         raise ValueError(f"env {name!r}: num_players must be >= 1, got {num_players}")
     if opponent is None and (group_size < num_players or group_size % num_players):
-        raise ValueError(f"env {name!r}: in self-play a group is group_size / num_players games, so group_size "
-                         f"(num_generations) must be a multiple of num_players={num_players}; got {group_size} (or play a "
-                         "fixed opponent: option opponent='random')")
+        raise ValueError(
+            f"env {name!r}: in self-play a group is group_size / num_players games, so group_size "
+            f"(num_generations) must be a multiple of num_players={num_players}; got {group_size} (or play a "
+            "fixed opponent: option opponent='random')"
+        )
     if seat is not None and not 0 <= seat < num_players:
         raise ValueError(f"env {name!r}: option 'seat' must be in 0..{num_players - 1}, got {seat!r}")
 
@@ -138,15 +152,33 @@ class GameDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` :class:`GameGroupBuilder` s; group ``j`` of batch ``i`` plays from a
     seed fixed by ``seed``, ``i`` and ``j`` (reproducible, distinct across groups)."""
 
-    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
-                 make_game: Callable[[int], TurnGame], num_players: int, seed: int = 0, **group_options: Any):
+    def __init__(
+        self,
+        renderer: Renderer,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        make_game: Callable[[int], TurnGame],
+        num_players: int,
+        seed: int = 0,
+        **group_options: Any,
+    ):
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.make_game, self.num_players, self.seed, self.group_options = make_game, num_players, seed, group_options
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"{self.group_options.get('tag', 'game')}/{self.seed}/{index}")
-        return [GameGroupBuilder(self.make_game, self.renderer, self.group_size, self.num_players,
-                                 rng.randrange(2**31), **self.group_options) for _ in range(self.batch_size)]
+        return [
+            GameGroupBuilder(
+                self.make_game,
+                self.renderer,
+                self.group_size,
+                self.num_players,
+                rng.randrange(2**31),
+                **self.group_options,
+            )
+            for _ in range(self.batch_size)
+        ]
 
 
 @dataclass
@@ -174,11 +206,14 @@ class GameDatasetBuilder(BuiltinDatasetBuilder):
         for option in ("opponent", "test_opponent"):
             value = getattr(self, option)
             if value is not None and value != "random" and not callable(value):
-                raise ValueError(f"env {self.name!r}: option {option!r} must be 'random' (or None for self-play, "
-                                 f"'opponent' only), got {value!r}")
+                raise ValueError(
+                    f"env {self.name!r}: option {option!r} must be 'random' (or None for self-play, "
+                    f"'opponent' only), got {value!r}"
+                )
         if self.test_opponent is None:
-            raise ValueError(f"env {self.name!r}: option 'test_opponent' must be 'random' (the test split plays a "
-                             "fixed opponent)")
+            raise ValueError(
+                f"env {self.name!r}: option 'test_opponent' must be 'random' (the test split plays a fixed opponent)"
+            )
         check_number_option(self.name, "move_timeout", self.move_timeout, positive=True)
         check_number_option(self.name, "invalid_reply_penalty", self.invalid_reply_penalty)
         check_group(self.name, self.group_size, self.num_players, self.opponent, self.seat)
@@ -187,11 +222,24 @@ class GameDatasetBuilder(BuiltinDatasetBuilder):
         raise NotImplementedError(f"{type(self).__name__} must define game_factory()")
 
     def dataset(self, num_batches: int, seed: int, opponent: Any = None) -> RLDataset:
-        return GameDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.game_factory(),
-                           self.num_players, seed, opponent=opponent, seat=self.seat, move_timeout=self.move_timeout,
-                           invalid_reply_penalty=self.invalid_reply_penalty, system_prompt=self.system_prompt,
-                           tag=self.name)
+        return GameDataset(
+            self.renderer,
+            self.batch_size,
+            self.group_size,
+            num_batches,
+            self.game_factory(),
+            self.num_players,
+            seed,
+            opponent=opponent,
+            seat=self.seat,
+            move_timeout=self.move_timeout,
+            invalid_reply_penalty=self.invalid_reply_penalty,
+            system_prompt=self.system_prompt,
+            tag=self.name,
+        )
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        return (self.dataset(self.num_batches, self.train_seed, self.opponent),
-                self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, self.test_opponent))
+        return (
+            self.dataset(self.num_batches, self.train_seed, self.opponent),
+            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, self.test_opponent),
+        )

@@ -50,16 +50,23 @@ class GameMatch:
         illegal: illegal replies per seat. moves: replies per seat (legal or not).
     """
 
-    def __init__(self, game: TurnGame, opponents: dict[int, Opponent | str] | None = None,
-                 move_timeout: float = 120.0, seed: int = 0):
+    def __init__(
+        self,
+        game: TurnGame,
+        opponents: dict[int, Opponent | str] | None = None,
+        move_timeout: float = 120.0,
+        seed: int = 0,
+    ):
         if move_timeout <= 0:
             raise ValueError(f"{game.name}: move_timeout must be > 0 seconds, got {move_timeout}")
         self.game, self.move_timeout = game, move_timeout
         self.opponents = dict(opponents or {})
         for seat, opponent in self.opponents.items():
             if not (callable(opponent) or opponent == "random"):
-                raise ValueError(f"{game.name}: the opponent of seat {seat} must be 'random' or a callable "
-                                 f"(text, rng) -> reply, got {opponent!r}")
+                raise ValueError(
+                    f"{game.name}: the opponent of seat {seat} must be 'random' or a callable "
+                    f"(text, rng) -> reply, got {opponent!r}"
+                )
         self.rng = random.Random(seed)
         self.abandoned_by: int | None = None
         self.cut_by: int | None = None
@@ -128,7 +135,8 @@ class GameMatch:
                         raise OpponentTimeout(
                             f"{self.game.name}: seat {self.game.to_move()} did not move within {self.move_timeout}s; "
                             "its episode may have failed, been cut by a rollout budget (max_turns must cover a whole "
-                            "game) or never been run")
+                            "game) or never been run"
+                        )
                     if self._changed is None:
                         self._changed = asyncio.Event()
                     changed = self._changed
@@ -137,8 +145,10 @@ class GameMatch:
                     except asyncio.TimeoutError:
                         pass  # the loop raises OpponentTimeout
                 if self.abandoned_by is not None and self.abandoned_by != seat:
-                    raise OpponentAbandoned(f"{self.game.name}: seat {self.abandoned_by} stopped mid-game (its "
-                                            f"episode failed or was cancelled); seat {seat} cannot go on")
+                    raise OpponentAbandoned(
+                        f"{self.game.name}: seat {self.abandoned_by} stopped mid-game (its "
+                        f"episode failed or was cancelled); seat {seat} cannot go on"
+                    )
         except asyncio.CancelledError:
             self.abandon(seat)
             raise
@@ -160,8 +170,9 @@ class GameMatch:
             text = self.game.observe(seat)
             reply = self.game.random_reply(seat, self.rng) if opponent == "random" else opponent(text, self.rng)
             self._apply(seat, str(reply))
-        raise RuntimeError(f"{self.game.name}: the fixed opponent kept the turn for {MAX_OPPONENT_MOVES_IN_A_ROW} "
-                           "moves in a row")
+        raise RuntimeError(
+            f"{self.game.name}: the fixed opponent kept the turn for {MAX_OPPONENT_MOVES_IN_A_ROW} moves in a row"
+        )
 
     def _notify(self) -> None:
         # Unpark the seats this change wakes now, not when they next run: the batcher must wait for their requests.

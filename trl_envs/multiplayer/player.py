@@ -36,8 +36,9 @@ class GamePlayerEnv(MessageEnv):
         invalid_reply_penalty: subtracted from the step reward of a reply the game ruled illegal.
     """
 
-    def __init__(self, match: GameMatch, seat: int, system_prompt: str | None = None,
-                 invalid_reply_penalty: float = 0.0):
+    def __init__(
+        self, match: GameMatch, seat: int, system_prompt: str | None = None, invalid_reply_penalty: float = 0.0
+    ):
         if not 0 <= seat < match.game.num_players:
             raise ValueError(f"{match.game.name}: seat {seat} out of range (0..{match.game.num_players - 1})")
         self.match, self.seat = match, seat
@@ -62,8 +63,9 @@ class GamePlayerEnv(MessageEnv):
                 await self._guarded_wait()
             if self.match.over:
                 return self._done(reward, legal)
-            return MessageStepResult(reward, False, [self._user_message()], {"legal": float(legal)},
-                                     {"reply": response.message["content"]})
+            return MessageStepResult(
+                reward, False, [self._user_message()], {"legal": float(legal)}, {"reply": response.message["content"]}
+            )
         except BaseException:
             self.match.abandon(self.seat)  # never leave the other seats waiting on us
             raise
@@ -82,7 +84,14 @@ class GamePlayerEnv(MessageEnv):
 
     def _done(self, reward: float, legal: bool = True) -> MessageStepResult:
         score = self.match.score(self.seat)
-        metrics = {"legal": float(legal), "game_reward": score, "win": float(score > 0), "loss": float(score < 0),
-                   "draw": float(score == 0), "moves": float(self.match.moves[self.seat]),
-                   "illegal_moves": float(self.match.illegal[self.seat]), "cut": float(self.match.cut_by is not None)}
+        metrics = {
+            "legal": float(legal),
+            "game_reward": score,
+            "win": float(score > 0),
+            "loss": float(score < 0),
+            "draw": float(score == 0),
+            "moves": float(self.match.moves[self.seat]),
+            "illegal_moves": float(self.match.illegal[self.seat]),
+            "cut": float(self.match.cut_by is not None),
+        }
         return MessageStepResult(reward, True, [], metrics)

@@ -30,8 +30,18 @@ class OpenEnvDataset(RLDataset):
     """``num_batches`` batches of ``batch_size`` :class:`~trl_envs.openenv.env.OpenEnvGroupBuilder` s; group ``j`` of
     batch ``i`` resets with seed ``seed + i * batch_size + j``."""
 
-    def __init__(self, url: str, renderer: Renderer, mapping: TextMapping, *, batch_size: int, group_size: int,
-                 num_batches: int, seed: int, **group_options: Any):
+    def __init__(
+        self,
+        url: str,
+        renderer: Renderer,
+        mapping: TextMapping,
+        *,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        seed: int,
+        **group_options: Any,
+    ):
         self.url, self.renderer, self.mapping = url, renderer, mapping
         self.batch_size, self.group_size, self.num_batches, self.seed = batch_size, group_size, num_batches, seed
         self.group_options = group_options
@@ -40,8 +50,12 @@ class OpenEnvDataset(RLDataset):
         if not 0 <= index < self.num_batches:
             raise IndexError(f"OpenEnvDataset({self.url}): batch {index} out of range (0..{self.num_batches - 1})")
         first = self.seed + index * self.batch_size
-        return [OpenEnvGroupBuilder(self.url, self.renderer, self.group_size, self.mapping, seed=first + j,
-                                    **self.group_options) for j in range(self.batch_size)]
+        return [
+            OpenEnvGroupBuilder(
+                self.url, self.renderer, self.group_size, self.mapping, seed=first + j, **self.group_options
+            )
+            for j in range(self.batch_size)
+        ]
 
     def __len__(self) -> int:
         return self.num_batches
@@ -89,25 +103,38 @@ class OpenEnvDatasetBuilder(RLDatasetBuilder):
         self.check_options()
         if self.url is None:
             self.url = start_server(self.image, self.space)
-        self.mapping = TextMapping.for_server(self.url, action_field=self.action_field,
-                                              observation_field=self.observation_field, action_fn=self.action_fn,
-                                              observation_fn=self.observation_fn)
+        self.mapping = TextMapping.for_server(
+            self.url,
+            action_field=self.action_field,
+            observation_field=self.observation_field,
+            action_fn=self.action_fn,
+            observation_fn=self.observation_fn,
+        )
 
     def check_options(self) -> None:
         """Raise a ``ValueError`` naming the option for a bad value (before any connection is made)."""
         sources = {k: v for k, v in (("url", self.url), ("image", self.image), ("space", self.space)) if v is not None}
         if len(sources) != 1:
-            raise ValueError(f"env {ENV_NAME!r}: give exactly one of the options url (a running server, e.g. "
-                             f"'http://127.0.0.1:8000'), image (a Docker image) or space (a Hugging Face Space id); "
-                             f"got {sorted(sources) or 'none'}")
+            raise ValueError(
+                f"env {ENV_NAME!r}: give exactly one of the options url (a running server, e.g. "
+                f"'http://127.0.0.1:8000'), image (a Docker image) or space (a Hugging Face Space id); "
+                f"got {sorted(sources) or 'none'}"
+            )
         for name, value in sources.items():
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"env {ENV_NAME!r}: option {name!r} must be a non-empty string, got {value!r}")
         if self.url is not None and not self.url.startswith(("http://", "https://", "ws://", "wss://")):
-            raise ValueError(f"env {ENV_NAME!r}: option 'url' must start with http://, https://, ws:// or wss://, got "
-                             f"{self.url!r}")
-        for name, minimum in (("batch_size", 1), ("group_size", 1), ("num_batches", 1), ("num_test_batches", 0),
-                              ("seed", 0), ("test_seed", 0)):
+            raise ValueError(
+                f"env {ENV_NAME!r}: option 'url' must start with http://, https://, ws:// or wss://, got {self.url!r}"
+            )
+        for name, minimum in (
+            ("batch_size", 1),
+            ("group_size", 1),
+            ("num_batches", 1),
+            ("num_test_batches", 0),
+            ("seed", 0),
+            ("test_seed", 0),
+        ):
             _check_int(name, getattr(self, name), minimum)
         if self.max_sessions is not None:
             _check_int("max_sessions", self.max_sessions, 1)
@@ -119,8 +146,9 @@ class OpenEnvDatasetBuilder(RLDatasetBuilder):
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"env {ENV_NAME!r}: option {name!r} must be a string, got {value!r}")
         if not isinstance(self.reset_kwargs, dict):
-            raise ValueError(f"env {ENV_NAME!r}: option 'reset_kwargs' must be a JSON object (dict), got "
-                             f"{self.reset_kwargs!r}")
+            raise ValueError(
+                f"env {ENV_NAME!r}: option 'reset_kwargs' must be a JSON object (dict), got {self.reset_kwargs!r}"
+            )
         for name in ("action_fn", "observation_fn"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise ValueError(f"env {ENV_NAME!r}: option {name!r} must be a function")
@@ -128,38 +156,72 @@ class OpenEnvDatasetBuilder(RLDatasetBuilder):
             raise ValueError(f"env {ENV_NAME!r}: give action_field or action_fn, not both")
         train = range(self.seed, self.seed + self.num_batches * self.batch_size)
         test_start = self.test_seed + TEST_SEED_OFFSET
-        if self.num_test_batches and train.start < test_start + self.num_test_batches * self.batch_size \
-                and test_start < train.stop:
-            raise ValueError(f"env {ENV_NAME!r}: training episode seeds {train.start}..{train.stop - 1} reach the test "
-                             f"episode seeds from {test_start}; use a smaller seed or fewer batches")
+        if (
+            self.num_test_batches
+            and train.start < test_start + self.num_test_batches * self.batch_size
+            and test_start < train.stop
+        ):
+            raise ValueError(
+                f"env {ENV_NAME!r}: training episode seeds {train.start}..{train.stop - 1} reach the test "
+                f"episode seeds from {test_start}; use a smaller seed or fewer batches"
+            )
 
     def group_options(self) -> dict[str, Any]:
         """The options every group of this builder gets (besides its seed)."""
-        return dict(reset_kwargs=self.reset_kwargs, tags=[self.tag], system_prompt=self.system_prompt,
-                    max_sessions=self.max_sessions, message_timeout_s=self.message_timeout_s,
-                    rejected_action_reward=self.rejected_action_reward)
+        return dict(
+            reset_kwargs=self.reset_kwargs,
+            tags=[self.tag],
+            system_prompt=self.system_prompt,
+            max_sessions=self.max_sessions,
+            message_timeout_s=self.message_timeout_s,
+            rejected_action_reward=self.rejected_action_reward,
+        )
 
     def dataset(self, num_batches: int, seed: int) -> OpenEnvDataset:
         assert self.url is not None
-        return OpenEnvDataset(self.url, self.renderer, self.mapping, batch_size=self.batch_size,
-                              group_size=self.group_size, num_batches=num_batches, seed=seed, **self.group_options())
+        return OpenEnvDataset(
+            self.url,
+            self.renderer,
+            self.mapping,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            num_batches=num_batches,
+            seed=seed,
+            **self.group_options(),
+        )
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         test = self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET) if self.num_test_batches else None
         return self.dataset(self.num_batches, self.seed), test
 
 
-def openenv_from_row(renderer: Renderer, group_size: int, *, url: str, seed: int | None = None,
-                     reset_kwargs: dict | None = None, action_field: str | None = None,
-                     observation_field: str | None = None, system_prompt: str | None = None,
-                     max_sessions: int | None = None, rejected_action_reward: float | None = None
-                     ) -> OpenEnvGroupBuilder:
+def openenv_from_row(
+    renderer: Renderer,
+    group_size: int,
+    *,
+    url: str,
+    seed: int | None = None,
+    reset_kwargs: dict | None = None,
+    action_field: str | None = None,
+    observation_field: str | None = None,
+    system_prompt: str | None = None,
+    max_sessions: int | None = None,
+    rejected_action_reward: float | None = None,
+) -> OpenEnvGroupBuilder:
     """The group of one row spec, ``{"env": "openenv", "url": "http://127.0.0.1:8000", "seed": 3}``: ``group_size``
     episodes of the server at ``url``, reset with ``seed`` and ``reset_kwargs`` (a task, a level...)."""
-    builder = OpenEnvDatasetBuilder(renderer, url=url, group_size=group_size, num_test_batches=0,
-                                    action_field=action_field, observation_field=observation_field,
-                                    system_prompt=system_prompt, reset_kwargs=reset_kwargs or {},
-                                    max_sessions=max_sessions, rejected_action_reward=rejected_action_reward)
+    builder = OpenEnvDatasetBuilder(
+        renderer,
+        url=url,
+        group_size=group_size,
+        num_test_batches=0,
+        action_field=action_field,
+        observation_field=observation_field,
+        system_prompt=system_prompt,
+        reset_kwargs=reset_kwargs or {},
+        max_sessions=max_sessions,
+        rejected_action_reward=rejected_action_reward,
+    )
     if seed is not None:
         _check_int("seed", seed, 0)
     return OpenEnvGroupBuilder(url, renderer, group_size, builder.mapping, seed=seed, **builder.group_options())
@@ -195,7 +257,12 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 
 def _check_number(name: str, value: Any, *, positive: bool = False) -> None:
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
-            or (positive and value <= 0)):
-        raise ValueError(f"env {ENV_NAME!r}: option {name!r} must be a finite number{' > 0' if positive else ''}, "
-                         f"got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or (positive and value <= 0)
+    ):
+        raise ValueError(
+            f"env {ENV_NAME!r}: option {name!r} must be a finite number{' > 0' if positive else ''}, got {value!r}"
+        )

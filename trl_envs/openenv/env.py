@@ -41,9 +41,17 @@ class OpenEnvEnv(MessageEnv):
             (metric ``action_rejected`` = 1), a training signal like an illegal move.
     """
 
-    def __init__(self, url: str, mapping: TextMapping, *, reset_kwargs: dict[str, Any] | None = None,
-                 system_prompt: str | None = None, max_sessions: int | None = None,
-                 message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S, rejected_action_reward: float | None = None):
+    def __init__(
+        self,
+        url: str,
+        mapping: TextMapping,
+        *,
+        reset_kwargs: dict[str, Any] | None = None,
+        system_prompt: str | None = None,
+        max_sessions: int | None = None,
+        message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S,
+        rejected_action_reward: float | None = None,
+    ):
         self.url, self.mapping = url, mapping
         self.reset_kwargs = dict(reset_kwargs or {})
         self.system_prompt, self.max_sessions = system_prompt, max_sessions
@@ -57,8 +65,10 @@ class OpenEnvEnv(MessageEnv):
         result = await self.session.reset(**self.reset_kwargs)
         if result.done:
             await self.close()
-            raise OpenEnvError(f"OpenEnv server at {self.url}: reset({self.reset_kwargs}) returned an episode that is "
-                               "already done; there is nothing for the model to answer")
+            raise OpenEnvError(
+                f"OpenEnv server at {self.url}: reset({self.reset_kwargs}) returned an episode that is "
+                "already done; there is nothing for the model to answer"
+            )
         messages: list[Message] = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return messages + [{"role": "user", "content": self.mapping.observation_text(result.observation)}]
 
@@ -73,8 +83,9 @@ class OpenEnvEnv(MessageEnv):
             if self.rejected_action_reward is None:
                 raise
             await self.close()
-            return MessageStepResult(float(self.rejected_action_reward), True, [], {"action_rejected": 1.0},
-                                     {"rejected": str(e)})
+            return MessageStepResult(
+                float(self.rejected_action_reward), True, [], {"action_rejected": 1.0}, {"rejected": str(e)}
+            )
         reward = float(result.reward) if result.reward is not None else 0.0
         logs = {"metadata": result.metadata} if result.metadata else {}
         if result.done:
@@ -98,19 +109,35 @@ class OpenEnvGroupBuilder(EnvGroupBuilder):
     ``reset_kwargs``. ``env_options`` are :class:`OpenEnvEnv`'s keyword options. Also the row spec of env
     ``openenv``: see :func:`openenv_from_row`."""
 
-    def __init__(self, url: str, renderer: Renderer, group_size: int, mapping: TextMapping, *,
-                 seed: int | None = None, reset_kwargs: dict[str, Any] | None = None,
-                 tags: Sequence[str] = ("openenv",), **env_options: Any):
+    def __init__(
+        self,
+        url: str,
+        renderer: Renderer,
+        group_size: int,
+        mapping: TextMapping,
+        *,
+        seed: int | None = None,
+        reset_kwargs: dict[str, Any] | None = None,
+        tags: Sequence[str] = ("openenv",),
+        **env_options: Any,
+    ):
         if group_size < 1:
             raise ValueError(f"OpenEnvGroupBuilder({url}): group_size must be >= 1, got {group_size}")
         self.url, self.renderer, self.group_size, self.mapping = url, renderer, group_size, mapping
-        self.seed, self.reset_kwargs, self.tags, self.env_options = seed, dict(reset_kwargs or {}), list(tags), env_options
+        self.seed, self.reset_kwargs, self.tags, self.env_options = (
+            seed,
+            dict(reset_kwargs or {}),
+            list(tags),
+            env_options,
+        )
         self._envs: list[OpenEnvEnv] = []
 
     async def make_envs(self) -> Sequence[Env]:
         reset_kwargs = self.reset_kwargs if self.seed is None else {"seed": self.seed, **self.reset_kwargs}
-        envs = [OpenEnvEnv(self.url, self.mapping, reset_kwargs=reset_kwargs, **self.env_options)
-                for _ in range(self.group_size)]
+        envs = [
+            OpenEnvEnv(self.url, self.mapping, reset_kwargs=reset_kwargs, **self.env_options)
+            for _ in range(self.group_size)
+        ]
         self._envs.extend(envs)
         return [MessageTokenEnv(env, self.renderer) for env in envs]
 

@@ -35,7 +35,7 @@ def http_url(url: str) -> str:
     url = url.rstrip("/")
     for ws, http in (("ws://", "http://"), ("wss://", "https://")):
         if url.startswith(ws):
-            return http + url[len(ws):]
+            return http + url[len(ws) :]
     return url
 
 
@@ -57,17 +57,20 @@ def fetch_schema(url: str, timeout: float = 10.0, *, cached: bool = True) -> dic
         with urllib.request.urlopen(endpoint, timeout=timeout) as response:
             schema = json.loads(response.read().decode("utf-8"))
     except urllib.error.HTTPError as e:
-        raise OpenEnvError(f"OpenEnv server at {url}: GET {endpoint} answered HTTP {e.code}; is this an OpenEnv "
-                           "server (openenv.core.create_app)?") from e
+        raise OpenEnvError(
+            f"OpenEnv server at {url}: GET {endpoint} answered HTTP {e.code}; is this an OpenEnv "
+            "server (openenv.core.create_app)?"
+        ) from e
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise OpenEnvConnectionError(f"no OpenEnv server answers at {url} ({reason}); start it first (e.g. "
-                                     "`uvicorn my_env.server.app:app --port 8000`) or check the URL") from e
+        raise OpenEnvConnectionError(
+            f"no OpenEnv server answers at {url} ({reason}); start it first (e.g. "
+            "`uvicorn my_env.server.app:app --port 8000`) or check the URL"
+        ) from e
     except ValueError as e:
         raise OpenEnvError(f"OpenEnv server at {url}: GET {endpoint} did not return JSON ({e})") from e
     if not isinstance(schema, dict) or not isinstance(schema.get("action"), dict):
-        raise OpenEnvError(f"OpenEnv server at {url}: GET {endpoint} has no action schema; is this an OpenEnv "
-                           "server?")
+        raise OpenEnvError(f"OpenEnv server at {url}: GET {endpoint} has no action schema; is this an OpenEnv server?")
     _SCHEMAS[endpoint] = schema
     return schema
 
@@ -87,9 +90,11 @@ def default_action_field(schema: dict[str, Any], url: str) -> str:
     required = [name for name in schema.get("action", {}).get("required", []) or [] if name in fields]
     if len(required) == 1:
         return required[0]
-    raise ValueError(f"env 'openenv' at {url}: cannot tell which action field the model's text goes into; the "
-                     f"action type has fields {sorted(fields)} (text fields: {sorted(text)}, required: "
-                     f"{sorted(required)}). Set the option action_field, or pass action_fn.")
+    raise ValueError(
+        f"env 'openenv' at {url}: cannot tell which action field the model's text goes into; the "
+        f"action type has fields {sorted(fields)} (text fields: {sorted(text)}, required: "
+        f"{sorted(required)}). Set the option action_field, or pass action_fn."
+    )
 
 
 def default_observation_text(observation: dict[str, Any], field: str | None = None) -> str:
@@ -97,8 +102,10 @@ def default_observation_text(observation: dict[str, Any], field: str | None = No
     fields as JSON."""
     if field is not None:
         if field not in observation:
-            raise KeyError(f"observation field {field!r} (observation_field) is not in the observation; its fields: "
-                           f"{sorted(observation)}")
+            raise KeyError(
+                f"observation field {field!r} (observation_field) is not in the observation; its fields: "
+                f"{sorted(observation)}"
+            )
         value = observation[field]
         return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     visible = {k: v for k, v in observation.items() if k not in HIDDEN_OBSERVATION_FIELDS}
@@ -121,9 +128,16 @@ class TextMapping:
     observation_fn: ObservationFn | None = None
 
     @classmethod
-    def for_server(cls, url: str, *, action_field: str | None = None, observation_field: str | None = None,
-                   action_fn: ActionFn | None = None, observation_fn: ObservationFn | None = None,
-                   schema: dict[str, Any] | None = None) -> TextMapping:
+    def for_server(
+        cls,
+        url: str,
+        *,
+        action_field: str | None = None,
+        observation_field: str | None = None,
+        action_fn: ActionFn | None = None,
+        observation_fn: ObservationFn | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> TextMapping:
         """The mapping for the server at ``url``: checks ``action_field`` against its action type, or picks the
         default field (fetching ``/schema`` unless given). Raises ``ValueError`` naming a field the env lacks."""
         if action_fn is None:
@@ -132,16 +146,17 @@ class TextMapping:
             if action_field is None:
                 action_field = default_action_field(schema, url)
             elif fields and action_field not in fields:
-                raise ValueError(f"env 'openenv' at {url}: option action_field={action_field!r} is not a field of "
-                                 f"the env's action type; its fields: {sorted(fields)}")
+                raise ValueError(
+                    f"env 'openenv' at {url}: option action_field={action_field!r} is not a field of "
+                    f"the env's action type; its fields: {sorted(fields)}"
+                )
         return cls(action_field, observation_field, action_fn, observation_fn)
 
     def action(self, text: str) -> dict[str, Any]:
         if self.action_fn is not None:
             action = self.action_fn(text)
             if not isinstance(action, dict):
-                raise TypeError(f"action_fn must return a dict of the env's action fields, got "
-                                f"{type(action).__name__}")
+                raise TypeError(f"action_fn must return a dict of the env's action fields, got {type(action).__name__}")
             return action
         return {self.action_field: text.strip()}
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from ..rollout.batching import parked
 
 _SEMAPHORES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], asyncio.Semaphore]] = (
-    weakref.WeakKeyDictionary())
+    weakref.WeakKeyDictionary()
+)
 
 
 def _semaphore(url: str, limit: int) -> asyncio.Semaphore:

@@ -75,8 +75,9 @@ class OpenEnvSession:
         connect_timeout_s: longest wait to open the connection.
     """
 
-    def __init__(self, url: str, *, message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S,
-                 connect_timeout_s: float = 10.0):
+    def __init__(
+        self, url: str, *, message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S, connect_timeout_s: float = 10.0
+    ):
         self.url = url
         self.message_timeout_s, self.connect_timeout_s = message_timeout_s, connect_timeout_s
         self._client: Any = None
@@ -127,27 +128,33 @@ class OpenEnvSession:
             if self.closed:
                 raise OpenEnvError(f"OpenEnv session at {self.url} was closed")
             client_cls, _ = _import_client()
-            client = client_cls(base_url=self.url, connect_timeout_s=self.connect_timeout_s,
-                                message_timeout_s=self.message_timeout_s)
+            client = client_cls(
+                base_url=self.url, connect_timeout_s=self.connect_timeout_s, message_timeout_s=self.message_timeout_s
+            )
             io_loop.track(client)
             self._client = client
             await client.connect()
         elif not _connection_open(self._client):
             # OpenEnv's client would silently open a new session here, whose env was never reset: the episode's
             # state is gone with the old one, so this is a dropped connection.
-            raise ConnectionError("the session's connection was closed (by the server, the network, or a timed-out "
-                                  "request) and the server dropped its env with it")
+            raise ConnectionError(
+                "the session's connection was closed (by the server, the network, or a timed-out "
+                "request) and the server dropped its env with it"
+            )
         return await send(self._client)
 
     def _translate(self, error: BaseException, what: str, action: dict[str, Any] | None) -> Exception:
         _, connection_closed = _import_client()
         where = f"OpenEnv server at {self.url}"
         if isinstance(error, (asyncio.TimeoutError, TimeoutError)):  # before OSError, a base class of TimeoutError
-            return OpenEnvConnectionError(f"{where}: no reply to {what} within {self.message_timeout_s} s "
-                                          "(message_timeout_s)")
+            return OpenEnvConnectionError(
+                f"{where}: no reply to {what} within {self.message_timeout_s} s (message_timeout_s)"
+            )
         if isinstance(error, (ConnectionError, OSError, connection_closed)):
-            return OpenEnvConnectionError(f"{where}: {what} failed, the connection failed or was dropped "
-                                          f"({type(error).__name__}: {error}). Is the server running there?")
+            return OpenEnvConnectionError(
+                f"{where}: {what} failed, the connection failed or was dropped "
+                f"({type(error).__name__}: {error}). Is the server running there?"
+            )
         match = _SERVER_ERROR.match(str(error)) if isinstance(error, RuntimeError) else None
         if match is None:
             return OpenEnvError(f"{where}: {what} failed: {type(error).__name__}: {error}")
@@ -160,7 +167,9 @@ class OpenEnvSession:
                 f"{where} refused a new session: it is at {limit_text} ({message}). Start it with a higher "
                 "max_concurrent_envs, or set the env option max_sessions to at most that limit so episodes wait for "
                 "a free session (each episode holds one session; a GRPO group of G episodes needs G).",
-                active, limit)
+                active,
+                limit,
+            )
         if what == "step" and code.endswith(("VALIDATION_ERROR", "EXECUTION_ERROR")):
             return OpenEnvActionError(f"{where} rejected the action {action!r}: {message} (code {code})")
         return OpenEnvError(f"{where}: {what} failed: {message} (code {code})")

@@ -32,8 +32,9 @@ def import_game_module(game: str):
     try:
         import pettingzoo  # noqa: F401
     except ImportError as e:
-        raise ImportError("PettingZoo games need pettingzoo: pip install 'trl-envs[pettingzoo]' (docs/ecosystem.md)"
-                          ) from e
+        raise ImportError(
+            "PettingZoo games need pettingzoo: pip install 'trl-envs[pettingzoo]' (docs/ecosystem.md)"
+        ) from e
     family, _, module = game.partition("/")
     if not family or not module or "/" in module:
         raise ValueError(f"pettingzoo game {game!r}: expected '<family>/<module>', e.g. 'classic/tictactoe_v3'")
@@ -52,8 +53,15 @@ class PettingZooGame(TurnGame):
         formatter: ``(agent, observation, legal actions) -> text`` (default: by game, see :mod:`.text`).
     """
 
-    def __init__(self, game: str, seed: int = 0, make_kwargs: dict[str, Any] | None = None, api: Api = "aec",
-                 illegal_reward: float = -1.0, formatter: Formatter | None = None):
+    def __init__(
+        self,
+        game: str,
+        seed: int = 0,
+        make_kwargs: dict[str, Any] | None = None,
+        api: Api = "aec",
+        illegal_reward: float = -1.0,
+        formatter: Formatter | None = None,
+    ):
         self.name = f"pettingzoo/{game}"
         module = import_game_module(game)
         try:
@@ -67,15 +75,19 @@ class PettingZooGame(TurnGame):
                 raise ValueError(f"api must be 'aec' or 'parallel', got {api!r}")
             self.env.reset(seed=seed)
         except Exception as e:
-            raise ValueError(f"env {self.name!r}: pettingzoo could not start the game (api={api!r}, options "
-                             f"{make_kwargs or {}}): {type(e).__name__}: {e}") from e
+            raise ValueError(
+                f"env {self.name!r}: pettingzoo could not start the game (api={api!r}, options "
+                f"{make_kwargs or {}}): {type(e).__name__}: {e}"
+            ) from e
         self.agents = list(self.env.possible_agents)
         self.num_players = len(self.agents)
         for agent in self.agents:
             kind = type(self.env.action_space(agent)).__name__
             if kind != "Discrete":
-                raise ValueError(f"env {self.name!r}: agent {agent!r} has a {kind} action space; text replies are "
-                                 "read as one action number, so only Discrete action spaces are supported")
+                raise ValueError(
+                    f"env {self.name!r}: agent {agent!r} has a {kind} action space; text replies are "
+                    "read as one action number, so only Discrete action spaces are supported"
+                )
         self.illegal_reward = illegal_reward
         self.formatter = formatter or FORMATTERS.get(game.rpartition("/")[2], generic_text)
         self.returns = dict.fromkeys(self.agents, 0.0)
@@ -92,7 +104,7 @@ class PettingZooGame(TurnGame):
 
     def observe(self, seat: int) -> str:
         agent = self.agents[seat]
-        news = [f"{a} played {action}." for a, action in self._log[self._seen[agent]:] if a != agent]
+        news = [f"{a} played {action}." for a, action in self._log[self._seen[agent] :] if a != agent]
         self._seen[agent] = len(self._log)
         observation, legal = split_observation(self.env.observe(agent))
         if legal is None:  # no action mask: every action of the (Discrete) space

@@ -45,18 +45,24 @@ class PettingZooDatasetBuilder(GameDatasetBuilder):
         probe.close()
         if self.num_players != probe.num_players:
             if self.num_players != GameDatasetBuilder.num_players:
-                raise ValueError(f"env {self.name!r}: option 'num_players' is {self.num_players} but the game has "
-                                 f"{probe.num_players} agents ({probe.agents}); leave it out")
+                raise ValueError(
+                    f"env {self.name!r}: option 'num_players' is {self.num_players} but the game has "
+                    f"{probe.num_players} agents ({probe.agents}); leave it out"
+                )
             self.num_players = probe.num_players
         super().check_options()
 
     def game_factory(self) -> Callable[[int], Any]:
-        return PettingZooGameFactory(self.game, dict(self.make_kwargs), self.api,  # type: ignore[arg-type]
-                                     self.illegal_reward)
+        return PettingZooGameFactory(
+            self.game,
+            dict(self.make_kwargs),
+            self.api,  # type: ignore[arg-type]
+            self.illegal_reward,
+        )
 
 
 def _game_of(name: str) -> str:
-    return name[len(PREFIX):]
+    return name[len(PREFIX) :]
 
 
 def env_kind(name: str) -> EnvKind:
@@ -76,17 +82,36 @@ def env_kind(name: str) -> EnvKind:
         check_options_known(PettingZooDatasetBuilder, name, options, {"renderer", "name", "game"})
         return PettingZooDatasetBuilder(renderer=renderer, name=name, game=game, **options)
 
-    def from_row(renderer: Renderer, group_size: int, *, seed: int = 0, api: str = "aec",
-                 opponent: str | None = None, seat: int | None = None, make_kwargs: dict | None = None,
-                 illegal_reward: float = -1.0, move_timeout: float = 120.0,
-                 invalid_reply_penalty: float = 0.0) -> GameGroupBuilder:
+    def from_row(
+        renderer: Renderer,
+        group_size: int,
+        *,
+        seed: int = 0,
+        api: str = "aec",
+        opponent: str | None = None,
+        seat: int | None = None,
+        make_kwargs: dict | None = None,
+        illegal_reward: float = -1.0,
+        move_timeout: float = 120.0,
+        invalid_reply_penalty: float = 0.0,
+    ) -> GameGroupBuilder:
         """One group of the game, started from ``seed``."""
         options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}  # a Dataset's struct nulls
         make_game = PettingZooGameFactory(game, options, api, illegal_reward)  # type: ignore[arg-type]
         probe = make_game(seed)
         probe.close()
-        return GameGroupBuilder(make_game, renderer, group_size, probe.num_players, seed, opponent, seat, move_timeout,
-                                invalid_reply_penalty, tag=name)
+        return GameGroupBuilder(
+            make_game,
+            renderer,
+            group_size,
+            probe.num_players,
+            seed,
+            opponent,
+            seat,
+            move_timeout,
+            invalid_reply_penalty,
+            tag=name,
+        )
 
     description = f"PettingZoo {game}: n-player game, self-play (one env per agent)"
     factory.__doc__ = description

@@ -44,7 +44,7 @@ def tictactoe_text(agent: str, observation: Any, legal: list[int] | None) -> str
     for k in range(9):
         r, c = divmod(k, 3)
         cells.append("X" if planes[r, c, 0] else "O" if planes[r, c, 1] else str(k))
-    board = "\n".join("|".join(cells[r * 3:r * 3 + 3]) for r in range(3))
+    board = "\n".join("|".join(cells[r * 3 : r * 3 + 3]) for r in range(3))
     moves = ", ".join(map(str, legal)) if legal is not None else "0-8"
     return f"Tic-tac-toe. You are X.\n{board}\nPick a free cell: {moves}."
 
@@ -53,11 +53,14 @@ def generic_text(agent: str, observation: Any, legal: list[int] | None) -> str:
     """``You are <agent>. Observation: ...; legal actions: ...``; refuses observations too large for a prompt."""
     flat = np.asarray(observation).reshape(-1)
     if flat.size > MAX_NUMBERS_SHOWN:
-        raise ValueError(f"pettingzoo: {agent}'s observation has {flat.size} numbers (more than {MAX_NUMBERS_SHOWN}); "
-                         "pass a formatter (agent, observation, legal) -> text for this game")
+        raise ValueError(
+            f"pettingzoo: {agent}'s observation has {flat.size} numbers (more than {MAX_NUMBERS_SHOWN}); "
+            "pass a formatter (agent, observation, legal) -> text for this game"
+        )
     moves = ", ".join(map(str, legal)) if legal is not None else "see the action space"
-    return (f"You are {agent}. Observation: {format_numbers(flat)}. Legal actions: {moves}. Reply with one action "
-            "number.")
+    return (
+        f"You are {agent}. Observation: {format_numbers(flat)}. Legal actions: {moves}. Reply with one action number."
+    )
 
 
 FORMATTERS: dict[str, Formatter] = {"tictactoe_v3": tictactoe_text}

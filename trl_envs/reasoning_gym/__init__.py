@@ -7,5 +7,11 @@ See docs/ecosystem.md.
 from .env import ReasoningGymEnv, ReasoningGymGroupBuilder, extract_answer, task_names
 from .registry import ReasoningGymDataset, ReasoningGymDatasetBuilder
 
-__all__ = ["ReasoningGymDataset", "ReasoningGymDatasetBuilder", "ReasoningGymEnv", "ReasoningGymGroupBuilder",
-           "extract_answer", "task_names"]
+__all__ = [
+    "ReasoningGymDataset",
+    "ReasoningGymDatasetBuilder",
+    "ReasoningGymEnv",
+    "ReasoningGymGroupBuilder",
+    "extract_answer",
+    "task_names",
+]

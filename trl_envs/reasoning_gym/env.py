@@ -23,8 +23,9 @@ def import_reasoning_gym():
     try:
         import reasoning_gym
     except ImportError as e:
-        raise ImportError("reasoning-gym tasks need reasoning_gym: pip install 'trl-envs[reasoning-gym]' "
-                          "(docs/ecosystem.md)") from e
+        raise ImportError(
+            "reasoning-gym tasks need reasoning_gym: pip install 'trl-envs[reasoning-gym]' (docs/ecosystem.md)"
+        ) from e
     return reasoning_gym
 
 
@@ -46,8 +47,12 @@ def make_procedural_dataset(task: str, config: Mapping[str, Any]):
     if task == "composite" and isinstance(options.get("datasets"), list):
         from reasoning_gym.composite import DatasetSpec
 
-        options["datasets"] = [DatasetSpec(d["name"], float(d.get("weight", 1.0)), dict(d.get("config", {})))
-                               if isinstance(d, Mapping) else d for d in options["datasets"]]
+        options["datasets"] = [
+            DatasetSpec(d["name"], float(d.get("weight", 1.0)), dict(d.get("config", {})))
+            if isinstance(d, Mapping)
+            else d
+            for d in options["datasets"]
+        ]
     size = options.get("size", 1)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"env '{PREFIX}{task}': option 'size' must be an integer >= 1, got {size!r}")
@@ -55,8 +60,10 @@ def make_procedural_dataset(task: str, config: Mapping[str, Any]):
         return rg.create_dataset(task, **options)
     except (TypeError, AssertionError, ValueError, KeyError) as e:
         fields = sorted(getattr(DATASETS[task][1], "__dataclass_fields__", {}))
-        raise ValueError(f"env '{PREFIX}{task}': reasoning-gym rejected the config {dict(config)}: "
-                         f"{type(e).__name__}: {e}. Its options: {fields}") from e
+        raise ValueError(
+            f"env '{PREFIX}{task}': reasoning-gym rejected the config {dict(config)}: "
+            f"{type(e).__name__}: {e}. Its options: {fields}"
+        ) from e
 
 
 @lru_cache(maxsize=64)
@@ -89,8 +96,15 @@ def extract_answer(text: str, tag: str | None) -> str | None:
 class ReasoningGymEnv(ProblemEnv):
     """Entry ``index`` of ``task``'s dataset made with ``config``; reward: the dataset's ``score_answer``."""
 
-    def __init__(self, renderer: Renderer, task: str, index: int, config: Mapping[str, Any],
-                 answer_tag: str | None = None, format_coef: float = 0.1):
+    def __init__(
+        self,
+        renderer: Renderer,
+        task: str,
+        index: int,
+        config: Mapping[str, Any],
+        answer_tag: str | None = None,
+        format_coef: float = 0.1,
+    ):
         prefix = None
         if answer_tag is not None:
             from reasoning_gym.utils import SYSTEM_PROMPTS
@@ -126,11 +140,22 @@ class ReasoningGymGroupBuilder(ProblemGroupBuilder):
     ``config`` (the dataset's options; ``seed`` and ``size`` among them), ``answer_tag`` and ``format_coef``.
     """
 
-    def __init__(self, renderer: Renderer, task: str, index: int, group_size: int,
-                 config: Mapping[str, Any] | None = None, answer_tag: str | None = None, format_coef: float = 0.1):
+    def __init__(
+        self,
+        renderer: Renderer,
+        task: str,
+        index: int,
+        group_size: int,
+        config: Mapping[str, Any] | None = None,
+        answer_tag: str | None = None,
+        format_coef: float = 0.1,
+    ):
         config = dict(config or {})
-        super().__init__(partial(ReasoningGymEnv, renderer, task, index, config, answer_tag, format_coef), group_size,
-                         dataset_name=PREFIX + task)
+        super().__init__(
+            partial(ReasoningGymEnv, renderer, task, index, config, answer_tag, format_coef),
+            group_size,
+            dataset_name=PREFIX + task,
+        )
         self.task, self.index, self.config = task, index, config
         self.answer_tag, self.format_coef = answer_tag, format_coef
         entry = procedural_dataset(task, config)[index % len(procedural_dataset(task, config))]
@@ -142,5 +167,10 @@ class ReasoningGymGroupBuilder(ProblemGroupBuilder):
 
     def to_row(self) -> dict[str, Any]:
         """This group's row spec (JSON-serializable)."""
-        return {"env": PREFIX + self.task, "index": self.index, "config": self.config, "answer_tag": self.answer_tag,
-                "format_coef": self.format_coef}
+        return {
+            "env": PREFIX + self.task,
+            "index": self.index,
+            "config": self.config,
+            "answer_tag": self.answer_tag,
+            "format_coef": self.format_coef,
+        }

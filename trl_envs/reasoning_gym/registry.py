@@ -26,9 +26,19 @@ class ReasoningGymDataset(BuiltinDataset):
     """Batches of groups over the entries ``indices`` of ``task``'s dataset made with ``config``; batch ``i`` takes
     the next ``batch_size`` entries in an order fixed by ``order_seed`` (cycling when the run outlasts them)."""
 
-    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int, task: str,
-                 config: dict[str, Any], indices: Sequence[int], answer_tag: str | None, format_coef: float,
-                 order_seed: int = 0):
+    def __init__(
+        self,
+        renderer: Renderer,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        task: str,
+        config: dict[str, Any],
+        indices: Sequence[int],
+        answer_tag: str | None,
+        format_coef: float,
+        order_seed: int = 0,
+    ):
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.task, self.config, self.answer_tag, self.format_coef = task, config, answer_tag, format_coef
         self.indices = list(indices)
@@ -36,9 +46,18 @@ class ReasoningGymDataset(BuiltinDataset):
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         start = index * self.batch_size
-        return [ReasoningGymGroupBuilder(self.renderer, self.task, self.indices[(start + j) % len(self.indices)],
-                                         self.group_size, self.config, self.answer_tag, self.format_coef)
-                for j in range(self.batch_size)]
+        return [
+            ReasoningGymGroupBuilder(
+                self.renderer,
+                self.task,
+                self.indices[(start + j) % len(self.indices)],
+                self.group_size,
+                self.config,
+                self.answer_tag,
+                self.format_coef,
+            )
+            for j in range(self.batch_size)
+        ]
 
 
 @dataclass
@@ -57,8 +76,10 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
         super().check_options()
         check_number_option(self.env_name, "format_coef", self.format_coef)
         if self.answer_tag is not None and (not isinstance(self.answer_tag, str) or not self.answer_tag.isidentifier()):
-            raise ValueError(f"env {self.env_name!r}: option 'answer_tag' must be a tag name such as 'answer', got "
-                             f"{self.answer_tag!r}")
+            raise ValueError(
+                f"env {self.env_name!r}: option 'answer_tag' must be a tag name such as 'answer', got "
+                f"{self.answer_tag!r}"
+            )
         procedural_dataset(self.task, self._config(self.train_seed))  # a bad config fails here, before any model loads
 
     def _config(self, seed: int, size: int | None = None) -> dict[str, Any]:
@@ -69,9 +90,18 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
 
     def dataset(self, num_batches: int, seed: int) -> RLDataset:
         config = self._config(seed)
-        return ReasoningGymDataset(self.renderer, self.batch_size, self.group_size, num_batches, self.task, config,
-                                   range(len(procedural_dataset(self.task, config))), self.answer_tag,
-                                   self.format_coef, seed)
+        return ReasoningGymDataset(
+            self.renderer,
+            self.batch_size,
+            self.group_size,
+            num_batches,
+            self.task,
+            config,
+            range(len(procedural_dataset(self.task, config))),
+            self.answer_tag,
+            self.format_coef,
+            seed,
+        )
 
     def test_dataset(self) -> RLDataset:
         """The held-out split: entries of another seed whose questions the training split does not have."""
@@ -82,19 +112,39 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
         test = procedural_dataset(self.task, config)
         indices = [i for i in range(len(test)) if test[i]["question"] not in seen][:wanted]
         if len(indices) < wanted:
-            raise ValueError(f"env {self.env_name!r}: only {len(indices)} of the {wanted} test problems asked for are "
-                             f"held out: the training split's {len(train)} entries already ask {len(seen)} distinct "
-                             "questions, and the config allows few more. Lower the training 'size' (or ask fewer test "
-                             "problems) so that some questions are never trained on")
-        return ReasoningGymDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches, self.task,
-                                   config, indices, self.answer_tag, self.format_coef, self.test_seed)
+            raise ValueError(
+                f"env {self.env_name!r}: only {len(indices)} of the {wanted} test problems asked for are "
+                f"held out: the training split's {len(train)} entries already ask {len(seen)} distinct "
+                "questions, and the config allows few more. Lower the training 'size' (or ask fewer test "
+                "problems) so that some questions are never trained on"
+            )
+        return ReasoningGymDataset(
+            self.renderer,
+            self.batch_size,
+            self.group_size,
+            self.num_test_batches,
+            self.task,
+            config,
+            indices,
+            self.answer_tag,
+            self.format_coef,
+            self.test_seed,
+        )
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         return self.dataset(self.num_batches, self.train_seed), self.test_dataset()
 
 
-OWN_OPTIONS = ("batch_size", "group_size", "num_batches", "num_test_batches", "seed", "test_seed", "answer_tag",
-               "format_coef")
+OWN_OPTIONS = (
+    "batch_size",
+    "group_size",
+    "num_batches",
+    "num_test_batches",
+    "seed",
+    "test_seed",
+    "answer_tag",
+    "format_coef",
+)
 """``--env_kwargs`` keys of this adapter; every other key is the task's reasoning-gym config."""
 
 
@@ -107,7 +157,7 @@ def without_nulls(config: dict | None) -> dict:
 def env_kind(name: str) -> EnvKind:
     """The kind of ``reasoning_gym/<task>``; :class:`~trl_envs.registry.names.UnknownEnvError` with the closest task
     names for one reasoning-gym does not have."""
-    task = name[len(PREFIX):]
+    task = name[len(PREFIX) :]
     names = task_names()
     if task not in names:
         raise unknown_prefixed_name(name, "reasoning-gym", [PREFIX + t for t in names])
@@ -116,13 +166,21 @@ def env_kind(name: str) -> EnvKind:
         own = {k: options.pop(k) for k in OWN_OPTIONS if k in options}
         return ReasoningGymDatasetBuilder(renderer=renderer, task=task, config=options, **own)
 
-    def from_row(renderer: Renderer, group_size: int, *, index: int, config: dict | None = None,
-                 answer_tag: str | None = None, format_coef: float = 0.1) -> ReasoningGymGroupBuilder:
+    def from_row(
+        renderer: Renderer,
+        group_size: int,
+        *,
+        index: int,
+        config: dict | None = None,
+        answer_tag: str | None = None,
+        format_coef: float = 0.1,
+    ) -> ReasoningGymGroupBuilder:
         """One problem: entry ``index`` of the task's dataset made with ``config``."""
         if index < 0:
             raise ValueError(f"field 'index' must be >= 0, got {index}")
-        return ReasoningGymGroupBuilder(renderer, task, index, group_size, without_nulls(config), answer_tag,
-                                        format_coef)
+        return ReasoningGymGroupBuilder(
+            renderer, task, index, group_size, without_nulls(config), answer_tag, format_coef
+        )
 
     description = f"reasoning-gym {task}: single turn, scored by its score_answer"
     factory.__doc__ = description

@@ -23,6 +23,21 @@ from .names import (
 )
 from .rows import ENV_FIELD, EnvRowError, make_env_group_builder, row_env_names, validate_row
 
-__all__ = ["ENTRY_POINT_GROUP", "ENV_FIELD", "EnvKind", "EnvRowError", "UnknownEnvError", "forget_entry_points",
-           "get_env", "known_env_names", "list_envs", "make_env_dataset", "make_env_group_builder",
-           "parse_env_kwargs", "register_env", "row_env_names", "unregister_env", "validate_row"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ENV_FIELD",
+    "EnvKind",
+    "EnvRowError",
+    "UnknownEnvError",
+    "forget_entry_points",
+    "get_env",
+    "known_env_names",
+    "list_envs",
+    "make_env_dataset",
+    "make_env_group_builder",
+    "parse_env_kwargs",
+    "register_env",
+    "row_env_names",
+    "unregister_env",
+    "validate_row",
+]

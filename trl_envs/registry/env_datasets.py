@@ -19,11 +19,11 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset, load_from_disk
 
+from ..core.renderer import Renderer
+from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from .names import get_env, make_env_dataset
 from .rows import ENV_FIELD, make_env_group_builder, validate_row
 from .signatures import accepted_kwargs
-from ..core.renderer import Renderer
-from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 """File extensions :func:`load_env_dataset` reads, and the ``datasets`` builder for each."""
@@ -53,12 +53,20 @@ class EnvRowDataset(RLDataset):
         TypeError: ``rows`` is none of the above.
     """
 
-    def __init__(self, rows: Dataset | IterableDataset | Sequence[Mapping[str, Any]], renderer: Renderer,
-                 group_size: int, groups_per_batch: int = 1, *, num_batches: int | None = None,
-                 validate: bool = True):
+    def __init__(
+        self,
+        rows: Dataset | IterableDataset | Sequence[Mapping[str, Any]],
+        renderer: Renderer,
+        group_size: int,
+        groups_per_batch: int = 1,
+        *,
+        num_batches: int | None = None,
+        validate: bool = True,
+    ):
         if isinstance(rows, (DatasetDict, IterableDatasetDict)):
-            raise ValueError(f"EnvRowDataset: got a DatasetDict with splits {list(rows)}; pass one split, e.g. "
-                             "rows['train']")
+            raise ValueError(
+                f"EnvRowDataset: got a DatasetDict with splits {list(rows)}; pass one split, e.g. rows['train']"
+            )
         for label, value in (("group_size", group_size), ("groups_per_batch", groups_per_batch)):
             if value < 1:
                 raise ValueError(f"EnvRowDataset: {label} must be >= 1, got {value}")
@@ -73,8 +81,10 @@ class EnvRowDataset(RLDataset):
         elif isinstance(rows, Sequence) and not isinstance(rows, (str, bytes)):
             rows = list(rows[:limit] if limit is not None else rows)
         else:
-            raise TypeError(f"EnvRowDataset: rows must be a datasets.Dataset, IterableDataset or a sequence of "
-                            f"mappings, got {type(rows).__name__}")
+            raise TypeError(
+                f"EnvRowDataset: rows must be a datasets.Dataset, IterableDataset or a sequence of "
+                f"mappings, got {type(rows).__name__}"
+            )
         if len(rows) == 0:
             raise ValueError("EnvRowDataset: no rows")
         self.rows, self.renderer = rows, renderer
@@ -88,8 +98,10 @@ class EnvRowDataset(RLDataset):
         if not 0 <= index < len(self):
             raise IndexError(f"EnvRowDataset: batch {index} out of range (0..{len(self) - 1})")
         start = index * self.groups_per_batch
-        return [make_env_group_builder(row, self.renderer, self.group_size, index=start + k)
-                for k, row in enumerate(self._rows(start, start + self.groups_per_batch))]
+        return [
+            make_env_group_builder(row, self.renderer, self.group_size, index=start + k)
+            for k, row in enumerate(self._rows(start, start + self.groups_per_batch))
+        ]
 
     def __len__(self) -> int:
         return -(-len(self.rows) // self.groups_per_batch)
@@ -147,8 +159,14 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
     accepted = accepted_kwargs(kind.dataset_builder)
     if accepted is not None and "seed" not in accepted and seed != 0:
         raise TypeError(f"export_env_dataset: env {name!r}'s factory takes no seed")
-    made = make_env_dataset(name, None, group_size=1, num_batches=n if split == "train" else 1,
-                            defaults={"num_test_batches": n, "seed": seed}, **kwargs)
+    made = make_env_dataset(
+        name,
+        None,
+        group_size=1,
+        num_batches=n if split == "train" else 1,
+        defaults={"num_test_batches": n, "seed": seed},
+        **kwargs,
+    )
     train, test = run_sync(made) if isinstance(made, RLDatasetBuilder) else (made, None)
     dataset = train if split == "train" else test
     if dataset is None:
@@ -158,8 +176,10 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
         for builder in dataset.get_batch(i):
             to_row = getattr(builder, "to_row", None)
             if to_row is None:
-                raise TypeError(f"export_env_dataset: env {name!r}'s group builders ({type(builder).__name__}) have "
-                                "no to_row(), so its groups cannot be written as rows")
+                raise TypeError(
+                    f"export_env_dataset: env {name!r}'s group builders ({type(builder).__name__}) have "
+                    "no to_row(), so its groups cannot be written as rows"
+                )
             row = dict(to_row())
             validate_row(row, index=len(rows))  # to_row and from_row must agree
             rows.append(row)
@@ -182,8 +202,9 @@ def is_saved_to_disk(path: str) -> bool:
     return any(os.path.isfile(os.path.join(path, f)) for f in ("dataset_dict.json", "state.json"))
 
 
-def load_env_dataset(source: str, split: str = "train", *, config_name: str | None = None,
-                     streaming: bool = False) -> Dataset | IterableDataset:
+def load_env_dataset(
+    source: str, split: str = "train", *, config_name: str | None = None, streaming: bool = False
+) -> Dataset | IterableDataset:
     """Load a dataset of row specs, as the scripts' ``--env_dataset`` does.
 
     ``source`` is a folder written by ``save_to_disk`` (``Dataset`` or ``DatasetDict``), a data file
@@ -203,8 +224,7 @@ def load_env_dataset(source: str, split: str = "train", *, config_name: str | No
         if ext not in DATA_FILE_BUILDERS:
             raise ValueError(f"env dataset {source!r}: unknown file type {ext!r}; known: {sorted(DATA_FILE_BUILDERS)}")
         try:
-            data = load_dataset(DATA_FILE_BUILDERS[ext], data_files={split: [source]}, split=split,
-                                streaming=streaming)
+            data = load_dataset(DATA_FILE_BUILDERS[ext], data_files={split: [source]}, split=split, streaming=streaming)
         except StopIteration:  # what `datasets` raises for a json/jsonl file without a single row
             raise _no_rows(source) from None
         except ValueError as e:  # a csv with a header only: "Instruction 'train' corresponds to no data!"
@@ -220,8 +240,10 @@ def load_env_dataset(source: str, split: str = "train", *, config_name: str | No
 
 
 def _no_rows(source: str) -> ValueError:
-    return ValueError(f"env dataset {source!r} has no rows (an empty data file?); each row is one env group, e.g. "
-                      f"{{\"{ENV_FIELD}\": \"arithmetic\", \"a\": 2, \"b\": 3}} on one line of a .jsonl file")
+    return ValueError(
+        f"env dataset {source!r} has no rows (an empty data file?); each row is one env group, e.g. "
+        f'{{"{ENV_FIELD}": "arithmetic", "a": 2, "b": 3}} on one line of a .jsonl file'
+    )
 
 
 def _with_rows(data, source: str):
@@ -230,8 +252,17 @@ def _with_rows(data, source: str):
     return data
 
 
-def resolve_row_datasets(env_dataset: Any, eval_env_dataset: Any, *, model: Any, processing_class: Any,
-                         group_size: int, eval_group_size: int, groups_per_batch: int, owner: str):
+def resolve_row_datasets(
+    env_dataset: Any,
+    eval_env_dataset: Any,
+    *,
+    model: Any,
+    processing_class: Any,
+    group_size: int,
+    eval_group_size: int,
+    groups_per_batch: int,
+    owner: str,
+):
     """For trainers: turn ``datasets`` of row specs into :class:`EnvRowDataset` s (anything else passes through).
 
     Returns ``(env_dataset, eval_env_dataset, processing_class)``; when rows are given without ``processing_class``,

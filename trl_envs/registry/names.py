@@ -95,8 +95,10 @@ class EnvKind:
 
     def __post_init__(self) -> None:
         if self.dataset_builder is None and self.from_row is None:
-            raise ValueError(f"EnvKind {self.name!r}: give a dataset_builder (train by name), a from_row (train from "
-                             "row specs), or both")
+            raise ValueError(
+                f"EnvKind {self.name!r}: give a dataset_builder (train by name), a from_row (train from "
+                "row specs), or both"
+            )
 
     @property
     def row_fields(self) -> dict[str, tuple[Any, Any]]:
@@ -109,8 +111,10 @@ class EnvKind:
         if isinstance(factory, EnvKind):
             return replace(factory, name=name, source=source)
         if not callable(factory):
-            raise TypeError(f"env {name!r} ({source}): expected an EnvKind or a callable dataset-builder factory, got "
-                            f"{type(factory).__name__}")
+            raise TypeError(
+                f"env {name!r} ({source}): expected an EnvKind or a callable dataset-builder factory, got "
+                f"{type(factory).__name__}"
+            )
         return cls(name, _first_line(factory), factory, getattr(factory, "from_row", None), source)
 
 
@@ -119,9 +123,14 @@ _ENTRY_POINTS: dict[str, metadata.EntryPoint] | None = None  # read lazily
 _LOADED_ENTRY_POINTS: dict[str, EnvKind] = {}
 
 
-def register_env(name: str, dataset_builder: Callable[..., RLDatasetBuilder | RLDataset] | None = None, *,
-                 from_row: Callable[..., EnvGroupBuilder] | None = None, description: str | None = None,
-                 overwrite: bool = False) -> EnvKind:
+def register_env(
+    name: str,
+    dataset_builder: Callable[..., RLDatasetBuilder | RLDataset] | None = None,
+    *,
+    from_row: Callable[..., EnvGroupBuilder] | None = None,
+    description: str | None = None,
+    overwrite: bool = False,
+) -> EnvKind:
     """Register an env kind under ``name`` for this process and return it.
 
     Args:
@@ -139,8 +148,9 @@ def register_env(name: str, dataset_builder: Callable[..., RLDatasetBuilder | RL
     if not name or ":" in name:
         raise ValueError(f"register_env: invalid env name {name!r} (non-empty, without ':')")
     if not overwrite and (name in _REGISTERED or name in _builtin_factories()):
-        raise ValueError(f"register_env: env {name!r} is already {get_env(name).source}; pass overwrite=True to "
-                         "replace it")
+        raise ValueError(
+            f"register_env: env {name!r} is already {get_env(name).source}; pass overwrite=True to replace it"
+        )
     if from_row is None and dataset_builder is not None:
         from_row = getattr(dataset_builder, "from_row", None)
     if description is None:
@@ -173,8 +183,9 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
         return prefixed
     if ":" in name:
         if not allow_import:
-            raise UnknownEnvError(f"env {name!r}: 'module:attr' references are not allowed here; known envs: "
-                           f"{sorted(known_env_names())}")
+            raise UnknownEnvError(
+                f"env {name!r}: 'module:attr' references are not allowed here; known envs: {sorted(known_env_names())}"
+            )
         return _import_kind(name)
     kind = _entry_point_kind(name, rescan=False) or _entry_point_kind(name, rescan=True)
     if kind is None:
@@ -183,8 +194,10 @@ def get_env(name: str, *, allow_import: bool = True) -> EnvKind:
         known = sorted(known_env_names())
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise UnknownEnvError(f"unknown env {name!r}; {hint}known envs: {known} (built in, registered with "
-                              f"register_env, or installed under the entry-point group {ENTRY_POINT_GROUP!r})")
+        raise UnknownEnvError(
+            f"unknown env {name!r}; {hint}known envs: {known} (built in, registered with "
+            f"register_env, or installed under the entry-point group {ENTRY_POINT_GROUP!r})"
+        )
     return kind
 
 
@@ -210,9 +223,16 @@ def list_envs(prefixed: bool = True) -> dict[str, str]:
     return out
 
 
-def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = None,
-                     groups_per_batch: int | None = None, num_batches: int | None = None,
-                     defaults: Mapping[str, Any] | None = None, **env_kwargs: Any) -> RLDatasetBuilder | RLDataset:
+def make_env_dataset(
+    name: str,
+    renderer: Renderer,
+    *,
+    group_size: int | None = None,
+    groups_per_batch: int | None = None,
+    num_batches: int | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    **env_kwargs: Any,
+) -> RLDatasetBuilder | RLDataset:
     """The training envs of env ``name`` by name: its dataset-builder factory called with ``renderer`` and
     ``env_kwargs``, plus ``group_size`` / ``batch_size`` (= ``groups_per_batch``) / ``num_batches`` when given and
     accepted by the factory's signature (so a user factory ``f(renderer, **my_options)`` keeps working). ``defaults``
@@ -227,10 +247,11 @@ def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = 
     if kind.dataset_builder is None:
         from .rows import ENV_FIELD  # rows.py builds on this module
 
-        raise ValueError(f"env {name!r} ({kind.source}) trains only from row specs: build a datasets.Dataset of "
-                         f"{{'{ENV_FIELD}': '{name}', ...}} rows and pass it as the env dataset (--env_dataset)")
-    offered = {"group_size": group_size, "batch_size": groups_per_batch, "num_batches": num_batches,
-               **(defaults or {})}
+        raise ValueError(
+            f"env {name!r} ({kind.source}) trains only from row specs: build a datasets.Dataset of "
+            f"{{'{ENV_FIELD}': '{name}', ...}} rows and pass it as the env dataset (--env_dataset)"
+        )
+    offered = {"group_size": group_size, "batch_size": groups_per_batch, "num_batches": num_batches, **(defaults or {})}
     accepted = accepted_kwargs(kind.dataset_builder)
     kwargs = {k: v for k, v in offered.items() if v is not None and (accepted is None or k in accepted)}
     try:
@@ -240,12 +261,16 @@ def make_env_dataset(name: str, renderer: Renderer, *, group_size: int | None = 
 
         unknown = sorted(set(env_kwargs) - accepted) if accepted is not None else []
         if unknown and not isinstance(e, EnvOptionError):  # Python's "unexpected keyword argument": say it plainly
-            raise EnvOptionError(f"env {name!r} ({kind.source}) takes no option {unknown[0]!r}; its options are "
-                                 f"{sorted(accepted - {'renderer'})}") from e
+            raise EnvOptionError(
+                f"env {name!r} ({kind.source}) takes no option {unknown[0]!r}; its options are "
+                f"{sorted(accepted - {'renderer'})}"
+            ) from e
         raise
     if not isinstance(out, (RLDataset, RLDatasetBuilder)):
-        raise TypeError(f"env {name!r} ({kind.source}): its factory returned {type(out).__name__}, not an RLDataset "
-                        "or RLDatasetBuilder")
+        raise TypeError(
+            f"env {name!r} ({kind.source}): its factory returned {type(out).__name__}, not an RLDataset "
+            "or RLDatasetBuilder"
+        )
     return out
 
 
@@ -259,8 +284,9 @@ def unknown_prefixed_name(name: str, family: str, known: list[str]) -> UnknownEn
 
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-    return UnknownEnvError(f"unknown env {name!r}: {family} has no such name{hint} (`trl-envs list` lists all "
-                           f"{len(known)})")
+    return UnknownEnvError(
+        f"unknown env {name!r}: {family} has no such name{hint} (`trl-envs list` lists all {len(known)})"
+    )
 
 
 def _prefixed_kind(name: str) -> EnvKind | None:
@@ -269,9 +295,11 @@ def _prefixed_kind(name: str) -> EnvKind | None:
     for prefix, (package, module) in PREFIXED_ENVS.items():
         if name.startswith(prefix):
             if importlib.util.find_spec(package) is None:
-                raise ImportError(f"env {name!r} needs the {package} package: pip install "
-                                  f"'trl-envs[{package.replace('_', '-')}]' "
-                                  "(docs/ecosystem.md)")
+                raise ImportError(
+                    f"env {name!r} needs the {package} package: pip install "
+                    f"'trl-envs[{package.replace('_', '-')}]' "
+                    "(docs/ecosystem.md)"
+                )
             return importlib.import_module(module).env_kind(name)
     return None
 
@@ -300,8 +328,11 @@ def _scan_entry_points(rescan: bool = True) -> dict[str, metadata.EntryPoint]:
         found: dict[str, metadata.EntryPoint] = {}
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             if ep.name in found and found[ep.name].value != ep.value:
-                warnings.warn(f"env {ep.name!r} is declared by two entry points ({found[ep.name].value} and "
-                              f"{ep.value}); using the first", stacklevel=3)
+                warnings.warn(
+                    f"env {ep.name!r} is declared by two entry points ({found[ep.name].value} and "
+                    f"{ep.value}); using the first",
+                    stacklevel=3,
+                )
                 continue
             found.setdefault(ep.name, ep)
         _ENTRY_POINTS = found
@@ -318,8 +349,9 @@ def _entry_point_kind(name: str, rescan: bool) -> EnvKind | None:
     try:
         obj = ep.load()
     except Exception as e:
-        raise ImportError(f"env {name!r}: loading entry point {ep.value!r} ({_ep_source(ep)}) failed: "
-                          f"{type(e).__name__}: {e}") from e
+        raise ImportError(
+            f"env {name!r}: loading entry point {ep.value!r} ({_ep_source(ep)}) failed: {type(e).__name__}: {e}"
+        ) from e
     kind = EnvKind.from_factory(name, obj, _ep_source(ep))
     _LOADED_ENTRY_POINTS[name] = kind
     return kind

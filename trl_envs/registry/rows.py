@@ -22,13 +22,15 @@ from .names import get_env, known_env_names
 ENV_FIELD = "env"
 """The row field naming the env kind."""
 
+
 class EnvRowError(ValueError):
     """A row spec that cannot become an env group: unknown env kind, missing, unknown or mistyped field. The message
     names the row index (when known) and the field."""
 
 
-def make_env_group_builder(row: Mapping[str, Any], renderer: Renderer, group_size: int, *,
-                           index: int | None = None) -> EnvGroupBuilder:
+def make_env_group_builder(
+    row: Mapping[str, Any], renderer: Renderer, group_size: int, *, index: int | None = None
+) -> EnvGroupBuilder:
     """The :class:`EnvGroupBuilder` of ``group_size`` envs for one row spec (``{"env": NAME, **fields}``).
 
     ``None`` values count as absent (a dataset mixing env kinds has a column per field of any kind, null elsewhere).
@@ -44,10 +46,13 @@ def make_env_group_builder(row: Mapping[str, Any], renderer: Renderer, group_siz
     try:
         builder = kind.from_row(renderer, group_size, **fields)
     except Exception as e:
-        raise EnvRowError(f"{_where(index)}: env {name!r} rejected the row {shorten(dict(fields))}: {shorten(str(e), 500)}") from e
+        raise EnvRowError(
+            f"{_where(index)}: env {name!r} rejected the row {shorten(dict(fields))}: {shorten(str(e), 500)}"
+        ) from e
     if not isinstance(builder, EnvGroupBuilder):
-        raise TypeError(f"env {name!r} ({kind.source}): from_row returned {type(builder).__name__}, not an "
-                        "EnvGroupBuilder")
+        raise TypeError(
+            f"env {name!r} ({kind.source}): from_row returned {type(builder).__name__}, not an EnvGroupBuilder"
+        )
     return builder
 
 
@@ -60,43 +65,59 @@ def validate_row(row: Mapping[str, Any], *, index: int | None = None) -> tuple[s
     """
     where = _where(index)
     if not isinstance(row, Mapping):
-        raise EnvRowError(f"{where}: a row spec is a mapping like {{'{ENV_FIELD}': 'arithmetic', 'a': 2, 'b': 3}}, got "
-                          f"{type(row).__name__}")
+        raise EnvRowError(
+            f"{where}: a row spec is a mapping like {{'{ENV_FIELD}': 'arithmetic', 'a': 2, 'b': 3}}, got "
+            f"{type(row).__name__}"
+        )
     name = row.get(ENV_FIELD)
     if name is None and ENV_FIELD in row:
-        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: the env name is null; every row needs the name of its env "
-                          f"kind, e.g. {{'{ENV_FIELD}': 'arithmetic', ...}} (a mixed dataset written with missing "
-                          f"'{ENV_FIELD}' values gets nulls there)")
+        raise EnvRowError(
+            f"{where}, field {ENV_FIELD!r}: the env name is null; every row needs the name of its env "
+            f"kind, e.g. {{'{ENV_FIELD}': 'arithmetic', ...}} (a mixed dataset written with missing "
+            f"'{ENV_FIELD}' values gets nulls there)"
+        )
     if name is None:
-        raise EnvRowError(f"{where}: missing field {ENV_FIELD!r} (the env kind); fields present: {shorten(sorted(row))}")
+        raise EnvRowError(
+            f"{where}: missing field {ENV_FIELD!r} (the env kind); fields present: {shorten(sorted(row))}"
+        )
     if not isinstance(name, str):
         raise EnvRowError(f"{where}, field {ENV_FIELD!r}: expected an env name (str), got {shorten(name)}")
     try:
         kind = get_env(name, allow_import=False)
     except KeyError:
         by_name_only = sorted(known_env_names() - set(row_env_names()))
-        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: unknown env kind {shorten(name)}; env kinds with row specs: "
-                          f"{row_env_names()}" + (f" (by name only: {by_name_only})" if by_name_only else "")) from None
+        raise EnvRowError(
+            f"{where}, field {ENV_FIELD!r}: unknown env kind {shorten(name)}; env kinds with row specs: "
+            f"{row_env_names()}" + (f" (by name only: {by_name_only})" if by_name_only else "")
+        ) from None
     if kind.from_row is None:
-        raise EnvRowError(f"{where}, field {ENV_FIELD!r}: env {name!r} ({kind.source}) has no row spec (no from_row), "
-                          f"so it trains by name only (--env_name {name}); env kinds with row specs: {row_env_names()}")
+        raise EnvRowError(
+            f"{where}, field {ENV_FIELD!r}: env {name!r} ({kind.source}) has no row spec (no from_row), "
+            f"so it trains by name only (--env_name {name}); env kinds with row specs: {row_env_names()}"
+        )
     spec = kind.row_fields
     given = {k: v for k, v in row.items() if k != ENV_FIELD and v is not None}
     unknown = sorted(set(given) - set(spec))
     if unknown:
-        raise EnvRowError(f"{where}, field {unknown[0]!r}: env {name!r} takes no field {unknown[0]!r}; its fields are "
-                          f"{_describe_fields(spec)} (drop other columns with dataset.remove_columns)")
+        raise EnvRowError(
+            f"{where}, field {unknown[0]!r}: env {name!r} takes no field {unknown[0]!r}; its fields are "
+            f"{_describe_fields(spec)} (drop other columns with dataset.remove_columns)"
+        )
     missing = [k for k, (_, default) in spec.items() if default is inspect.Parameter.empty and k not in given]
     if missing:
-        raise EnvRowError(f"{where}, field {missing[0]!r}: missing required field {missing[0]!r} of env {name!r}; its "
-                          f"fields are {_describe_fields(spec)}")
+        raise EnvRowError(
+            f"{where}, field {missing[0]!r}: missing required field {missing[0]!r} of env {name!r}; its "
+            f"fields are {_describe_fields(spec)}"
+        )
     fields = {}
     for key, value in given.items():
         expected = spec[key][0]
         ok, value = _coerce(value, expected)
         if not ok:
-            raise EnvRowError(f"{where}, field {key!r}: env {name!r} expects {_type_name(expected)}, got "
-                              f"{shorten(value)} ({type(value).__name__})")
+            raise EnvRowError(
+                f"{where}, field {key!r}: env {name!r} expects {_type_name(expected)}, got "
+                f"{shorten(value)} ({type(value).__name__})"
+            )
         fields[key] = value
     return name, fields
 

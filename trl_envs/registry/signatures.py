@@ -44,8 +44,11 @@ def _read_row_fields(from_row: Callable[..., Any]) -> dict[str, tuple[Any, Any]]
         hints = typing.get_type_hints(from_row)
     except Exception:  # unresolvable annotations: fields are then unchecked
         hints = {}
-    return {p.name: (hints.get(p.name), p.default) for p in params[2:]
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {
+        p.name: (hints.get(p.name), p.default)
+        for p in params[2:]
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
 
 
 __all__ = ["accepted_kwargs", "row_fields"]

@@ -37,6 +37,7 @@ RESERVE_S = 0.1  # how long the trainer waits for a batch just started to make i
 
 # -- the sampler's weights ---------------------------------------------------------------------------------------------
 
+
 class SamplerWeights:
     """A copy of ``policy`` to sample with while ``policy`` trains, and the optimizer step its weights are from.
 
@@ -193,6 +194,7 @@ class _BatchSampler:
 
 # -- the pipeline -------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class RolloutJob:
     """One generation batch to roll out: its group keys and builders, and the oldest weights it may sample with."""
@@ -281,9 +283,11 @@ class RolloutPipeline:
         self._poke()
         self.thread.join(timeout_s)
         if self.thread.is_alive():
-            warnings.warn(f"{THREAD_NAME} did not stop within {timeout_s:.0f} s of being cancelled: an env or sampler "
-                          "call is blocking and ignores cancellation. It is a daemon thread and ends with the process.",
-                          stacklevel=2)
+            warnings.warn(
+                f"{THREAD_NAME} did not stop within {timeout_s:.0f} s of being cancelled: an env or sampler "
+                "call is blocking and ignores cancellation. It is a daemon thread and ends with the process.",
+                stacklevel=2,
+            )
 
     # sampler-thread side
     def _run(self, started: threading.Event) -> None:
@@ -340,8 +344,9 @@ class RolloutPipeline:
         ready = ReadyBatch(job, sampler_wait_s=sampler_wait_s)
         try:
             with cyclic_gc_paused():  # while a batch runs, as in the synchronous rollout (see cyclic_gc_paused)
-                ready.result = await run_rollout_batch_async(job.builders, self.sampler.for_batch(ready.versions),
-                                                             **self.rollout_kwargs)
+                ready.result = await run_rollout_batch_async(
+                    job.builders, self.sampler.for_batch(ready.versions), **self.rollout_kwargs
+                )
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # noqa: BLE001 - delivered to the trainer thread by take()
@@ -351,5 +356,12 @@ class RolloutPipeline:
             self._cond.notify_all()
 
 
-__all__ = ["THREAD_NAME", "ComputeTurn", "ReadyBatch", "RolloutJob", "RolloutPipeline", "SamplerWeights",
-           "VersionedSampler"]
+__all__ = [
+    "THREAD_NAME",
+    "ComputeTurn",
+    "ReadyBatch",
+    "RolloutJob",
+    "RolloutPipeline",
+    "SamplerWeights",
+    "VersionedSampler",
+]

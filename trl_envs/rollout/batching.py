@@ -49,20 +49,22 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.types import StopCondition, TokensWithLogprobs
+from ..samplers.base import Sampler, SampleRequest
 from .coupling import EpisodeState, GroupStalledError, current_links, describe
 from .event_loop import blocking_calls_in_flight, run_blocking
 from .loop_idle import loop_activity, register_quiet_timer
-from ..samplers.base import SampleRequest, Sampler
-from ..core.types import StopCondition, TokensWithLogprobs
 
 logger = logging.getLogger(__name__)
 
 _current_batcher: contextvars.ContextVar[BatchingPolicy | None] = contextvars.ContextVar(
-    "trl_envs_current_batcher", default=None)
+    "trl_envs_current_batcher", default=None
+)
 """The batcher of the rollout batch the calling coroutine belongs to (``None`` outside one)."""
 
 _current_episode: contextvars.ContextVar[EpisodeState | None] = contextvars.ContextVar(
-    "trl_envs_current_episode", default=None)
+    "trl_envs_current_episode", default=None
+)
 """The episode (:meth:`BatchingPolicy.episode`) the calling coroutine is inside (``None`` elsewhere)."""
 
 rollout_clock: contextvars.ContextVar[Any] = contextvars.ContextVar("trl_envs_rollout_clock", default=None)
@@ -170,8 +172,14 @@ class BatchingPolicy:
         num_stalled_groups: groups failed by ``group_stall_timeout_s``.
     """
 
-    def __init__(self, sampler: Sampler, *, max_wait_s: float | None = 30.0, sample_on_loop_thread: bool = True,
-                 group_stall_timeout_s: float | None = None):
+    def __init__(
+        self,
+        sampler: Sampler,
+        *,
+        max_wait_s: float | None = 30.0,
+        sample_on_loop_thread: bool = True,
+        group_stall_timeout_s: float | None = None,
+    ):
         if group_stall_timeout_s is not None and not group_stall_timeout_s > 0:
             raise ValueError(f"BatchingPolicy: group_stall_timeout_s must be > 0 or None, got {group_stall_timeout_s}")
         self.sampler = sampler
@@ -241,8 +249,9 @@ class BatchingPolicy:
             self._maybe_left_waiting = True
             self._want_probe()
 
-    async def sample(self, prompt: list[int], stop: StopCondition, max_tokens: int, *,
-                     sampler: Sampler | None = None) -> TokensWithLogprobs:
+    async def sample(
+        self, prompt: list[int], stop: StopCondition, max_tokens: int, *, sampler: Sampler | None = None
+    ) -> TokensWithLogprobs:
         """Sample one action for ``prompt`` from ``sampler`` (default: the policy); resolves when the batch this
         request joined has been sampled. A request made inside an episode counts as that episode asking."""
         loop = asyncio.get_running_loop()
@@ -253,8 +262,13 @@ class BatchingPolicy:
         episode = _current_episode.get()
         if episode is not None and episode not in self._episodes:
             episode = None  # an episode of another batcher
-        pending = _Pending(SampleRequest(list(prompt), list(stop), max_tokens), future, clock, episode,
-                           None if sampler is self.sampler else sampler)
+        pending = _Pending(
+            SampleRequest(list(prompt), list(stop), max_tokens),
+            future,
+            clock,
+            episode,
+            None if sampler is self.sampler else sampler,
+        )
         if episode is not None:
             if episode.asking == 0:
                 self._asking += 1
@@ -361,7 +375,9 @@ class BatchingPolicy:
 
     def _watch_stalls(self) -> None:
         if self.group_stall_timeout_s is not None and self._stall_timer is None:
-            self._stall_timer = self._loop_now().call_later(min(self.group_stall_timeout_s / 4, 5.0), self._check_stalls)
+            self._stall_timer = self._loop_now().call_later(
+                min(self.group_stall_timeout_s / 4, 5.0), self._check_stalls
+            )
 
     def _check_stalls(self) -> None:
         self._stall_timer = None
@@ -381,10 +397,12 @@ class BatchingPolicy:
             if idle_for < limit:
                 continue
             name = episodes[0].links.group.name if episodes[0].links is not None else "an episode"
-            message = (f"{name}: no episode of the group asked for an action or got one for {idle_for:.0f}s "
-                       f"(group_stall_timeout_s={limit:g}); {describe(episodes)}. The group was failed so that the "
-                       "rollout does not hang; raise group_stall_timeout_s (or set it to None) if its envs "
-                       "legitimately take longer")
+            message = (
+                f"{name}: no episode of the group asked for an action or got one for {idle_for:.0f}s "
+                f"(group_stall_timeout_s={limit:g}); {describe(episodes)}. The group was failed so that the "
+                "rollout does not hang; raise group_stall_timeout_s (or set it to None) if its envs "
+                "legitimately take longer"
+            )
             logger.warning(message)
             self.num_stalled_groups += 1
             for episode in episodes:
@@ -438,9 +456,11 @@ class BatchingPolicy:
                     self.num_calls += 1
                     self.batch_sizes.append(len(items))
                     if len(results) != len(items):
-                        raise RuntimeError(f"BatchingPolicy: {type(sampler).__name__}.sample returned {len(results)} "
-                                           f"results for {len(items)} requests; a Sampler returns one per request, "
-                                           "in order")
+                        raise RuntimeError(
+                            f"BatchingPolicy: {type(sampler).__name__}.sample returned {len(results)} "
+                            f"results for {len(items)} requests; a Sampler returns one per request, "
+                            "in order"
+                        )
                     for p, r in zip(items, results):
                         if not p.future.done():
                             p.future.set_result(r)

@@ -62,8 +62,9 @@ class EpisodeLinks:
         self.group, self.unit, self.label = group, unit, label
 
 
-current_links: contextvars.ContextVar[EpisodeLinks | None] = contextvars.ContextVar("trl_envs_episode_links",
-                                                                                     default=None)
+current_links: contextvars.ContextVar[EpisodeLinks | None] = contextvars.ContextVar(
+    "trl_envs_episode_links", default=None
+)
 """Set by the engine around each env's rollout (``do_group_rollout``); read when the episode starts."""
 
 

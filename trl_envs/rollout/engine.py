@@ -19,13 +19,31 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+from ..core.types import (
+    Env,
+    EnvContractError,
+    EnvGroupBuilder,
+    StopCondition,
+    TokensWithLogprobs,
+    Trajectory,
+    TrajectoryGroup,
+    Transition,
+)
+from ..samplers.base import Sampler
 from .batching import BatchingPolicy
 from .coupling import Coupling, EpisodeLinks, EpisodeState, SiblingEndedError, current_links
 from .event_loop import cyclic_gc_paused, run_sync  # run_sync re-exported: the trainers and scripts import it here
-from ..samplers.base import Sampler
-from ..core.types import Env, EnvContractError, EnvGroupBuilder, StopCondition, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from .validation import (ContextBudgetError, check_envs, check_group_rewards, check_initial, check_observation, check_sample,
-                         check_step_result, env_name, sampler_name)
+from .validation import (
+    ContextBudgetError,
+    check_envs,
+    check_group_rewards,
+    check_initial,
+    check_observation,
+    check_sample,
+    check_step_result,
+    env_name,
+    sampler_name,
+)
 from .watchdog import LoopWatchdog, note_activity, register_env_methods, run_with_deadline, run_with_timeout
 from .worker_threads import use_abandonable_threads
 
@@ -86,10 +104,13 @@ class RolloutBudget:
         if self.context_overflow not in ("end", "error"):
             raise ValueError(f"RolloutBudget.context_overflow must be 'end' or 'error', got {self.context_overflow!r}")
         if self.group_stall_timeout_s is not None and not self.group_stall_timeout_s > 0:
-            raise ValueError(f"RolloutBudget.group_stall_timeout_s must be > 0 or None, got {self.group_stall_timeout_s}")
+            raise ValueError(
+                f"RolloutBudget.group_stall_timeout_s must be > 0 or None, got {self.group_stall_timeout_s}"
+            )
         if self.report_blocking_after_s is not None and not self.report_blocking_after_s > 0:
-            raise ValueError(f"RolloutBudget.report_blocking_after_s must be > 0 or None, got "
-                             f"{self.report_blocking_after_s}")
+            raise ValueError(
+                f"RolloutBudget.report_blocking_after_s must be > 0 or None, got {self.report_blocking_after_s}"
+            )
 
 
 async def do_single_rollout(policy: TokenPolicy, env: Env, budget: RolloutBudget | None = None) -> Trajectory:
@@ -151,8 +172,9 @@ class _EpisodeProgress:
         if self.stepping is not None:  # its step never returned: the action is the last turn, unrewarded
             transitions.append(Transition(self.ob, self.stepping, 0.0, False, {}, {"ended": how}))
         if not transitions:
-            raise SiblingEndedError(f"{self.label} was left waiting in {self.episode.activity} before its first "
-                                    f"action: {how}")
+            raise SiblingEndedError(
+                f"{self.label} was left waiting in {self.episode.activity} before its first action: {how}"
+            )
         logger.info("%s ended: left waiting after %s", self.label, how)
         final = list(self.ob) + list(self.stepping.tokens) if self.stepping is not None else list(self.ob)
         return Trajectory(transitions, final, "sibling_ended", _extends(self.env))
@@ -181,9 +203,11 @@ async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _Ep
         if context is not None:
             room = context - len(ob)
             if room < 1:
-                message = (f"{name}: the observation of turn {turn} is {len(ob)} tokens, which leaves no room to "
-                           f"sample under the context budget of {context} tokens "
-                           "(max_context_tokens; a trainer defaults it to the model's maximum positions)")
+                message = (
+                    f"{name}: the observation of turn {turn} is {len(ob)} tokens, which leaves no room to "
+                    f"sample under the context budget of {context} tokens "
+                    "(max_context_tokens; a trainer defaults it to the model's maximum positions)"
+                )
                 if turn == 0 or budget.context_overflow == "error":
                     raise ContextBudgetError(message)
                 logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
@@ -198,8 +222,9 @@ async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _Ep
         result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
         state.stepping = None
         check_step_result(env, result, turn)
-        transitions.append(Transition(ob, ac, float(result.reward), result.episode_done,
-                                      dict(result.metrics), dict(result.logs)))
+        transitions.append(
+            Transition(ob, ac, float(result.reward), result.episode_done, dict(result.metrics), dict(result.logs))
+        )
         if result.episode_done:
             return Trajectory(transitions, list(result.next_observation), "done", _extends(env))
         ob = check_observation(env, result.next_observation, "step")
@@ -284,8 +309,14 @@ class _GroupRetries:
         logger.info("%s; retrying", reason)
 
 
-async def _builder_call(builder: EnvGroupBuilder, method: str, call: Callable[[], Coroutine[Any, Any, T]],
-                        strategy: ErrorStrategy, retries: _GroupRetries, check: Callable[[Any], T] = lambda v: v) -> T:
+async def _builder_call(
+    builder: EnvGroupBuilder,
+    method: str,
+    call: Callable[[], Coroutine[Any, Any, T]],
+    strategy: ErrorStrategy,
+    retries: _GroupRetries,
+    check: Callable[[Any], T] = lambda v: v,
+) -> T:
     """``check(await call())`` under the group's timeout, retried (fresh call) while ``retries`` allows."""
     what = f"{type(builder).__name__}.{method}"
     while True:
@@ -295,9 +326,13 @@ async def _builder_call(builder: EnvGroupBuilder, method: str, call: Callable[[]
             retries.spend(e, what)
 
 
-async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy, budget: RolloutBudget | None = None,
-                           strategy: ErrorStrategy = FailFast(), errors: Counter | None = None
-                           ) -> TrajectoryGroup | None:
+async def do_group_rollout(
+    builder: EnvGroupBuilder,
+    policy: TokenPolicy,
+    budget: RolloutBudget | None = None,
+    strategy: ErrorStrategy = FailFast(),
+    errors: Counter | None = None,
+) -> TrajectoryGroup | None:
     """Roll out every env of ``builder``'s group and score the group.
 
     Returns ``None`` when :class:`RetryOnFailure` gave up on the group. Errors seen are counted by exception type
@@ -340,8 +375,9 @@ async def _cleanup(builder: EnvGroupBuilder) -> None:
     except asyncio.CancelledError as cancelled:
         await asyncio.wait([task])
         if not task.cancelled() and task.exception() is not None:
-            cancelled.add_note(f"{type(builder).__name__}.cleanup() failed: {type(task.exception()).__name__}: "
-                               f"{task.exception()}")
+            cancelled.add_note(
+                f"{type(builder).__name__}.cleanup() failed: {type(task.exception()).__name__}: {task.exception()}"
+            )
         raise
 
 
@@ -349,27 +385,46 @@ async def _cleanup_after_error(builder: EnvGroupBuilder, original: BaseException
     try:
         await _cleanup(builder)
     except Exception as cleanup_error:  # noqa: BLE001 - reported with the original error, which is raised
-        original.add_note(f"While cleaning up after it, {type(builder).__name__}.cleanup() also failed: "
-                          f"{type(cleanup_error).__name__}: {cleanup_error}")
-        logger.error("%s.cleanup() failed after %s", type(builder).__name__, type(original).__name__,
-                     exc_info=cleanup_error)
+        original.add_note(
+            f"While cleaning up after it, {type(builder).__name__}.cleanup() also failed: "
+            f"{type(cleanup_error).__name__}: {cleanup_error}"
+        )
+        logger.error(
+            "%s.cleanup() failed after %s", type(builder).__name__, type(original).__name__, exc_info=cleanup_error
+        )
 
 
-async def _play_group(builder: EnvGroupBuilder, policy: TokenPolicy, budget: RolloutBudget | None,
-                      strategy: ErrorStrategy, group_errors: Counter, after_start: Callable[[], None]
-                      ) -> TrajectoryGroup | None:
+async def _play_group(
+    builder: EnvGroupBuilder,
+    policy: TokenPolicy,
+    budget: RolloutBudget | None,
+    strategy: ErrorStrategy,
+    group_errors: Counter,
+    after_start: Callable[[], None],
+) -> TrajectoryGroup | None:
     retries = _GroupRetries(strategy, group_errors)
     try:
         register_env_methods(builder)
-        envs = await _builder_call(builder, "make_envs", builder.make_envs, strategy, retries,
-                                   lambda value: _registered(check_envs(builder, value)))
+        envs = await _builder_call(
+            builder,
+            "make_envs",
+            builder.make_envs,
+            strategy,
+            retries,
+            lambda value: _registered(check_envs(builder, value)),
+        )
         trajectories = await _rollouts(builder, envs, policy, budget, strategy, retries, after_start)
         ended = sum(t.stop_reason == "sibling_ended" for t in trajectories)
         if ended:
             group_errors["SiblingEnded"] += ended  # recorded: episodes ended because a sibling stopped early
         rewards, metrics = await _builder_call(
-            builder, "compute_group_rewards", lambda: builder.compute_group_rewards(trajectories, envs), strategy,
-            retries, lambda value: check_group_rewards(builder, value, len(trajectories)))
+            builder,
+            "compute_group_rewards",
+            lambda: builder.compute_group_rewards(trajectories, envs),
+            strategy,
+            retries,
+            lambda value: check_group_rewards(builder, value, len(trajectories)),
+        )
     except GroupSkipped as e:
         logger.warning("skipping group of %s: %s", type(builder).__name__, e)
         group_errors["GroupSkipped"] += 1
@@ -379,8 +434,9 @@ async def _play_group(builder: EnvGroupBuilder, policy: TokenPolicy, budget: Rol
         group_errors[type(e).__name__] += 1
         group_errors["GroupSkipped"] += 1
         return None
-    return TrajectoryGroup(trajectories, rewards, metrics, tags=list(builder.logging_tags()),
-                           error_counts=dict(group_errors))
+    return TrajectoryGroup(
+        trajectories, rewards, metrics, tags=list(builder.logging_tags()), error_counts=dict(group_errors)
+    )
 
 
 def _registered(envs: list[Env]) -> list[Env]:
@@ -403,8 +459,9 @@ class _Participant:
             batcher.leave()
 
 
-async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]],
-                            after_start: Callable[[], None] | None = None) -> list[T]:
+async def _gather_fail_fast(
+    coros: Sequence[Coroutine[Any, Any, T]], after_start: Callable[[], None] | None = None
+) -> list[T]:
     """Run ``coros`` as tasks; the first exception cancels the rest and propagates. ``after_start`` is called once
     every task has run its first step (for episodes: registered with the batcher)."""
     tasks = [asyncio.ensure_future(c) for c in coros]
@@ -428,9 +485,15 @@ async def _gather_fail_fast(coros: Sequence[Coroutine[Any, Any, T]],
             await asyncio.gather(*running, return_exceptions=True)
 
 
-async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPolicy, budget: RolloutBudget | None,
-                    strategy: ErrorStrategy, retries: _GroupRetries, after_start: Callable[[], None]
-                    ) -> list[Trajectory]:
+async def _rollouts(
+    builder: EnvGroupBuilder,
+    envs: list[Env],
+    policy: TokenPolicy,
+    budget: RolloutBudget | None,
+    strategy: ErrorStrategy,
+    retries: _GroupRetries,
+    after_start: Callable[[], None],
+) -> list[Trajectory]:
     """Every env's trajectory, rolled out concurrently; under :class:`RetryOnFailure` failed ones are replaced."""
     name = type(builder).__name__
     units = _retry_units(builder, len(envs))
@@ -439,8 +502,10 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
     def rollout(i: int, unit: Coupling | None) -> Coroutine[Any, Any, Trajectory]:
         where = f"{name}: rollout {i} ({env_name(envs[i])})"
         links = EpisodeLinks(group, unit, f"{group.name}: env {i} ({_own_name(envs[i], env_name(envs[i]))})")
-        return _linked(links, run_with_deadline(lambda: do_single_rollout(policy, envs[i], budget),
-                                                strategy.per_rollout_timeout, where))
+        return _linked(
+            links,
+            run_with_deadline(lambda: do_single_rollout(policy, envs[i], budget), strategy.per_rollout_timeout, where),
+        )
 
     def play(unit: list[int]) -> list[Coroutine[Any, Any, Trajectory]]:
         coupling = Coupling(f"{name}: coupled envs {unit}") if len(unit) > 1 else None  # fresh for each attempt
@@ -472,11 +537,18 @@ async def _rollouts(builder: EnvGroupBuilder, envs: list[Env], policy: TokenPoli
             except Exception as e:  # noqa: BLE001 - counted, then retried or the group skipped (or re-raised)
                 started = None
                 retries.spend(e, f"{name}: rollout {_unit_name(unit)}")
-            fresh = await _builder_call(builder, "make_envs", builder.make_envs, strategy, retries,
-                                        lambda value: _registered(check_envs(builder, value)))
+            fresh = await _builder_call(
+                builder,
+                "make_envs",
+                builder.make_envs,
+                strategy,
+                retries,
+                lambda value: _registered(check_envs(builder, value)),
+            )
             if len(fresh) != len(envs):
-                raise EnvContractError(f"{name}.make_envs returned {len(fresh)} envs on retry, "
-                                       f"{len(envs)} the first time")
+                raise EnvContractError(
+                    f"{name}.make_envs returned {len(fresh)} envs on retry, {len(envs)} the first time"
+                )
             for i in unit:  # coupled envs (one game's players) are replaced together, from the same make_envs call
                 envs[i] = fresh[i]
 
@@ -503,8 +575,10 @@ def _retry_units(builder: EnvGroupBuilder, n: int) -> list[list[int]]:
         return [[i] for i in range(n)]
     units = [list(u) for u in coupled]
     if sorted(i for u in units for i in u) != list(range(n)) or any(not u for u in units):
-        raise EnvContractError(f"{type(builder).__name__}.coupled_envs() must split the indices 0..{n - 1} of its "
-                               f"{n} envs into non-empty sets, each index once; got {coupled!r}")
+        raise EnvContractError(
+            f"{type(builder).__name__}.coupled_envs() must split the indices 0..{n - 1} of its "
+            f"{n} envs into non-empty sets, each index once; got {coupled!r}"
+        )
     return units
 
 
@@ -543,9 +617,13 @@ class RolloutBatchResult:
     num_stalled_groups: int = 0
 
 
-async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: Sampler,
-                                  budget: RolloutBudget | None = None, strategy: ErrorStrategy = FailFast(),
-                                  max_wait_s: float | None = 30.0) -> RolloutBatchResult:
+async def run_rollout_batch_async(
+    builders: Sequence[EnvGroupBuilder],
+    sampler: Sampler,
+    budget: RolloutBudget | None = None,
+    strategy: ErrorStrategy = FailFast(),
+    max_wait_s: float | None = 30.0,
+) -> RolloutBatchResult:
     """Roll out all ``builders``' groups concurrently, sampling all active episodes together each turn."""
     budget = budget or RolloutBudget()
     batcher = BatchingPolicy(sampler, max_wait_s=max_wait_s, group_stall_timeout_s=budget.group_stall_timeout_s)
@@ -555,17 +633,32 @@ async def run_rollout_batch_async(builders: Sequence[EnvGroupBuilder], sampler: 
     setup = _Participant(batcher)
     try:
         with LoopWatchdog(budget.report_blocking_after_s), batcher.as_current():
-            groups = await _gather_fail_fast([do_group_rollout(b, batcher, budget, strategy, errors)
-                                              for b in builders], setup.release)
+            groups = await _gather_fail_fast(
+                [do_group_rollout(b, batcher, budget, strategy, errors) for b in builders], setup.release
+            )
     finally:
         await batcher.wait_idle()  # the loop outlives the batch: never leave a generate call running behind it
-    return RolloutBatchResult(groups, dict(errors), batcher.num_calls, list(batcher.batch_sizes),
-                              time.perf_counter() - start, batcher.sampler_seconds, batcher.num_valve_flushes,
-                              batcher.num_idle_flushes, batcher.num_sibling_endings, batcher.num_stalled_groups)
+    return RolloutBatchResult(
+        groups,
+        dict(errors),
+        batcher.num_calls,
+        list(batcher.batch_sizes),
+        time.perf_counter() - start,
+        batcher.sampler_seconds,
+        batcher.num_valve_flushes,
+        batcher.num_idle_flushes,
+        batcher.num_sibling_endings,
+        batcher.num_stalled_groups,
+    )
 
 
-def run_rollout_batch(builders: Sequence[EnvGroupBuilder], sampler: Sampler, budget: RolloutBudget | None = None,
-                      strategy: ErrorStrategy = FailFast(), max_wait_s: float | None = 30.0) -> RolloutBatchResult:
+def run_rollout_batch(
+    builders: Sequence[EnvGroupBuilder],
+    sampler: Sampler,
+    budget: RolloutBudget | None = None,
+    strategy: ErrorStrategy = FailFast(),
+    max_wait_s: float | None = 30.0,
+) -> RolloutBatchResult:
     """Synchronous :func:`run_rollout_batch_async` (works inside an already running event loop too)."""
     with cyclic_gc_paused():  # several full-heap collections per large batch otherwise (see cyclic_gc_paused)
         return run_sync(lambda: run_rollout_batch_async(builders, sampler, budget, strategy, max_wait_s))

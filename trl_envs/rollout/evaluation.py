@@ -18,10 +18,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from .metrics import rollout_metrics, summarize
-from .engine import ErrorStrategy, FailFast, RolloutBudget, run_rollout_batch
-from ..samplers.base import Sampler
 from ..core.types import EnvGroupBuilder, RLDataset, Trajectory, TrajectoryGroup
+from ..samplers.base import Sampler
+from .engine import ErrorStrategy, FailFast, RolloutBudget, run_rollout_batch
+from .metrics import rollout_metrics, summarize
 
 SuccessFn = Callable[[Trajectory, float], bool]
 """``is_success(trajectory, total_reward) -> bool``: whether an episode solved its problem."""
@@ -95,8 +95,10 @@ class EvalResult:
             "num_problems": self.num_problems,
             "success_threshold": self.success_threshold,
             "pass_at_k": {str(k): v for k, v in self.pass_at_k.items()},
-            "per_tag": {tag: {**asdict(s), "pass_at_k": {str(k): v for k, v in s.pass_at_k.items()}}
-                        for tag, s in self.per_tag.items()},
+            "per_tag": {
+                tag: {**asdict(s), "pass_at_k": {str(k): v for k, v in s.pass_at_k.items()}}
+                for tag, s in self.per_tag.items()
+            },
             "metrics": dict(self.metrics),
             "episode_rewards": list(self.episode_rewards),
         }
@@ -111,9 +113,11 @@ class EvalResult:
         """A plain-text table: one row per tag with episodes, problems, mean ± std reward and pass@k."""
         ks = sorted(self.pass_at_k)
         header = ["tag", "episodes", "problems", "reward (mean ± std)"] + [f"pass@{k}" for k in ks]
-        rows = [[tag, str(s.num_episodes), str(s.num_problems), f"{s.mean_reward:.3f} ± {s.std_reward:.3f}"]
-                + [f"{s.pass_at_k[k]:.3f}" if k in s.pass_at_k else "-" for k in ks]
-                for tag, s in self.per_tag.items()]
+        rows = [
+            [tag, str(s.num_episodes), str(s.num_problems), f"{s.mean_reward:.3f} ± {s.std_reward:.3f}"]
+            + [f"{s.pass_at_k[k]:.3f}" if k in s.pass_at_k else "-" for k in ks]
+            for tag, s in self.per_tag.items()
+        ]
         widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
 
         def line(cells: list[str]) -> str:  # the tag left-aligned, numbers right-aligned
@@ -122,11 +126,22 @@ class EvalResult:
         return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 
 
-def evaluate(sampler: Sampler, dataset: RLDataset, num_batches: int | None = None,
-             budget: RolloutBudget | None = None, strategy: ErrorStrategy = FailFast(), *,
-             num_problems: int | None = None, ks: Sequence[int] | None = None, success_threshold: float = 0.0,
-             is_success: SuccessFn | None = None, seed: int | None = None, chunk_size: int | None = None,
-             progress: bool = False, max_wait_s: float | None = 30.0) -> EvalResult:
+def evaluate(
+    sampler: Sampler,
+    dataset: RLDataset,
+    num_batches: int | None = None,
+    budget: RolloutBudget | None = None,
+    strategy: ErrorStrategy = FailFast(),
+    *,
+    num_problems: int | None = None,
+    ks: Sequence[int] | None = None,
+    success_threshold: float = 0.0,
+    is_success: SuccessFn | None = None,
+    seed: int | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    max_wait_s: float | None = 30.0,
+) -> EvalResult:
     """Play the env groups of ``dataset`` with ``sampler`` and measure rewards and pass@k.
 
     Args:
@@ -162,7 +177,7 @@ def evaluate(sampler: Sampler, dataset: RLDataset, num_batches: int | None = Non
     step = chunk_size or len(builders)
     with tqdm(total=len(builders), unit="problem", desc="evaluate", disable=not progress) as bar:
         for start in range(0, len(builders), step):
-            chunk = builders[start:start + step]
+            chunk = builders[start : start + step]
             result = run_rollout_batch(chunk, sampler, budget, strategy, max_wait_s)
             groups.extend(result.groups)
             errors.update(result.error_counts)
@@ -170,19 +185,28 @@ def evaluate(sampler: Sampler, dataset: RLDataset, num_batches: int | None = Non
     return summarize_groups(groups, dict(errors), ks=ks, success_threshold=success_threshold, is_success=is_success)
 
 
-def summarize_groups(groups: Sequence[TrajectoryGroup | None], error_counts: dict[str, int] | None = None, *,
-                     ks: Sequence[int] | None = None, success_threshold: float = 0.0,
-                     is_success: SuccessFn | None = None) -> EvalResult:
+def summarize_groups(
+    groups: Sequence[TrajectoryGroup | None],
+    error_counts: dict[str, int] | None = None,
+    *,
+    ks: Sequence[int] | None = None,
+    success_threshold: float = 0.0,
+    is_success: SuccessFn | None = None,
+) -> EvalResult:
     """The :class:`EvalResult` of already played groups (what :func:`evaluate` returns after playing)."""
     played = [g for g in groups if g is not None]
     if not played:
-        raise RuntimeError(f"evaluate: all {len(groups)} groups were skipped after errors "
-                           f"(error counts: {error_counts or {}}); nothing to report")
+        raise RuntimeError(
+            f"evaluate: all {len(groups)} groups were skipped after errors "
+            f"(error counts: {error_counts or {}}); nothing to report"
+        )
     smallest = min(len(g.trajectories) for g in played)
     ks = sorted(set(ks)) if ks is not None else sorted({1, smallest})
     if not ks or ks[0] < 1 or ks[-1] > smallest:
-        raise ValueError(f"evaluate: pass@k needs 1 <= k <= the samples per problem; the smallest group has "
-                         f"{smallest} envs, asked for k in {ks}")
+        raise ValueError(
+            f"evaluate: pass@k needs 1 <= k <= the samples per problem; the smallest group has "
+            f"{smallest} envs, asked for k in {ks}"
+        )
     solved = is_success or (lambda trajectory, total: total > success_threshold)
 
     by_tag: dict[str, list[tuple[list[float], int]]] = defaultdict(list)  # tag -> per group (totals, #solved)
@@ -194,18 +218,29 @@ def summarize_groups(groups: Sequence[TrajectoryGroup | None], error_counts: dic
     per_tag = {tag: _tag_stats(entries, ks) for tag, entries in by_tag.items()}
     overall = per_tag["all"]
     return EvalResult(
-        mean_reward=overall.mean_reward, std_reward=overall.std_reward, num_episodes=overall.num_episodes,
-        metrics=summarize(rollout_metrics(list(groups), error_counts or {})), groups=list(groups),
-        episode_rewards=[r for g in played for r in g.get_total_rewards()], num_problems=overall.num_problems,
-        pass_at_k=dict(overall.pass_at_k), per_tag=per_tag, success_threshold=success_threshold)
+        mean_reward=overall.mean_reward,
+        std_reward=overall.std_reward,
+        num_episodes=overall.num_episodes,
+        metrics=summarize(rollout_metrics(list(groups), error_counts or {})),
+        groups=list(groups),
+        episode_rewards=[r for g in played for r in g.get_total_rewards()],
+        num_problems=overall.num_problems,
+        pass_at_k=dict(overall.pass_at_k),
+        per_tag=per_tag,
+        success_threshold=success_threshold,
+    )
 
 
 def _tag_stats(entries: list[tuple[list[float], int]], ks: Sequence[int]) -> TagStats:
     rewards = [r for totals, _ in entries for r in totals]
     return TagStats(
-        mean_reward=statistics.fmean(rewards), std_reward=statistics.pstdev(rewards), num_episodes=len(rewards),
-        num_problems=len(entries), success_rate=sum(c for _, c in entries) / len(rewards),
-        pass_at_k={k: statistics.fmean(pass_at_k(len(totals), c, k) for totals, c in entries) for k in ks})
+        mean_reward=statistics.fmean(rewards),
+        std_reward=statistics.pstdev(rewards),
+        num_episodes=len(rewards),
+        num_problems=len(entries),
+        success_rate=sum(c for _, c in entries) / len(rewards),
+        pass_at_k={k: statistics.fmean(pass_at_k(len(totals), c, k) for totals, c in entries) for k in ks},
+    )
 
 
 def _select_builders(dataset: RLDataset, num_batches: int | None, num_problems: int | None) -> list[EnvGroupBuilder]:
@@ -219,8 +254,10 @@ def _select_builders(dataset: RLDataset, num_batches: int | None, num_problems: 
         builders.extend(dataset.get_batch(i))
     if num_problems is not None:
         if len(builders) < num_problems:
-            raise ValueError(f"evaluate: asked for {num_problems} problems but the dataset "
-                             f"({type(dataset).__name__}, {n} batches) holds {len(builders)}")
+            raise ValueError(
+                f"evaluate: asked for {num_problems} problems but the dataset "
+                f"({type(dataset).__name__}, {n} batches) holds {len(builders)}"
+            )
         builders = builders[:num_problems]
     if not builders:
         raise ValueError(f"evaluate: the dataset ({type(dataset).__name__}) has no env groups")

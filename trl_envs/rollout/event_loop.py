@@ -79,6 +79,7 @@ class _RolloutLoop:
         if self.loop.is_closed():
             return
         if self.thread.is_alive():
+
             async def shutdown() -> None:
                 tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
                 for t in tasks:
@@ -121,7 +122,9 @@ def _settle(setter: Callable[[Any], None], value: Any) -> None:
 _lock = threading.Lock()
 _loop: _RolloutLoop | None = None
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
-_EXECUTOR_THREADS = 4  # a sampler call per batcher in flight; >1 so nested or concurrent batchers never wait on each other
+_EXECUTOR_THREADS = (
+    4  # a sampler call per batcher in flight; >1 so nested or concurrent batchers never wait on each other
+)
 
 
 def blocking_executor() -> concurrent.futures.ThreadPoolExecutor:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..samplers.base import SampleRequest, Sampler
 from ..core.types import TokensWithLogprobs
+from ..samplers.base import Sampler, SampleRequest
 
 
 class LockstepSampler:
@@ -43,8 +43,14 @@ class LockstepSampler:
         num_padding_requests: dummy requests added to real calls by ``equal_batch_sizes``.
     """
 
-    def __init__(self, sampler: Sampler, dummy_prompt: list[int], device: torch.device | str = "cpu", *,
-                 equal_batch_sizes: bool = False):
+    def __init__(
+        self,
+        sampler: Sampler,
+        dummy_prompt: list[int],
+        device: torch.device | str = "cpu",
+        *,
+        equal_batch_sizes: bool = False,
+    ):
         if not dummy_prompt:
             raise ValueError("LockstepSampler: dummy_prompt must hold at least one token")
         self.sampler = sampler

@@ -52,7 +52,10 @@ def register_quiet_timer(callback: Callable[..., Any], *, bookkeeping: bool = Fa
         _bookkeeping_callbacks.add(fn)
 
 
-for _fn in (getattr(getattr(asyncio, "timeouts", None), "Timeout", None), getattr(asyncio.tasks, "_release_waiter", None)):
+for _fn in (
+    getattr(getattr(asyncio, "timeouts", None), "Timeout", None),
+    getattr(asyncio.tasks, "_release_waiter", None),
+):
     if isinstance(_fn, type):
         _fn = getattr(_fn, "_on_timeout", None)
     if _fn is not None:
@@ -73,9 +76,14 @@ def loop_activity(loop: asyncio.AbstractEventLoop, threads_busy: Callable[[], bo
     executor = getattr(loop, "_default_executor", None)
     if executor is not None and not hasattr(executor, "calls_in_flight"):
         return "unknown"  # a stdlib pool does not say how many calls run in it
-    threads = (executor is not None and executor.calls_in_flight(loop) > 0) or (threads_busy is not None and threads_busy())
+    threads = (executor is not None and executor.calls_in_flight(loop) > 0) or (
+        threads_busy is not None and threads_busy()
+    )
     for handle in ready:
-        if not handle._cancelled and getattr(handle._callback, "__func__", handle._callback) not in _bookkeeping_callbacks:
+        if (
+            not handle._cancelled
+            and getattr(handle._callback, "__func__", handle._callback) not in _bookkeeping_callbacks
+        ):
             return "ready"
     if threads:
         return "waiting"

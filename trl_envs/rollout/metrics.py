@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from ..core.types import TrajectoryGroup
 
 
-def rollout_metrics(groups: Sequence[TrajectoryGroup | None], error_counts: dict[str, int],
-                    prefix: str = "env") -> dict[str, list[float]]:
+def rollout_metrics(
+    groups: Sequence[TrajectoryGroup | None], error_counts: dict[str, int], prefix: str = "env"
+) -> dict[str, list[float]]:
     """Per-sample values of every env metric of a batch (see the module docstring).
 
     Per episode: ``reward/total`` (step rewards + group reward), ``reward/step``, ``reward/group``, ``turns``,
@@ -29,11 +30,18 @@ def rollout_metrics(groups: Sequence[TrajectoryGroup | None], error_counts: dict
             continue
         totals = group.get_total_rewards()
         # The group's samples by name, computed once, then filed under "all" and each tag.
-        values: dict[str, list[float]] = {"mixed_rewards": [float(len(set(totals)) > 1)], "reward/total": [],
-                                          "reward/step": [], "reward/group": [], "turns": [], "action_tokens": [],
-                                          "done": []}
-        for traj, total, g_reward, g_metrics in zip(group.trajectories, totals, group.group_rewards,
-                                                    group.group_metrics):
+        values: dict[str, list[float]] = {
+            "mixed_rewards": [float(len(set(totals)) > 1)],
+            "reward/total": [],
+            "reward/step": [],
+            "reward/group": [],
+            "turns": [],
+            "action_tokens": [],
+            "done": [],
+        }
+        for traj, total, g_reward, g_metrics in zip(
+            group.trajectories, totals, group.group_rewards, group.group_metrics
+        ):
             transitions = traj.transitions
             values["reward/total"].append(total)
             values["reward/step"].append(float(sum(t.reward for t in transitions)))

@@ -33,8 +33,9 @@ TRACES_DIR = "rollouts"
 _CHATML = re.compile(r"<\|im_start\|>([^\n<]*)\n(.*?)(?:<\|im_end\|>\n?|$)", re.S)
 
 
-def trace_records(groups: Sequence[TrajectoryGroup | None], tokenizer, *, step: int, per_tag: int = 4,
-                  training_rows: str = "auto") -> list[dict[str, Any]]:
+def trace_records(
+    groups: Sequence[TrajectoryGroup | None], tokenizer, *, step: int, per_tag: int = 4, training_rows: str = "auto"
+) -> list[dict[str, Any]]:
     """Up to ``per_tag`` episodes per env tag (from the first group of each tag, in batch order) as records (see
     the module docstring). ``training_rows`` is the trainer's setting (``auto`` / ``trajectory`` / ``turn``)."""
     records: list[dict[str, Any]] = []
@@ -50,15 +51,20 @@ def trace_records(groups: Sequence[TrajectoryGroup | None], tokenizer, *, step: 
                 break
             taken[tag] += 1
             per_turn = training_rows == "turn" or (training_rows == "auto" and not trajectory.observations_extend)
-            records.append({
-                "step": step, "tag": tag, "group": g, "episode": e,
-                "messages": transcript(trajectory, tokenizer),
-                "turn_rewards": [t.reward for t in trajectory.transitions],
-                "group_reward": group_reward,
-                "total_reward": trajectory.step_reward + group_reward,
-                "stop_reason": trajectory.stop_reason,
-                "row_layout": "per_turn" if per_turn else "trajectory",
-            })
+            records.append(
+                {
+                    "step": step,
+                    "tag": tag,
+                    "group": g,
+                    "episode": e,
+                    "messages": transcript(trajectory, tokenizer),
+                    "turn_rewards": [t.reward for t in trajectory.transitions],
+                    "group_reward": group_reward,
+                    "total_reward": trajectory.step_reward + group_reward,
+                    "stop_reason": trajectory.stop_reason,
+                    "row_layout": "per_turn" if per_turn else "trajectory",
+                }
+            )
     return records
 
 
@@ -69,18 +75,27 @@ def transcript(trajectory: Trajectory, tokenizer) -> list[dict[str, Any]]:
         return _messages(tokenizer.decode(trajectory.final_ob, skip_special_tokens=False), "prompt")
     messages = _messages(tokenizer.decode(transitions[0].ob, skip_special_tokens=False), "prompt")
     for i, t in enumerate(transitions):
-        messages.append({"role": "assistant", "content": tokenizer.decode(t.ac.tokens, skip_special_tokens=True),
-                         "reward": t.reward, "metrics": dict(t.metrics), "finish": t.ac.finish_reason})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": tokenizer.decode(t.ac.tokens, skip_special_tokens=True),
+                "reward": t.reward,
+                "metrics": dict(t.metrics),
+                "finish": t.ac.finish_reason,
+            }
+        )
         following = transitions[i + 1].ob if i + 1 < len(transitions) else trajectory.final_ob
         seen = list(t.ob) + list(t.ac.tokens)
-        if list(following[:len(seen)]) == seen:
-            new = following[len(seen):]
+        if list(following[: len(seen)]) == seen:
+            new = following[len(seen) :]
             if new:
-                messages += [m for m in _messages(tokenizer.decode(new, skip_special_tokens=False), "env")
-                             if m["content"] or m["role"] != "assistant"]
+                messages += [
+                    m
+                    for m in _messages(tokenizer.decode(new, skip_special_tokens=False), "env")
+                    if m["content"] or m["role"] != "assistant"
+                ]
         elif following:
-            messages.append({"role": "observation",
-                             "content": tokenizer.decode(following, skip_special_tokens=False)})
+            messages.append({"role": "observation", "content": tokenizer.decode(following, skip_special_tokens=False)})
     return messages
 
 
@@ -117,8 +132,10 @@ def read_traces(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         path = path / TRACES_DIR
     files = sorted(path.glob("step_*.jsonl")) if path.is_dir() else [path] if path.is_file() else []
     if not files:
-        raise FileNotFoundError(f"no rollout traces in {path} (expected {TRACES_DIR}/step_*.jsonl files, written "
-                                "every logging_steps by EnvGRPOTrainer)")
+        raise FileNotFoundError(
+            f"no rollout traces in {path} (expected {TRACES_DIR}/step_*.jsonl files, written "
+            "every logging_steps by EnvGRPOTrainer)"
+        )
     records = []
     for file in files:
         with open(file, encoding="utf-8") as f:
@@ -128,11 +145,33 @@ def read_traces(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 def table_rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """Columns and rows of a tracker table (wandb / trackio): one row per episode, the transcript as text."""
-    columns = ["step", "tag", "group", "episode", "transcript", "turn_rewards", "group_reward", "total_reward",
-               "stop_reason", "row_layout"]
-    rows = [[r["step"], r["tag"], r["group"], r["episode"], format_transcript(r["messages"]),
-             json.dumps(r["turn_rewards"]), r["group_reward"], r["total_reward"], r["stop_reason"], r["row_layout"]]
-            for r in records]
+    columns = [
+        "step",
+        "tag",
+        "group",
+        "episode",
+        "transcript",
+        "turn_rewards",
+        "group_reward",
+        "total_reward",
+        "stop_reason",
+        "row_layout",
+    ]
+    rows = [
+        [
+            r["step"],
+            r["tag"],
+            r["group"],
+            r["episode"],
+            format_transcript(r["messages"]),
+            json.dumps(r["turn_rewards"]),
+            r["group_reward"],
+            r["total_reward"],
+            r["stop_reason"],
+            r["row_layout"],
+        ]
+        for r in records
+    ]
     return columns, rows
 
 

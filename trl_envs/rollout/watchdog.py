@@ -60,7 +60,9 @@ def register_env_methods(obj: Any) -> None:
         names = {}
         for klass in cls.__mro__:
             for name in _WATCHED_METHODS:
-                code = getattr(inspect.unwrap(klass.__dict__[name]), "__code__", None) if name in klass.__dict__ else None
+                code = (
+                    getattr(inspect.unwrap(klass.__dict__[name]), "__code__", None) if name in klass.__dict__ else None
+                )
                 if code is not None:
                     names[code] = f"{klass.__name__}.{name}"
         with _registry_lock:
@@ -145,9 +147,11 @@ class LoopWatchdog:
             if where in _reported:
                 return
             _reported.add(where)
-        message = (f"{where} has blocked the event loop for {blocked:.1f}s so far: every other episode of the batch "
-                   "waits, and no timeout can interrupt it. Await I/O instead, or run blocking code with "
-                   "`await asyncio.to_thread(...)`. (Reported once per env method.)")
+        message = (
+            f"{where} has blocked the event loop for {blocked:.1f}s so far: every other episode of the batch "
+            "waits, and no timeout can interrupt it. Await I/O instead, or run blocking code with "
+            "`await asyncio.to_thread(...)`. (Reported once per env method.)"
+        )
         self.reports.append(message)
         logger.warning(message)
 
@@ -237,7 +241,8 @@ if hasattr(os, "register_at_fork"):
 
 
 _episode_activity: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "trl_envs_episode_activity", default=None)
+    "trl_envs_episode_activity", default=None
+)
 """Where the calling episode is (``["Sleepy.step (turn 2)"]``), kept up to date for timeout messages."""
 
 
@@ -278,7 +283,8 @@ async def run_with_deadline(rollout: Callable[[], Awaitable[T]], seconds: float 
             raise  # the env's own TimeoutError, not the rollout's
         raise RolloutTimeoutError(
             f"{where} timed out: its own time (env, model, grading) passed rollout_timeout={seconds}s; it was in "
-            f"{activity[0]}, {loop.time() - start:.1f}s after it started") from None
+            f"{activity[0]}, {loop.time() - start:.1f}s after it started"
+        ) from None
     finally:
         _episode_activity.reset(activity_token)
 
@@ -291,8 +297,9 @@ async def run_with_timeout(awaitable: Awaitable[T], seconds: float | None, what:
     try:
         return await asyncio.wait_for(awaitable, seconds)
     except (asyncio.TimeoutError, TimeoutError):
-        raise RolloutTimeoutError(f"{what} timed out: still running after {time.perf_counter() - start:.1f}s "
-                                  f"(rollout_timeout={seconds}s)") from None
+        raise RolloutTimeoutError(
+            f"{what} timed out: still running after {time.perf_counter() - start:.1f}s (rollout_timeout={seconds}s)"
+        ) from None
 
 
 def _timeout(seconds: float | None) -> contextlib.AbstractAsyncContextManager:

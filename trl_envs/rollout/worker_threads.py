@@ -21,7 +21,8 @@ import concurrent.futures
 import queue
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .watchdog import env_method_on_stack
 

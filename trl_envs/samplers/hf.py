@@ -10,11 +10,17 @@ import warnings
 from collections.abc import Callable, Iterator
 
 import torch
-from transformers import (GenerationConfig, LogitsProcessor, LogitsProcessorList, RepetitionPenaltyLogitsProcessor,
-                          StoppingCriteria, StoppingCriteriaList)
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from ..core.types import TokensWithLogprobs
-from .base import SampleRequest, Sampler, StopSpec
+from .base import Sampler, SampleRequest, StopSpec
 
 
 class HFSampler:
@@ -38,26 +44,41 @@ class HFSampler:
         ValueError: ``generation_kwargs`` names a field the sampler sets per request.
     """
 
-    def __init__(self, model, tokenizer, *, temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
-                 min_p: float | None = None, repetition_penalty: float = 1.0,
-                 model_context: Callable[[], contextlib.AbstractContextManager] | None = None,
-                 generation_kwargs: dict | None = None, cache_implementation: str | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float = 1.0,
+        model_context: Callable[[], contextlib.AbstractContextManager] | None = None,
+        generation_kwargs: dict | None = None,
+        cache_implementation: str | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.temperature = temperature
         self.generation_kwargs = dict(generation_kwargs or {})
         owned = sorted(REQUEST_OWNED_FIELDS & self.generation_kwargs.keys())
         if owned:
-            raise ValueError(f"HFSampler: generation_kwargs sets {owned}, which the sampler sets per request from "
-                             "each request's max_tokens and stop condition; remove them (use the rollout budgets).")
+            raise ValueError(
+                f"HFSampler: generation_kwargs sets {owned}, which the sampler sets per request from "
+                "each request's max_tokens and stop condition; remove them (use the rollout budgets)."
+            )
         repetition_penalty = self.generation_kwargs.pop("repetition_penalty", repetition_penalty)
         self.top_p, self.top_k, self.min_p, self.repetition_penalty = top_p, top_k, min_p, repetition_penalty
         self.cache_implementation = cache_implementation
         self.model_context = model_context
         hidden = sorted(LOGIT_CHANGING_FIELDS & self.generation_kwargs.keys())
         if hidden:
-            warnings.warn(f"HFSampler: generation_kwargs {hidden} change the logits before the sampled tokens' "
-                          "logprobs are recorded, so those logprobs differ from TRL's training logprobs.", stacklevel=2)
+            warnings.warn(
+                f"HFSampler: generation_kwargs {hidden} change the logits before the sampled tokens' "
+                "logprobs are recorded, so those logprobs differ from TRL's training logprobs.",
+                stacklevel=2,
+            )
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad is None:
             raise ValueError("HFSampler: the tokenizer has neither a pad token nor an EOS token to pad with")
@@ -83,10 +104,12 @@ class HFSampler:
         width = max(len(r.prompt) for r in requests)
         # Left padding, built as Python lists and turned into tensors once (one tensor per row costs more than the
         # tiny model's forward pass).
-        input_ids = torch.tensor([[self.pad_token_id] * (width - len(r.prompt)) + list(r.prompt) for r in requests],
-                                 dtype=torch.long)
-        attention_mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in requests],
-                                      dtype=torch.long)
+        input_ids = torch.tensor(
+            [[self.pad_token_id] * (width - len(r.prompt)) + list(r.prompt) for r in requests], dtype=torch.long
+        )
+        attention_mask = torch.tensor(
+            [[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in requests], dtype=torch.long
+        )
         stops = [StopSpec.of(r.stop, self.eos_token_id) for r in requests]
         greedy = self.temperature == 0
         recorder = _LogprobRecorder(1.0 if greedy else self.temperature)
@@ -100,8 +123,12 @@ class HFSampler:
             cache_implementation=self.cache_implementation,
         )
         settings.update(self.generation_kwargs)
-        config = GenerationConfig(**settings, max_new_tokens=max(r.max_tokens for r in requests),
-                                  pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id)
+        config = GenerationConfig(
+            **settings,
+            max_new_tokens=max(r.max_tokens for r in requests),
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_token_id,
+        )
         # Custom processors run after generate's own and before the sampling warpers: the recorder sees the model's
         # logits, then the repetition penalty (kept out of `config` so it runs after the recorder) shapes sampling.
         processors = LogitsProcessorList([recorder])
@@ -113,8 +140,10 @@ class HFSampler:
             model.eval()
             try:
                 out = model.generate(
-                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                    generation_config=config, logits_processor=processors,
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    generation_config=config,
+                    logits_processor=processors,
                     stopping_criteria=StoppingCriteriaList([criteria]),
                 )
             finally:
@@ -128,14 +157,35 @@ class HFSampler:
         return results
 
 
-REQUEST_OWNED_FIELDS = frozenset({"max_new_tokens", "max_length", "eos_token_id", "pad_token_id", "stop_strings",
-                                  "num_return_sequences", "num_beams"})
+REQUEST_OWNED_FIELDS = frozenset(
+    {
+        "max_new_tokens",
+        "max_length",
+        "eos_token_id",
+        "pad_token_id",
+        "stop_strings",
+        "num_return_sequences",
+        "num_beams",
+    }
+)
 """``GenerationConfig`` fields :class:`HFSampler` sets itself (per request) and refuses in ``generation_kwargs``."""
 
-LOGIT_CHANGING_FIELDS = frozenset({"no_repeat_ngram_size", "bad_words_ids", "sequence_bias", "suppress_tokens",
-                                   "begin_suppress_tokens", "min_length", "min_new_tokens", "forced_bos_token_id",
-                                   "forced_eos_token_id", "exponential_decay_length_penalty",
-                                   "encoder_repetition_penalty", "renormalize_logits"})
+LOGIT_CHANGING_FIELDS = frozenset(
+    {
+        "no_repeat_ngram_size",
+        "bad_words_ids",
+        "sequence_bias",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+        "min_length",
+        "min_new_tokens",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "exponential_decay_length_penalty",
+        "encoder_repetition_penalty",
+        "renormalize_logits",
+    }
+)
 """``GenerationConfig`` fields whose logits processors run before the logprob recorder (transformers runs the
 processors it builds before custom ones)."""
 
@@ -153,7 +203,7 @@ class _PerRowStop(StoppingCriteria):
         for i, spec in enumerate(self.stops):
             hit = last[i] in spec.token_ids or n_gen >= self.max_tokens[i]
             if not hit and spec.strings:
-                hit = spec.text_hit(input_ids[i, self.prompt_width:].tolist(), self.tokenizer)
+                hit = spec.text_hit(input_ids[i, self.prompt_width :].tolist(), self.tokenizer)
             done.append(hit)
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
@@ -180,7 +230,7 @@ class _LogprobRecorder(LogitsProcessor):
     def finish(self, generated: torch.LongTensor) -> torch.Tensor:
         """Logprobs aligned with ``generated`` (B, T)."""
         if self.prev is not None and len(self.values) < generated.shape[1]:
-            self.values.append(self.prev.gather(1, generated[:, len(self.values):len(self.values) + 1]).squeeze(1))
+            self.values.append(self.prev.gather(1, generated[:, len(self.values) : len(self.values) + 1]).squeeze(1))
         self.prev = None
         return torch.stack(self.values, dim=1).cpu()
 

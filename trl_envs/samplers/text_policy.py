@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core.renderer import Renderer
-from .base import SampleRequest
 from ..core.types import TokensWithLogprobs
+from .base import SampleRequest
 
 
 class TextPolicySampler:

@@ -22,8 +22,8 @@ import math
 
 import torch.distributed as dist
 
-from .base import SampleRequest, StopSpec
 from ..core.types import TokensWithLogprobs
+from .base import SampleRequest, StopSpec
 
 
 class VLLMSampler:
@@ -40,8 +40,10 @@ class VLLMSampler:
     def shares_sampling_settings(self) -> bool:
         """Whether one rank's sampling settings apply to other ranks' prompts: server mode (rank 0 sends everyone's
         prompts) and colocate with tensor parallelism (the TP group runs one generation over its gathered prompts)."""
-        return (getattr(self.generation, "mode", None) == "server"
-                or (getattr(self.generation, "tensor_parallel_size", 1) or 1) > 1)
+        return (
+            getattr(self.generation, "mode", None) == "server"
+            or (getattr(self.generation, "tensor_parallel_size", 1) or 1) > 1
+        )
 
     def sample(self, requests: list[SampleRequest]) -> list[TokensWithLogprobs]:
         if not requests:
@@ -54,10 +56,13 @@ class VLLMSampler:
             max_tokens, stop_ids, stop_strings = agree_sampling_settings(max_tokens, stop_ids, stop_strings)
         with _overridden(self.generation, max_tokens, stop_ids, stop_strings):
             _, completion_ids, logprobs, logprob_token_ids = self.generation.generate(
-                prompts=[r.prompt for r in requests], images=None, num_generations=1)
+                prompts=[r.prompt for r in requests], images=None, num_generations=1
+            )
         if len(completion_ids) != len(requests):
-            raise RuntimeError(f"VLLMSampler: vLLM returned {len(completion_ids)} completions for {len(requests)} "
-                               "prompts (in server mode every rank must send equally many prompts per call)")
+            raise RuntimeError(
+                f"VLLMSampler: vLLM returned {len(completion_ids)} completions for {len(requests)} "
+                "prompts (in server mode every rank must send equally many prompts per call)"
+            )
         results = []
         for i, (spec, r, tokens) in enumerate(zip(stops, requests, completion_ids)):
             tokens = list(tokens)
@@ -66,8 +71,9 @@ class VLLMSampler:
                 flat = [0.0] * n
             else:
                 ids = logprob_token_ids[i] if logprob_token_ids is not None else None
-                flat = [sampled_logprob(logprobs[i][t], ids[t] if ids is not None else None, tokens[t])
-                        for t in range(n)]
+                flat = [
+                    sampled_logprob(logprobs[i][t], ids[t] if ids is not None else None, tokens[t]) for t in range(n)
+                ]
             results.append(TokensWithLogprobs(tokens[:n], flat, reason))
         return results
 
@@ -85,16 +91,20 @@ def sampled_logprob(position_logprobs, position_token_ids, token: int) -> float:
     return float("nan") if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
-def agree_sampling_settings(max_tokens: int, stop_ids: list[int], stop_strings: list[str]
-                            ) -> tuple[int, list[int], list[str]]:
+def agree_sampling_settings(
+    max_tokens: int, stop_ids: list[int], stop_strings: list[str]
+) -> tuple[int, list[int], list[str]]:
     """Across ranks (a collective when ``torch.distributed`` runs with several processes): the largest token budget
     and the union of stop tokens and stop strings."""
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return max_tokens, stop_ids, stop_strings
     gathered: list = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, (max_tokens, list(stop_ids), list(stop_strings)))
-    return (max(g[0] for g in gathered), sorted(set().union(*(g[1] for g in gathered))),
-            sorted(set().union(*(g[2] for g in gathered))))
+    return (
+        max(g[0] for g in gathered),
+        sorted(set().union(*(g[1] for g in gathered))),
+        sorted(set().union(*(g[2] for g in gathered))),
+    )
 
 
 @contextlib.contextmanager

@@ -27,8 +27,10 @@ def import_textarena():
     try:
         import textarena
     except ImportError as e:
-        raise ImportError("TextArena games need textarena: pip install 'trl-envs[textarena]' (see docs/ecosystem.md "
-                          "for the exact install)") from e
+        raise ImportError(
+            "TextArena games need textarena: pip install 'trl-envs[textarena]' (see docs/ecosystem.md "
+            "for the exact install)"
+        ) from e
     return textarena
 
 
@@ -42,8 +44,10 @@ class TextArenaGame(TurnGame):
             self.env = ta.make(env_id, **(make_kwargs or {}))
             self.env.reset(num_players=num_players, seed=seed)
         except Exception as e:
-            raise ValueError(f"env {self.name!r}: textarena could not start the game with num_players={num_players}"
-                             f", options {make_kwargs or {}}: {type(e).__name__}: {e}") from e
+            raise ValueError(
+                f"env {self.name!r}: textarena could not start the game with num_players={num_players}"
+                f", options {make_kwargs or {}}: {type(e).__name__}: {e}"
+            ) from e
         self.state = self.env.state
         self._done = False
         self._invalid = False
@@ -85,8 +89,10 @@ class TextArenaGame(TurnGame):
         found = _MOVES_LINE.findall(self._last_text.get(seat, ""))
         moves = _BRACKETED.findall(found[-1]) if found else []
         if not moves:
-            raise IllegalReply(f"{self.name}: the game listed no 'Available Moves:' to seat {seat}, so the 'random' "
-                               "opponent cannot play it; pass an opponent callable (text, rng) -> reply")
+            raise IllegalReply(
+                f"{self.name}: the game listed no 'Available Moves:' to seat {seat}, so the 'random' "
+                "opponent cannot play it; pass an opponent callable (text, rng) -> reply"
+            )
         return rng.choice(moves)
 
     def close(self) -> None:

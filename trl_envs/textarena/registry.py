@@ -51,7 +51,7 @@ class TextArenaDatasetBuilder(GameDatasetBuilder):
 def env_kind(name: str) -> EnvKind:
     """The kind of ``textarena/<env id>``; :class:`~trl_envs.registry.names.UnknownEnvError` with the closest ids for
     an unregistered one."""
-    env_id = name[len(PREFIX):]
+    env_id = name[len(PREFIX) :]
     registry = _registry()
     if env_id not in registry:
         raise unknown_prefixed_name(name, "textarena", sorted(PREFIX + i for i in registry))
@@ -60,14 +60,32 @@ def env_kind(name: str) -> EnvKind:
         check_options_known(TextArenaDatasetBuilder, name, options, {"renderer", "name", "env_id"})
         return TextArenaDatasetBuilder(renderer=renderer, name=name, env_id=env_id, **options)
 
-    def from_row(renderer: Renderer, group_size: int, *, seed: int = 0, num_players: int = 2,
-                 opponent: str | None = None, seat: int | None = None, make_kwargs: dict | None = None,
-                 move_timeout: float = 120.0, invalid_reply_penalty: float = 0.0) -> GameGroupBuilder:
+    def from_row(
+        renderer: Renderer,
+        group_size: int,
+        *,
+        seed: int = 0,
+        num_players: int = 2,
+        opponent: str | None = None,
+        seat: int | None = None,
+        make_kwargs: dict | None = None,
+        move_timeout: float = 120.0,
+        invalid_reply_penalty: float = 0.0,
+    ) -> GameGroupBuilder:
         """One group of the game, started from ``seed``."""
         options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}  # a Dataset's struct nulls
-        return GameGroupBuilder(TextArenaGameFactory(env_id, num_players, options), renderer,
-                                group_size, num_players, seed, opponent, seat, move_timeout, invalid_reply_penalty,
-                                tag=name)
+        return GameGroupBuilder(
+            TextArenaGameFactory(env_id, num_players, options),
+            renderer,
+            group_size,
+            num_players,
+            seed,
+            opponent,
+            seat,
+            move_timeout,
+            invalid_reply_penalty,
+            tag=name,
+        )
 
     description = f"TextArena {env_id}: n-player game, self-play (one env per player)"
     factory.__doc__ = description
@@ -76,5 +94,8 @@ def env_kind(name: str) -> EnvKind:
 
 def env_names() -> dict[str, str]:
     """Every registered TextArena id but its ``-raw`` / ``-train`` variants, as ``textarena/<id>``."""
-    return {PREFIX + i: "TextArena game (self-play, one env per player)" for i in sorted(_registry())
-            if not i.endswith(LISTED_VARIANT_SUFFIXES)}
+    return {
+        PREFIX + i: "TextArena game (self-play, one env per player)"
+        for i in sorted(_registry())
+        if not i.endswith(LISTED_VARIANT_SUFFIXES)
+    }

@@ -17,17 +17,27 @@ Needs tinker-cookbook, installed without its ``transformers`` pin (see docs/from
 
 from .detect import is_tinker_cookbook_object  # no tinker import: the registry asks it about any imported object
 
-_INSTALL = ("trl_envs.tinker needs tinker-cookbook. Install it without touching transformers:\n"
-            "  pip install --no-deps tinker-cookbook==0.5.8 tinker==0.38.0 chz tml-renderers==0.2.1\n"
-            "  pip install httpx sniffio distro orjson protobuf")
+_INSTALL = (
+    "trl_envs.tinker needs tinker-cookbook. Install it without touching transformers:\n"
+    "  pip install --no-deps tinker-cookbook==0.5.8 tinker==0.38.0 chz tml-renderers==0.2.1\n"
+    "  pip install httpx sniffio distro orjson protobuf"
+)
 
 # Everything else imports tinker-cookbook, so it is loaded on first use (importing this package stays cheap and
 # works without tinker-cookbook installed, for is_tinker_cookbook_object).
 _LAZY = {
-    "SamplerMessageCompleter": ".completer", "action_extra_of": ".convert", "cookbook_trajectory": ".convert",
-    "model_input_of": ".convert", "stop_condition_of": ".convert", "tokens_of": ".convert",
-    "TinkerDatasetBuilder": ".dataset", "TinkerRLDataset": ".dataset", "adapt": ".dataset",
-    "InitialObservationOverflowError": ".env", "TinkerEnv": ".env", "TinkerGroupBuilder": ".group",
+    "SamplerMessageCompleter": ".completer",
+    "action_extra_of": ".convert",
+    "cookbook_trajectory": ".convert",
+    "model_input_of": ".convert",
+    "stop_condition_of": ".convert",
+    "tokens_of": ".convert",
+    "TinkerDatasetBuilder": ".dataset",
+    "TinkerRLDataset": ".dataset",
+    "adapt": ".dataset",
+    "InitialObservationOverflowError": ".env",
+    "TinkerEnv": ".env",
+    "TinkerGroupBuilder": ".group",
 }
 
 

@@ -18,7 +18,7 @@ from tinker_cookbook.completers import MessageCompleter, StopCondition
 from tinker_cookbook.renderers import Message, Renderer
 
 from ..rollout.batching import current_batcher
-from ..samplers.base import SampleRequest, Sampler
+from ..samplers.base import Sampler, SampleRequest
 from .convert import tokens_of
 
 
@@ -34,8 +34,13 @@ class SamplerMessageCompleter(MessageCompleter):
         stop_condition: default: the renderer's stop sequences.
     """
 
-    def __init__(self, sampler: Sampler | None, renderer: Renderer, max_tokens: int = 32,
-                 stop_condition: StopCondition | None = None):
+    def __init__(
+        self,
+        sampler: Sampler | None,
+        renderer: Renderer,
+        max_tokens: int = 32,
+        stop_condition: StopCondition | None = None,
+    ):
         if max_tokens < 1:
             raise ValueError(f"SamplerMessageCompleter: max_tokens must be >= 1, got {max_tokens}")
         self.sampler, self.renderer, self.max_tokens = sampler, renderer, max_tokens
@@ -47,11 +52,14 @@ class SamplerMessageCompleter(MessageCompleter):
         if batcher is not None:
             out = await batcher.sample(prompt, list(self.stop_condition), self.max_tokens, sampler=self.sampler)
         elif self.sampler is None:
-            raise RuntimeError("SamplerMessageCompleter(sampler=None) samples the policy being trained, so it can only "
-                               "be called inside a rollout (run_rollout_batch or a trainer); pass a sampler to use it "
-                               "elsewhere")
+            raise RuntimeError(
+                "SamplerMessageCompleter(sampler=None) samples the policy being trained, so it can only "
+                "be called inside a rollout (run_rollout_batch or a trainer); pass a sampler to use it "
+                "elsewhere"
+            )
         else:
-            (out,) = await asyncio.to_thread(self.sampler.sample,
-                                             [SampleRequest(prompt, list(self.stop_condition), self.max_tokens)])
+            (out,) = await asyncio.to_thread(
+                self.sampler.sample, [SampleRequest(prompt, list(self.stop_condition), self.max_tokens)]
+            )
         message, _ok = self.renderer.parse_response(out.tokens)
         return message

@@ -31,8 +31,10 @@ def tokens_of(observation: Any, where: str) -> list[int]:
     if isinstance(observation, tinker.ModelInput):
         for chunk in observation.chunks:
             if not isinstance(chunk, tinker.EncodedTextChunk):
-                raise EnvContractError(f"{where}: the observation holds a {type(chunk).__name__}; only text "
-                                       "(EncodedTextChunk) observations can be trained here")
+                raise EnvContractError(
+                    f"{where}: the observation holds a {type(chunk).__name__}; only text "
+                    "(EncodedTextChunk) observations can be trained here"
+                )
         return [int(t) for t in observation.to_ints()]
     if isinstance(observation, (list, tuple)) and all(isinstance(t, int) for t in observation):
         return list(observation)
@@ -71,14 +73,25 @@ def cookbook_trajectory(trajectory: Trajectory) -> tc.Trajectory:
             ac=tc_completers.TokensWithLogprobs(
                 tokens=list(t.ac.tokens),
                 maybe_logprobs=None if t.ac.logprobs is None else list(t.ac.logprobs),
-                stop_reason="length" if t.ac.finish_reason == "length" else "stop"),
-            reward=t.reward, episode_done=t.episode_done, metrics=dict(t.metrics), logs=dict(t.logs))
+                stop_reason="length" if t.ac.finish_reason == "length" else "stop",
+            ),
+            reward=t.reward,
+            episode_done=t.episode_done,
+            metrics=dict(t.metrics),
+            logs=dict(t.logs),
+        )
         for t in trajectory.transitions
     ]
     reason = _STOP_REASONS.get(trajectory.stop_reason)
     if reason is None and transitions:
-        hits = [k[len(tc.STOP_METRIC_PREFIX):] for k, v in transitions[-1].metrics.items()
-                if k.startswith(tc.STOP_METRIC_PREFIX) and v]
+        hits = [
+            k[len(tc.STOP_METRIC_PREFIX) :]
+            for k, v in transitions[-1].metrics.items()
+            if k.startswith(tc.STOP_METRIC_PREFIX) and v
+        ]
         reason = hits[0] if hits else None
-    return tc.Trajectory(transitions=transitions, final_ob=model_input_of(trajectory.final_ob),
-                         stop_reason=None if reason is None else str(reason))
+    return tc.Trajectory(
+        transitions=transitions,
+        final_ob=model_input_of(trajectory.final_ob),
+        stop_reason=None if reason is None else str(reason),
+    )

@@ -17,8 +17,9 @@ class TinkerRLDataset(RLDataset):
 
     def __init__(self, tinker_dataset: tc.RLDataset):
         if not isinstance(tinker_dataset, tc.RLDataset):
-            raise TypeError(f"TinkerRLDataset: expected a tinker_cookbook RLDataset, got "
-                            f"{type(tinker_dataset).__name__}")
+            raise TypeError(
+                f"TinkerRLDataset: expected a tinker_cookbook RLDataset, got {type(tinker_dataset).__name__}"
+            )
         self.tinker_dataset = tinker_dataset
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
@@ -34,8 +35,10 @@ class TinkerDatasetBuilder(RLDatasetBuilder):
 
     def __init__(self, tinker_builder: tc.RLDatasetBuilder):
         if not isinstance(tinker_builder, tc.RLDatasetBuilder):
-            raise TypeError(f"TinkerDatasetBuilder: expected a tinker_cookbook RLDatasetBuilder, got "
-                            f"{type(tinker_builder).__name__}")
+            raise TypeError(
+                f"TinkerDatasetBuilder: expected a tinker_cookbook RLDatasetBuilder, got "
+                f"{type(tinker_builder).__name__}"
+            )
         self.tinker_builder = tinker_builder
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
@@ -63,5 +66,7 @@ def adapt(obj: Any) -> TinkerDatasetBuilder | TinkerRLDataset | TinkerGroupBuild
         return TinkerRLDataset(obj)
     if isinstance(obj, tc.EnvGroupBuilder):
         return TinkerGroupBuilder(obj)
-    raise TypeError(f"trl_envs.tinker.adapt: expected a tinker_cookbook RLDatasetBuilder, RLDataset or "
-                    f"EnvGroupBuilder instance, got {type(obj).__name__}")
+    raise TypeError(
+        f"trl_envs.tinker.adapt: expected a tinker_cookbook RLDatasetBuilder, RLDataset or "
+        f"EnvGroupBuilder instance, got {type(obj).__name__}"
+    )

@@ -47,8 +47,9 @@ class TinkerEnv(Env):
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         out = await self.tinker_env.initial_observation()
         if isinstance(out, tc.InitialObservationOverflow):
-            raise InitialObservationOverflowError(f"{self.name}: the initial prompt is over the env's token budget "
-                                                  f"({out.logs or out.metrics})")
+            raise InitialObservationOverflowError(
+                f"{self.name}: the initial prompt is over the env's token budget ({out.logs or out.metrics})"
+            )
         ob, stop = out
         tokens = tokens_of(ob, f"{self.name}.initial_observation")
         self._context = tokens

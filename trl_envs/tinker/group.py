@@ -31,8 +31,9 @@ class TinkerGroupBuilder(EnvGroupBuilder):
 
     def __init__(self, tinker_builder: tc.EnvGroupBuilder, *, coupled: bool | None = None):
         if not isinstance(tinker_builder, tc.EnvGroupBuilder):
-            raise TypeError(f"TinkerGroupBuilder: expected a tinker_cookbook EnvGroupBuilder, got "
-                            f"{type(tinker_builder).__name__}")
+            raise TypeError(
+                f"TinkerGroupBuilder: expected a tinker_cookbook EnvGroupBuilder, got {type(tinker_builder).__name__}"
+            )
         self.tinker_builder = tinker_builder
         self.coupled = (getattr(tinker_builder, "num_players", 1) or 1) > 1 if coupled is None else coupled
         self._num_envs: int | None = None
@@ -45,20 +46,23 @@ class TinkerGroupBuilder(EnvGroupBuilder):
         envs = list(await self.tinker_builder.make_envs())
         for i, env in enumerate(envs):
             if not isinstance(env, tc.Env):
-                raise EnvContractError(f"{self.name}.make_envs: item {i} is a {type(env).__name__}, not a "
-                                       "tinker_cookbook Env")
+                raise EnvContractError(
+                    f"{self.name}.make_envs: item {i} is a {type(env).__name__}, not a tinker_cookbook Env"
+                )
         self._num_envs = len(envs)
         return [TinkerEnv(env) for env in envs]
 
-    async def compute_group_rewards(self, trajectory_group: list[Trajectory],
-                                    env_group: Sequence[Env]) -> list[tuple[float, Metrics]]:
+    async def compute_group_rewards(
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
         inner = [env.tinker_env if isinstance(env, TinkerEnv) else env for env in env_group]
-        out = await self.tinker_builder.compute_group_rewards(
-            [cookbook_trajectory(t) for t in trajectory_group], inner)
+        out = await self.tinker_builder.compute_group_rewards([cookbook_trajectory(t) for t in trajectory_group], inner)
         out = list(out)
         if len(out) != len(trajectory_group):
-            raise EnvContractError(f"{self.name}.compute_group_rewards returned {len(out)} results for "
-                                   f"{len(trajectory_group)} trajectories")
+            raise EnvContractError(
+                f"{self.name}.compute_group_rewards returned {len(out)} results for "
+                f"{len(trajectory_group)} trajectories"
+            )
         return [(float(reward), dict(metrics)) for reward, metrics in out]
 
     def coupled_envs(self) -> list[list[int]] | None:

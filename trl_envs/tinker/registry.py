@@ -35,8 +35,9 @@ def env_kind(ref: str, obj: Any) -> EnvKind:
     """
     base = cookbook_base(obj)
     if base is None:
-        raise TypeError(f"env {ref!r}: {type(obj).__name__} is not a tinker-cookbook RLDatasetBuilder, RLDataset or "
-                        "EnvGroupBuilder")
+        raise TypeError(
+            f"env {ref!r}: {type(obj).__name__} is not a tinker-cookbook RLDatasetBuilder, RLDataset or EnvGroupBuilder"
+        )
     description = f"tinker-cookbook {base} {getattr(obj, '__qualname__', type(obj).__qualname__)}"
     if isinstance(obj, type):
         params = _keyword_params(obj)
@@ -45,12 +46,15 @@ def env_kind(ref: str, obj: Any) -> EnvKind:
             names = [p.name for p in params]
             unknown = sorted(set(kwargs) - set(names))
             if unknown:
-                raise EnvOptionError(f"env {ref!r}: {obj.__name__} takes no option {unknown[0]!r}; its options are "
-                                f"{_describe(params)}")
+                raise EnvOptionError(
+                    f"env {ref!r}: {obj.__name__} takes no option {unknown[0]!r}; its options are {_describe(params)}"
+                )
             missing = [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in kwargs]
             if missing:
-                raise EnvOptionError(f"env {ref!r}: {obj.__name__} needs option {missing[0]!r} (--env_kwargs); its options "
-                                f"are {_describe(params)}")
+                raise EnvOptionError(
+                    f"env {ref!r}: {obj.__name__} needs option {missing[0]!r} (--env_kwargs); its options "
+                    f"are {_describe(params)}"
+                )
             if renderer is not None:
                 for name_field in TOKENIZER_FIELDS:
                     if isinstance(kwargs.get(name_field), str):
@@ -59,8 +63,10 @@ def env_kind(ref: str, obj: Any) -> EnvKind:
 
         factory.__signature__ = inspect.Signature(
             [inspect.Parameter("renderer", inspect.Parameter.KEYWORD_ONLY, default=None)]
-            + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params])
+            + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+        )
     else:
+
         def factory(renderer=None):
             return _as_dataset(obj)
 
@@ -81,13 +87,16 @@ def check_same_tokenizer(ref: str, field: str, name: str, tokenizer) -> None:
     from tinker_cookbook.tokenizer_utils import get_tokenizer
 
     theirs = get_tokenizer(name)
-    same = len(theirs) == len(tokenizer) and (theirs.encode(_PROBE, add_special_tokens=False)
-                                              == tokenizer.encode(_PROBE, add_special_tokens=False))
+    same = len(theirs) == len(tokenizer) and (
+        theirs.encode(_PROBE, add_special_tokens=False) == tokenizer.encode(_PROBE, add_special_tokens=False)
+    )
     if not same:
         ours = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-        raise ValueError(f"env {ref!r}: {field}={name!r} loads a tokenizer ({len(theirs)} tokens) that is not the "
-                         f"trained model's ({ours!r}, {len(tokenizer)} tokens); the env's token ids would not mean "
-                         f"what the model reads. Set {field} to the model being trained.")
+        raise ValueError(
+            f"env {ref!r}: {field}={name!r} loads a tokenizer ({len(theirs)} tokens) that is not the "
+            f"trained model's ({ours!r}, {len(tokenizer)} tokens); the env's token ids would not mean "
+            f"what the model reads. Set {field} to the model being trained."
+        )
 
 
 def _as_dataset(obj: Any):
@@ -106,5 +115,8 @@ def _keyword_params(cls: type) -> list[inspect.Parameter]:
 
 
 def _describe(params: list[inspect.Parameter]) -> str:
-    return "(" + ", ".join(p.name + ("" if p.default is inspect.Parameter.empty else f"={p.default!r}")
-                           for p in params) + ")"
+    return (
+        "("
+        + ", ".join(p.name + ("" if p.default is inspect.Parameter.empty else f"={p.default!r}") for p in params)
+        + ")"
+    )

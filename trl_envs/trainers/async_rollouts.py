@@ -38,14 +38,20 @@ import torch
 from transformers import TrainerCallback
 
 from ..core.types import EnvGroupBuilder
-from ..rollout.async_pipeline import (THREAD_NAME, ComputeTurn, RolloutJob, RolloutPipeline, SamplerWeights,
-                                      VersionedSampler)
+from ..rollout.async_pipeline import (
+    THREAD_NAME,
+    ComputeTurn,
+    RolloutJob,
+    RolloutPipeline,
+    SamplerWeights,
+    VersionedSampler,
+)
 from ..rollout.engine import RolloutBatchResult
 from ..samplers.hf import HFSampler
 from . import trl_seam
 
-
 # -- the trainer side ---------------------------------------------------------------------------------------------------
+
 
 class _SyncWeights(TrainerCallback):
     def __init__(self, state: _AsyncState, every: int):
@@ -126,10 +132,12 @@ class AsyncRolloutsMixin:
         waited = time.perf_counter() - waited
         state.consumed += 1
         if ready.job.keys != list(keys):
-            raise RuntimeError(f"EnvGRPOTrainer (max_staleness={self.args.max_staleness}): the pipeline rolled out "
-                               f"groups {ready.job.keys} but the trainer asked for {list(keys)}; the data order is "
-                               "not one the pipeline can predict (an IterableDataset with shuffling?). Use "
-                               "max_staleness=0 for this dataset.")
+            raise RuntimeError(
+                f"EnvGRPOTrainer (max_staleness={self.args.max_staleness}): the pipeline rolled out "
+                f"groups {ready.job.keys} but the trainer asked for {list(keys)}; the data order is "
+                "not one the pipeline can predict (an IterableDataset with shuffling?). Use "
+                "max_staleness=0 for this dataset."
+            )
         step = self.state.global_step
         staleness = step - ready.oldest_version
         worst = staleness
@@ -140,20 +148,31 @@ class AsyncRolloutsMixin:
         if rerolled:  # every rank re-rolls together: the policy's own rollout may be a collective
             result = self._rollout(builders)
             staleness, oldest, newest = 0, step, step
-        self.async_batches.append(dict(step=step, oldest_version=oldest, newest_version=newest, rerolled=rerolled,
-                                       groups=list(keys)))
-        trl_seam.record_mean_metrics(self, "train", {
-            "async/staleness": [staleness], "async/staleness_max": [max(worst, 0) if not rerolled else 0],
-            "async/trainer_wait_s": [waited], "async/sampler_wait_s": [ready.sampler_wait_s],
-            "async/rerolled_groups": [len(builders) if rerolled else 0]})
+        self.async_batches.append(
+            dict(step=step, oldest_version=oldest, newest_version=newest, rerolled=rerolled, groups=list(keys))
+        )
+        trl_seam.record_mean_metrics(
+            self,
+            "train",
+            {
+                "async/staleness": [staleness],
+                "async/staleness_max": [max(worst, 0) if not rerolled else 0],
+                "async/trainer_wait_s": [waited],
+                "async/sampler_wait_s": [ready.sampler_wait_s],
+                "async/rerolled_groups": [len(builders) if rerolled else 0],
+            },
+        )
         self.last_rollout = result
         return result
 
     def _submit_next(self, state: _AsyncState) -> None:
         keys = next(state.keys)
         index = state.submitted
-        state.pipeline.submit(RolloutJob(index, keys, [self._builder(k) for k in keys],
-                                         state.train_step_of(index) - self.args.max_staleness))
+        state.pipeline.submit(
+            RolloutJob(
+                index, keys, [self._builder(k) for k in keys], state.train_step_of(index) - self.args.max_staleness
+            )
+        )
         state.submitted += 1
 
     def _start_async_rollouts(self) -> _AsyncState:
@@ -167,14 +186,33 @@ class AsyncRolloutsMixin:
                 yield weights.model
 
         turn = ComputeTurn()
-        sampler = VersionedSampler(HFSampler(weights.model, trl_seam.tokenizer_of(self), model_context=sampling_model,
-                                             **self.sampling_settings()), weights, turn)
-        pipeline = RolloutPipeline(sampler, dict(budget=args.rollout_budget(self.model), strategy=args.error_strategy(),
-                                                 max_wait_s=args.sampler_max_wait_s))
+        sampler = VersionedSampler(
+            HFSampler(
+                weights.model, trl_seam.tokenizer_of(self), model_context=sampling_model, **self.sampling_settings()
+            ),
+            weights,
+            turn,
+        )
+        pipeline = RolloutPipeline(
+            sampler,
+            dict(
+                budget=args.rollout_budget(self.model),
+                strategy=args.error_strategy(),
+                max_wait_s=args.sampler_max_wait_s,
+            ),
+        )
         micro = args.steps_per_generation * self.num_iterations
         ga = args.gradient_accumulation_steps
-        state = _AsyncState(turn, weights, pipeline, self._future_group_keys(self.state.global_step * ga, micro),
-                            self.state.global_step, micro, ga, lookahead_batches(args.max_staleness, micro / ga))
+        state = _AsyncState(
+            turn,
+            weights,
+            pipeline,
+            self._future_group_keys(self.state.global_step * ga, micro),
+            self.state.global_step,
+            micro,
+            ga,
+            lookahead_batches(args.max_staleness, micro / ga),
+        )
         state.callback = _SyncWeights(state, args.weight_sync_steps)
         self.add_callback(state.callback)
         self._async = state
@@ -190,7 +228,7 @@ class AsyncRolloutsMixin:
                 dataloader.set_epoch(epoch)
             for batch in dataloader:
                 if position >= skip_micro_batches and (position - skip_micro_batches) % micro_per_batch == 0:
-                    yield [row["prompt"] for row in batch][::self.num_generations]
+                    yield [row["prompt"] for row in batch][:: self.num_generations]
                 position += 1
             epoch += 1
 
@@ -216,9 +254,12 @@ class AsyncRolloutsMixin:
         if not self._async_correction_on() or self._ratio_in_loss():
             return super()._generate_and_score_completions(inputs)
         args = self.args
-        with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
-                                                  args.vllm_importance_sampling_clip_min,
-                                                  args.vllm_importance_sampling_clip_max):
+        with trl_seam.sampler_importance_sampling(
+            self,
+            args.async_importance_sampling,
+            args.vllm_importance_sampling_clip_min,
+            args.vllm_importance_sampling_clip_max,
+        ):
             output = super()._generate_and_score_completions(inputs)
         self._record_importance_weights(output["importance_sampling_ratio"], _trained_mask(output))
         return output
@@ -228,18 +269,28 @@ class AsyncRolloutsMixin:
             return super()._compute_loss(model, inputs)
         args = self.args
         if "importance_sampling_ratio" in inputs:  # computed by TRL's scoring
-            with trl_seam.sampler_importance_sampling(self, args.async_importance_sampling,
-                                                      args.vllm_importance_sampling_clip_min,
-                                                      args.vllm_importance_sampling_clip_max):
+            with trl_seam.sampler_importance_sampling(
+                self,
+                args.async_importance_sampling,
+                args.vllm_importance_sampling_clip_min,
+                args.vllm_importance_sampling_clip_max,
+            ):
                 return super()._compute_loss(model, inputs)
         if "sampling_per_token_logps" not in inputs:
-            raise RuntimeError("EnvGRPOTrainer (max_staleness >= 1): the batch has no sampling logprobs to correct with")
+            raise RuntimeError(
+                "EnvGRPOTrainer (max_staleness >= 1): the batch has no sampling logprobs to correct with"
+            )
 
         def make_ratio(policy_logps: torch.Tensor) -> torch.Tensor:
             mask = _trained_mask(inputs)
-            ratio = importance_ratio(policy_logps, inputs["sampling_per_token_logps"], mask,
-                                     args.async_importance_sampling, args.vllm_importance_sampling_clip_min,
-                                     args.vllm_importance_sampling_clip_max)
+            ratio = importance_ratio(
+                policy_logps,
+                inputs["sampling_per_token_logps"],
+                mask,
+                args.async_importance_sampling,
+                args.vllm_importance_sampling_clip_min,
+                args.vllm_importance_sampling_clip_max,
+            )
             self._record_importance_weights(ratio, mask)
             return ratio
 
@@ -257,9 +308,14 @@ class AsyncRolloutsMixin:
         else:
             clipped = torch.zeros_like(ratio, dtype=torch.bool)
         n = float(mask.sum())
-        trl_seam.record_mean_metrics(self, "train", {
-            "async/importance_weight_mean": [float((ratio * mask).sum()) / n] if n else [],
-            "async/importance_weight_clip_fraction": [float((clipped * mask).sum()) / n] if n else []})
+        trl_seam.record_mean_metrics(
+            self,
+            "train",
+            {
+                "async/importance_weight_mean": [float((ratio * mask).sum()) / n] if n else [],
+                "async/importance_weight_clip_fraction": [float((clipped * mask).sum()) / n] if n else [],
+            },
+        )
 
 
 def _trained_mask(batch: dict) -> torch.Tensor:
@@ -267,8 +323,14 @@ def _trained_mask(batch: dict) -> torch.Tensor:
     return mask * batch["tool_mask"] if "tool_mask" in batch else mask
 
 
-def importance_ratio(policy_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor, mode: str,
-                     clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+def importance_ratio(
+    policy_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> torch.Tensor:
     """TRL's importance-sampling ratio of the policy vs the sampler (``GRPOTrainer._generate_and_score_completions``
     with ``vllm_importance_sampling_correction``): ``exp(policy - sampling)`` on trained tokens (1 elsewhere and where
     a sampling logprob is NaN), per token or summed per sequence (``mode`` ``token_*`` / ``sequence_*``), truncated
@@ -289,17 +351,29 @@ def check_async_supported(trainer) -> None:
     ranks), a custom sampler (its weights are not the policy's)."""
     plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
     if plugin is not None and int(plugin.zero_stage) == 3:
-        raise ValueError("EnvGRPOConfig.max_staleness >= 1 is not supported with DeepSpeed ZeRO-3 (zero_stage: 3 in "
-                         "the accelerate/DeepSpeed config): the sampler's copy of the policy would need every "
-                         "parameter gathered. Use ZeRO-2 or DDP, or max_staleness=0 (docs/async.md).")
+        raise ValueError(
+            "EnvGRPOConfig.max_staleness >= 1 is not supported with DeepSpeed ZeRO-3 (zero_stage: 3 in "
+            "the accelerate/DeepSpeed config): the sampler's copy of the policy would need every "
+            "parameter gathered. Use ZeRO-2 or DDP, or max_staleness=0 (docs/async.md)."
+        )
     if trainer.is_fsdp_enabled:
-        raise ValueError("EnvGRPOConfig.max_staleness >= 1 is not supported with FSDP (the accelerate config's "
-                         "distributed_type: FSDP / --fsdp): the sampler's copy of the policy would need every parameter "
-                         "gathered. Use DDP or DeepSpeed ZeRO-2, or max_staleness=0 (docs/async.md).")
+        raise ValueError(
+            "EnvGRPOConfig.max_staleness >= 1 is not supported with FSDP (the accelerate config's "
+            "distributed_type: FSDP / --fsdp): the sampler's copy of the policy would need every parameter "
+            "gathered. Use DDP or DeepSpeed ZeRO-2, or max_staleness=0 (docs/async.md)."
+        )
     if trainer.custom_sampler is not None:
-        raise ValueError("EnvGRPOConfig.max_staleness >= 1 samples with a copy of the policy; it cannot be combined "
-                         "with a custom sampler (EnvGRPOTrainer(sampler=...)). Use max_staleness=0.")
+        raise ValueError(
+            "EnvGRPOConfig.max_staleness >= 1 samples with a copy of the policy; it cannot be combined "
+            "with a custom sampler (EnvGRPOTrainer(sampler=...)). Use max_staleness=0."
+        )
 
 
-__all__ = ["THREAD_NAME", "AsyncRolloutsMixin", "SamplerWeights", "check_async_supported", "importance_ratio",
-           "lookahead_batches"]
+__all__ = [
+    "THREAD_NAME",
+    "AsyncRolloutsMixin",
+    "SamplerWeights",
+    "check_async_supported",
+    "importance_ratio",
+    "lookahead_batches",
+]

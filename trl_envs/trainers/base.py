@@ -59,8 +59,12 @@ class EnvTrainerMixin:
         written with other settings unless ``args.resume_allow_changes``."""
         checkpoint = resolve_checkpoint(resume_from_checkpoint, self.args.output_dir)
         if checkpoint is not None:
-            check_resume_settings(checkpoint, verify_checkpoint(checkpoint), getattr(self, "_run_settings", {}),
-                                  getattr(self.args, "resume_allow_changes", False))
+            check_resume_settings(
+                checkpoint,
+                verify_checkpoint(checkpoint),
+                getattr(self, "_run_settings", {}),
+                getattr(self.args, "resume_allow_changes", False),
+            )
         return checkpoint
 
     # -- the sampler and the model it generates with ------------------------------------------------------------
@@ -69,8 +73,13 @@ class EnvTrainerMixin:
         """Keyword arguments of :class:`HFSampler` for the policy: temperature, top_p, top_k, min_p,
         repetition_penalty (from the trainer's config)."""
         args = self.args
-        return dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-                    repetition_penalty=args.repetition_penalty)
+        return dict(
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty,
+        )
 
     def _sampler(self) -> Sampler:
         """The sampler of this rollout: the custom one, TRL's vLLM generation (``use_vllm``), or ``generate`` on the
@@ -81,8 +90,12 @@ class EnvTrainerMixin:
             from ..samplers.vllm import VLLMSampler
 
             return VLLMSampler(self)
-        return HFSampler(self.model_wrapped, trl_seam.tokenizer_of(self), model_context=self._generation_model,
-                         **self.sampling_settings())
+        return HFSampler(
+            self.model_wrapped,
+            trl_seam.tokenizer_of(self),
+            model_context=self._generation_model,
+            **self.sampling_settings(),
+        )
 
     @contextlib.contextmanager
     def _generation_model(self) -> Iterator:
@@ -91,35 +104,51 @@ class EnvTrainerMixin:
         the training logprobs in (``accelerator.autocast()``: with bf16 mixed precision over fp32 weights, e.g. PEFT,
         sampling in fp32 would make sampling and training logprobs disagree)."""
         args = self.args
-        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                          gather_deepspeed3_params=args.ds3_gather_for_generation,
-                                          gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
-              as unwrapped,
-              trl_seam.distributed_backend(self.accelerator).summon_full_params(self.model_wrapped, recurse=False),
-              self.accelerator.autocast()):
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
+            ) as unwrapped,
+            trl_seam.distributed_backend(self.accelerator).summon_full_params(self.model_wrapped, recurse=False),
+            self.accelerator.autocast(),
+        ):
             yield unwrapped
 
     # -- rollouts ------------------------------------------------------------------------------------------------
 
-    def _rollout_groups(self, builders: Sequence[EnvGroupBuilder], *, equal_batch_sizes: bool = False
-                        ) -> RolloutBatchResult:
+    def _rollout_groups(
+        self, builders: Sequence[EnvGroupBuilder], *, equal_batch_sizes: bool = False
+    ) -> RolloutBatchResult:
         """Roll out ``builders`` on this rank with one batched generation call per turn. Every rank makes the same
         number of calls (they may be collectives: ZeRO-3, FSDP, vLLM server); ``equal_batch_sizes`` also pads every
         call to the same number of prompts on every rank (vLLM server mode and tensor-parallel colocate)."""
         args = self.args
-        sampler = LockstepSampler(self._sampler(), [trl_seam.tokenizer_of(self).pad_token_id], self.accelerator.device,
-                                  equal_batch_sizes=equal_batch_sizes)
+        sampler = LockstepSampler(
+            self._sampler(),
+            [trl_seam.tokenizer_of(self).pad_token_id],
+            self.accelerator.device,
+            equal_batch_sizes=equal_batch_sizes,
+        )
         try:
-            return run_rollout_batch(builders, sampler, args.rollout_budget(self.model), args.error_strategy(),
-                                     args.sampler_max_wait_s)
+            return run_rollout_batch(
+                builders, sampler, args.rollout_budget(self.model), args.error_strategy(), args.sampler_max_wait_s
+            )
         finally:
             sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
 
 
 # -- construction-time helpers ----------------------------------------------------------------------------------------
 
-def resolve_env_datasets(env_dataset, eval_env_dataset, owner: str, accepted: str = "an RLDataset or RLDatasetBuilder",
-                         seed: int | None = None) -> tuple[RLDataset, RLDataset | None]:
+
+def resolve_env_datasets(
+    env_dataset,
+    eval_env_dataset,
+    owner: str,
+    accepted: str = "an RLDataset or RLDatasetBuilder",
+    seed: int | None = None,
+) -> tuple[RLDataset, RLDataset | None]:
     """The training and evaluation :class:`RLDataset`: an ``RLDatasetBuilder`` is built (its test split becomes the
     evaluation envs unless ``eval_env_dataset`` is given; with ``seed``, the trainer's seed, a builder whose ``seed`` is
     unset gets it: :func:`~trl_envs.trainers.dataset_seed.seed_dataset_builder`). Raises ``TypeError`` for anything
@@ -141,8 +170,10 @@ def resolve_env_datasets(env_dataset, eval_env_dataset, owner: str, accepted: st
 def require_chat_template(tokenizer, owner: str) -> None:
     """Env renderers render chat messages: refuse a tokenizer without chat template, naming it."""
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"{owner}: the tokenizer {tokenizer.name_or_path!r} has no chat template; env renderers need "
-                         "one (use a chat model or set tokenizer.chat_template).")
+        raise ValueError(
+            f"{owner}: the tokenizer {tokenizer.name_or_path!r} has no chat template; env renderers need "
+            "one (use a chat model or set tokenizer.chat_template)."
+        )
 
 
 def check_single_process_launch(num_processes: int, environ, owner: str) -> None:
@@ -154,7 +185,8 @@ def check_single_process_launch(num_processes: int, environ, owner: str) -> None
             f"{owner}: {launched} processes were launched (WORLD_SIZE={launched}) but this trainer runs as a "
             "single process, so each process would train its own model. On a machine without GPUs set use_cpu=True "
             "(--use_cpu true) or ACCELERATE_USE_CPU=true to run them together over gloo; see the README's "
-            "'Distributed training'.")
+            "'Distributed training'."
+        )
 
 
 __all__ = ["EnvTrainerMixin", "check_single_process_launch", "require_chat_template", "resolve_env_datasets"]

@@ -29,8 +29,13 @@ from ..cli.errors import UsageError, shorten
 MARKER = "trl_envs_checkpoint.json"
 """The completion marker of a checkpoint folder: written last, holding :func:`run_settings`."""
 LOCK_FILE = ".trl_envs.lock"
-GEOMETRY = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
-            "world_size")
+GEOMETRY = (
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "generation_batch_size",
+    "world_size",
+)
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -42,9 +47,13 @@ class CheckpointError(UsageError):
 class ResumeArguments:
     """Resume option of the env trainers' configs."""
 
-    resume_allow_changes: bool = field(default=False, metadata={
-        "help": "Resume from a checkpoint even though the group size, batch geometry, number of processes, model or "
-                "env differ from the run that wrote it (refused by default, with the differences listed)."})
+    resume_allow_changes: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume from a checkpoint even though the group size, batch geometry, number of processes, model or "
+            "env differ from the run that wrote it (refused by default, with the differences listed)."
+        },
+    )
 
 
 def run_settings(args: Any, model: Any = None, env: Any = None) -> dict[str, Any]:
@@ -52,8 +61,11 @@ def run_settings(args: Any, model: Any = None, env: Any = None) -> dict[str, Any
     (id or path) and the env (the training dataset's and its first group builder's class names)."""
     settings: dict[str, Any] = {name: getattr(args, name) for name in GEOMETRY if hasattr(args, name)}
     if model is not None:
-        settings["model"] = model if isinstance(model, str) else (
-            getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__)
+        settings["model"] = (
+            model
+            if isinstance(model, str)
+            else (getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__)
+        )
     if env is not None:
         settings["env"] = env
     return settings
@@ -121,8 +133,9 @@ def _read_json(file: str, what: str) -> Any:
     except FileNotFoundError:
         raise CheckpointError(f"{what} is incomplete: {file} is missing") from None
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"{what} is corrupted: {file} cannot be read ({type(e).__name__}: "
-                              f"{shorten(str(e))})") from None
+        raise CheckpointError(
+            f"{what} is corrupted: {file} cannot be read ({type(e).__name__}: {shorten(str(e))})"
+        ) from None
 
 
 def _check_safetensors(file: str, checkpoint: str) -> None:
@@ -138,25 +151,32 @@ def _check_safetensors(file: str, checkpoint: str) -> None:
         if 8 + n + end > size:
             raise ValueError(f"the tensors need {8 + n + end} bytes, the file has {size} (truncated)")
     except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
-        raise CheckpointError(f"checkpoint {checkpoint} is corrupted: {file} is not a valid safetensors file "
-                              f"({shorten(str(e))})") from None
+        raise CheckpointError(
+            f"checkpoint {checkpoint} is corrupted: {file} is not a valid safetensors file ({shorten(str(e))})"
+        ) from None
 
 
-def check_resume_settings(path: str, marker: dict[str, Any] | None, settings: dict[str, Any],
-                          allow_changes: bool = False, report=print) -> None:
+def check_resume_settings(
+    path: str, marker: dict[str, Any] | None, settings: dict[str, Any], allow_changes: bool = False, report=print
+) -> None:
     """Refuse to resume from ``path`` when its run's settings differ from ``settings`` (listing each difference),
     unless ``allow_changes`` (then the differences are only reported)."""
     saved = (marker or {}).get("settings") or {}
-    diffs = [f"{k}: {saved[k]!r} in the checkpoint, {settings[k]!r} now" for k in sorted(set(saved) & set(settings))
-             if saved[k] != settings[k]]
+    diffs = [
+        f"{k}: {saved[k]!r} in the checkpoint, {settings[k]!r} now"
+        for k in sorted(set(saved) & set(settings))
+        if saved[k] != settings[k]
+    ]
     if not diffs:
         return
     listed = "; ".join(diffs)
     if allow_changes:
         report(f"[trl_envs] resuming from {path} with changed settings (resume_allow_changes): {listed}")
         return
-    raise CheckpointError(f"cannot resume from {path}: the run's settings changed ({listed}). A step would not mean "
-                          "what it meant; resume with the checkpoint's settings, or pass --resume_allow_changes true")
+    raise CheckpointError(
+        f"cannot resume from {path}: the run's settings changed ({listed}). A step would not mean "
+        "what it meant; resume with the checkpoint's settings, or pass --resume_allow_changes true"
+    )
 
 
 _held: dict[str, list] = {}
@@ -184,9 +204,11 @@ def hold_output_dir(output_dir: str | os.PathLike[str] | None) -> Iterator[None]
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise UsageError(f"output_dir {shorten(str(output_dir))} is in use by another run (it holds "
-                         f"{os.path.join(key, LOCK_FILE)}); give another --output_dir or wait for that run to "
-                         "end") from None
+        raise UsageError(
+            f"output_dir {shorten(str(output_dir))} is in use by another run (it holds "
+            f"{os.path.join(key, LOCK_FILE)}); give another --output_dir or wait for that run to "
+            "end"
+        ) from None
     _held[key] = [lock, 1]
     try:
         yield
@@ -195,5 +217,14 @@ def hold_output_dir(output_dir: str | os.PathLike[str] | None) -> Iterator[None]
         lock.release()
 
 
-__all__ = ["CheckpointError", "CheckpointMarker", "MARKER", "ResumeArguments", "check_resume_settings",
-           "hold_output_dir", "last_complete_checkpoint", "run_settings", "verify_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointMarker",
+    "MARKER",
+    "ResumeArguments",
+    "check_resume_settings",
+    "hold_output_dir",
+    "last_complete_checkpoint",
+    "run_settings",
+    "verify_checkpoint",
+]

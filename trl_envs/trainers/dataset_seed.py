@@ -26,12 +26,16 @@ def seed_dataset_builder(builder: Any, seed: int, owner: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(builder)}
     if "seed" not in fields:
         return builder
-    value = getattr(builder, "seed")
+    value = builder.seed
     if value is None:
         return dataclasses.replace(builder, seed=seed)
     default = fields["seed"].default
     if value == default and value != seed:
-        warnings.warn(f"{owner}: {type(builder).__name__}.seed is its default {value!r} while the trainer's seed is "
-                      f"{seed}: every training seed gets the same problem sequence. Pass "
-                      f"{type(builder).__name__}(..., seed=...) to vary it.", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{owner}: {type(builder).__name__}.seed is its default {value!r} while the trainer's seed is "
+            f"{seed}: every training seed gets the same problem sequence. Pass "
+            f"{type(builder).__name__}(..., seed=...) to vary it.",
+            UserWarning,
+            stacklevel=3,
+        )
     return builder

@@ -15,7 +15,6 @@ Two uses (see docs/dpo.md):
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -34,17 +33,23 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 from trl import DPOConfig, DPOTrainer
 from trl.data_utils import is_conversational
 
-from .dpo_config import EnvDPOConfig
+from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..rollout.engine import RolloutBatchResult
+from ..rollout.metrics import rollout_metrics, summarize
+from ..samplers.base import Sampler
+from ..training_data.preference import PAIR_COLUMNS, PairStats, make_preference_pairs
 from . import trl_seam
-from .base import EnvTrainerMixin, frozen_reference_copy, check_single_process_launch, require_chat_template, resolve_env_datasets
+from .base import (
+    EnvTrainerMixin,
+    check_single_process_launch,
+    frozen_reference_copy,
+    require_chat_template,
+    resolve_env_datasets,
+)
 from .checkpoints import hold_output_dir
+from .dpo_config import EnvDPOConfig
 from .resume import rng_state, set_rng_state
 from .trl_seam import dpo_tokens_seen, set_dpo_tokens_seen
-from ..rollout.metrics import rollout_metrics, summarize
-from ..training_data.preference import PAIR_COLUMNS, PairStats, make_preference_pairs
-from ..rollout.engine import RolloutBatchResult
-from ..samplers.base import Sampler
-from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 TOKENIZED_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 ROUND_STATE_FILE = "env_dpo_rounds.json"
@@ -70,8 +75,11 @@ class DataCollatorForMaskedPreference(trl_seam.PreferenceCollator):
 
     def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         output = super().torch_call(examples)
-        if not any(f"{side}_mask" in ex and ex[f"{side}_mask"] is not None for ex in examples for side in
-                   ("chosen", "rejected")):
+        if not any(
+            f"{side}_mask" in ex and ex[f"{side}_mask"] is not None
+            for ex in examples
+            for side in ("chosen", "rejected")
+        ):
             return output
         rows = []
         for side in ("chosen", "rejected"):
@@ -80,15 +88,17 @@ class DataCollatorForMaskedPreference(trl_seam.PreferenceCollator):
                 if mask is None:
                     mask = [1] * len(ids)
                 if len(mask) != len(ids):
-                    raise ValueError(f"DataCollatorForMaskedPreference: example {i} has {len(ids)} {side}_ids but "
-                                     f"{len(mask)} {side}_mask values; the mask needs one value per token")
+                    raise ValueError(
+                        f"DataCollatorForMaskedPreference: example {i} has {len(ids)} {side}_ids but "
+                        f"{len(mask)} {side}_mask values; the mask needs one value per token"
+                    )
                 rows.append([0] * len(ex["prompt_ids"]) + [int(m) for m in mask])
         if self.max_length is not None:
             sl = slice(None, self.max_length) if self.truncation_mode == "keep_start" else slice(-self.max_length, None)
             rows = [r[sl] for r in rows]
         token_mask = torch.zeros_like(output["completion_mask"])
         for i, r in enumerate(rows):
-            token_mask[i, :len(r)] = torch.tensor(r, dtype=token_mask.dtype)
+            token_mask[i, : len(r)] = torch.tensor(r, dtype=token_mask.dtype)
         output["completion_mask"] = output["completion_mask"] * token_mask
         return output
 
@@ -150,15 +160,31 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             ``precompute_ref_log_probs`` in env mode.
     """
 
-    def __init__(self, model, ref_model=None, args: DPOConfig | None = None, data_collator=None,
-                 train_dataset: Dataset | IterableDataset | None = None, eval_dataset=None, processing_class=None,
-                 compute_metrics=None, callbacks=None, optimizers=(None, None), quantization_config=None,
-                 peft_config=None, *, env_dataset: RLDataset | RLDatasetBuilder | None = None,
-                 eval_env_dataset: RLDataset | None = None, sampler: Sampler | None = None):
+    def __init__(
+        self,
+        model,
+        ref_model=None,
+        args: DPOConfig | None = None,
+        data_collator=None,
+        train_dataset: Dataset | IterableDataset | None = None,
+        eval_dataset=None,
+        processing_class=None,
+        compute_metrics=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        *,
+        env_dataset: RLDataset | RLDatasetBuilder | None = None,
+        eval_env_dataset: RLDataset | None = None,
+        sampler: Sampler | None = None,
+    ):
         self._init_env_trainer(sampler)
         if (train_dataset is None) == (env_dataset is None):
-            raise ValueError("EnvDPOTrainer: give exactly one of train_dataset (a preference dataset: offline DPO) "
-                             "and env_dataset (an RLDataset or RLDatasetBuilder: env-driven DPO)")
+            raise ValueError(
+                "EnvDPOTrainer: give exactly one of train_dataset (a preference dataset: offline DPO) "
+                "and env_dataset (an RLDataset or RLDatasetBuilder: env-driven DPO)"
+            )
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "model"
             args = EnvDPOConfig(output_dir=f"{name.rstrip('/').split('/')[-1]}-DPO")
@@ -169,17 +195,21 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             if not isinstance(args, EnvDPOConfig):
                 raise TypeError(f"EnvDPOTrainer: env-driven DPO needs an EnvDPOConfig, got {type(args).__name__}")
             if args.precompute_ref_log_probs:
-                raise ValueError("EnvDPOConfig: precompute_ref_log_probs=True cannot be used with env_dataset: the "
-                                 "pairs are sampled during training, after the reference would have been computed. "
-                                 "Set precompute_ref_log_probs=False.")
-            self._train_envs, self._eval_envs = resolve_env_datasets(env_dataset, eval_env_dataset, "EnvDPOTrainer",
-                                                                     seed=args.seed)
+                raise ValueError(
+                    "EnvDPOConfig: precompute_ref_log_probs=True cannot be used with env_dataset: the "
+                    "pairs are sampled during training, after the reference would have been computed. "
+                    "Set precompute_ref_log_probs=False."
+                )
+            self._train_envs, self._eval_envs = resolve_env_datasets(
+                env_dataset, eval_env_dataset, "EnvDPOTrainer", seed=args.seed
+            )
             train_dataset = _placeholder_pairs()  # DPOTrainer needs a dataset now; each round replaces it
 
         tokenizer = processing_class
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(
-                model if isinstance(model, str) else getattr(model.config, "_name_or_path", ""))
+                model if isinstance(model, str) else getattr(model.config, "_name_or_path", "")
+            )
             processing_class = tokenizer
         text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         if self._env_mode:
@@ -188,8 +218,11 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             text_tokenizer.pad_token = text_tokenizer.eos_token
         if data_collator is None and not _is_vision(train_dataset):
             data_collator = DataCollatorForMaskedPreference(
-                pad_token_id=text_tokenizer.pad_token_id, max_length=args.max_length,
-                truncation_mode=args.truncation_mode, pad_to_multiple_of=args.pad_to_multiple_of)
+                pad_token_id=text_tokenizer.pad_token_id,
+                max_length=args.max_length,
+                truncation_mode=args.truncation_mode,
+                pad_to_multiple_of=args.pad_to_multiple_of,
+            )
         if ref_model is None:
             ref_model = _in_memory_reference(model, args, peft_config)
 
@@ -199,10 +232,20 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         self._round_step_offset = 0
         self._round_acc: dict[str, list] | None = None
         self._resume_optimizer_state: dict | None = None
-        super().__init__(model, ref_model=ref_model, args=args, data_collator=data_collator,
-                         train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
-                         compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
-                         quantization_config=quantization_config, peft_config=peft_config)
+        super().__init__(
+            model,
+            ref_model=ref_model,
+            args=args,
+            data_collator=data_collator,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            compute_metrics=compute_metrics,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+        )
         check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvDPOTrainer")
         self._mark_checkpoints(model, type(self._train_envs).__name__ if self._env_mode else None)
         if self._env_mode:
@@ -220,8 +263,11 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             _check_tokenized(dataset, dataset_name)
             if not self._env_mode:  # env-driven pairs differ in reward, so in tokens
                 dataset = drop_identical_pairs(dataset, dataset_name, ("chosen_ids", "rejected_ids"))
-            if args.max_length is not None and args.truncation_mode == "keep_start" and not (
-                    isinstance(dataset, Dataset) and all(len(p) < args.max_length for p in dataset["prompt_ids"])):
+            if (
+                args.max_length is not None
+                and args.truncation_mode == "keep_start"
+                and not (isinstance(dataset, Dataset) and all(len(p) < args.max_length for p in dataset["prompt_ids"]))
+            ):
                 dataset = dataset.filter(lambda ex: len(ex["prompt_ids"]) < args.max_length)
             return dataset
         _check_columns(dataset, first, dataset_name)
@@ -230,7 +276,8 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             raise ValueError(
                 f"EnvDPOTrainer: the {dataset_name} dataset is conversational (its columns hold chat messages) but the "
                 f"tokenizer {tokenizer.name_or_path!r} has no chat template to render them. Use a chat/instruct "
-                "model, set tokenizer.chat_template, or give prompt/chosen/rejected as plain text.")
+                "model, set tokenizer.chat_template, or give prompt/chosen/rejected as plain text."
+            )
         dataset = _check_not_empty(dataset, dataset_name)
         dataset = drop_identical_pairs(dataset, dataset_name, ("chosen", "rejected"))
         return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
@@ -246,8 +293,9 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         checkpoint = self._checked_checkpoint(resume_from_checkpoint)
         with hold_output_dir(self.args.output_dir):
             if not self._env_mode:
-                return super().train(resume_from_checkpoint=checkpoint, trial=trial,
-                                     ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+                return super().train(
+                    resume_from_checkpoint=checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
+                )
             first_round = self._load_round_checkpoint(checkpoint) if checkpoint is not None else 0
             return self._train_rounds(trial, ignore_keys_for_eval, first_round)
 
@@ -276,7 +324,9 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
                     f"different prompts, {stats.too_small} with < 2 trajectories, {stats.identical} identical, "
                     f"{logs.get('pairs/too_long', 0):.0f} longer than max_length); no training this round. More "
                     "envs per group, a higher temperature, or a finer-grained reward give more pairs.",
-                    EmptyPairsWarning, stacklevel=3)
+                    EmptyPairsWarning,
+                    stacklevel=3,
+                )
             else:
                 logs.update(self._train_one_round(dataset, trial, ignore_keys_for_eval))
                 losses.append(logs["round/loss"])
@@ -333,8 +383,16 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         torch.save(rng_state(), os.path.join(folder, ROUND_RNG_FILE.format(rank=self.accelerator.process_index)))
         if self.accelerator.is_main_process:
             with open(os.path.join(folder, ROUND_STATE_FILE), "w") as f:
-                json.dump({"rounds_done": rounds_done, "num_processes": self.accelerator.num_processes,
-                           "tokens_seen": dpo_tokens_seen(self), "round_history": self.round_history}, f, indent=1)
+                json.dump(
+                    {
+                        "rounds_done": rounds_done,
+                        "num_processes": self.accelerator.num_processes,
+                        "tokens_seen": dpo_tokens_seen(self),
+                        "round_history": self.round_history,
+                    },
+                    f,
+                    indent=1,
+                )
         self.accelerator.wait_for_everyone()
 
     def _load_round_checkpoint(self, checkpoint: str) -> int:
@@ -342,21 +400,29 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         where = f"EnvDPOTrainer: resume_from_checkpoint={checkpoint!r}"
         state_path = os.path.join(checkpoint, ROUND_STATE_FILE)
         if not os.path.isfile(state_path):
-            raise ValueError(f"{where} is not a checkpoint of env-driven DPO (it has no {ROUND_STATE_FILE}); env-driven "
-                             "DPO writes its checkpoints at the end of rounds (see save_strategy in docs/dpo.md)")
+            raise ValueError(
+                f"{where} is not a checkpoint of env-driven DPO (it has no {ROUND_STATE_FILE}); env-driven "
+                "DPO writes its checkpoints at the end of rounds (see save_strategy in docs/dpo.md)"
+            )
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
-            raise ValueError(f"{where}: resuming env-driven DPO under DeepSpeed or FSDP is not supported; resume "
-                             "without them, or start a new run from the checkpoint's weights")
+            raise ValueError(
+                f"{where}: resuming env-driven DPO under DeepSpeed or FSDP is not supported; resume "
+                "without them, or start a new run from the checkpoint's weights"
+            )
         with open(state_path) as f:
             saved = json.load(f)
         if saved["num_processes"] != self.accelerator.num_processes:
-            raise ValueError(f"{where} was written by {saved['num_processes']} processes, this run has "
-                             f"{self.accelerator.num_processes}; each process's rollouts continue from its own random "
-                             "state, so resume with the same number of processes")
+            raise ValueError(
+                f"{where} was written by {saved['num_processes']} processes, this run has "
+                f"{self.accelerator.num_processes}; each process's rollouts continue from its own random "
+                "state, so resume with the same number of processes"
+            )
         optimizer_path = os.path.join(checkpoint, "optimizer.pt")
         if not os.path.isfile(optimizer_path):
-            raise ValueError(f"{where} holds no optimizer state (written with save_only_model=True?); the run cannot "
-                             "continue exactly without it")
+            raise ValueError(
+                f"{where} holds no optimizer state (written with save_only_model=True?); the run cannot "
+                "continue exactly without it"
+            )
         self._load_from_checkpoint(checkpoint)
         self.state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
         self.round_history = saved["round_history"]
@@ -417,8 +483,11 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         rank (all ranks then train on the same pair dataset, which the Trainer shards)."""
         args: EnvDPOConfig = self.args
         n = len(self._train_envs)
-        builders = [b for k in range(args.batches_per_round)
-                    for b in self._train_envs.get_batch((round_index * args.batches_per_round + k) % n)]
+        builders = [
+            b
+            for k in range(args.batches_per_round)
+            for b in self._train_envs.get_batch((round_index * args.batches_per_round + k) % n)
+        ]
         result = self._rollout(builders)
         self.last_rollout = result
         pairs, stats = make_preference_pairs(result.groups, min_reward_gap=args.min_reward_gap)
@@ -446,7 +515,7 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
     def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
         """This rank's share of ``builders`` (every ``num_processes``-th), rolled out with one batched generation call
         per turn; every rank makes the same number of calls (they can be collectives under ZeRO-3 / FSDP)."""
-        local = list(builders)[self.accelerator.process_index::self.accelerator.num_processes]
+        local = list(builders)[self.accelerator.process_index :: self.accelerator.num_processes]
         return self._rollout_groups(local)
 
     # -- logging -----------------------------------------------------------------------------------------------
@@ -476,9 +545,12 @@ def _round_line(logs: dict[str, float], round_index: int, num_rounds: int) -> st
         parts.append(f"env reward {logs['env/all/reward/total']:.3f}")
     if "pairs/pairs" in logs:
         parts.append(f"pairs {logs['pairs/pairs']:.0f}/{logs['pairs/groups']:.0f} (ties {logs['pairs/ties']:.0f})")
-    for label, key, fmt in (("loss", "round/loss", ".4f"), ("margin", "round/rewards/margins", "+.4f"),
-                            ("acc", "round/rewards/accuracies", ".2f"),
-                            ("eval reward", "eval_env/all/reward/total", ".3f")):
+    for label, key, fmt in (
+        ("loss", "round/loss", ".4f"),
+        ("margin", "round/rewards/margins", "+.4f"),
+        ("acc", "round/rewards/accuracies", ".2f"),
+        ("eval reward", "eval_env/all/reward/total", ".3f"),
+    ):
         if key in logs and not (isinstance(logs[key], float) and math.isnan(logs[key])):
             parts.append(f"{label} {logs[key]:{fmt}}")
     if "round/seconds" in logs:
@@ -497,8 +569,9 @@ def _merge_metrics(parts) -> dict[str, list[float]]:
 def _placeholder_pairs() -> Dataset:
     """One dummy pre-tokenized pair: ``DPOTrainer.__init__`` needs a dataset; env mode replaces it every round before
     any training step."""
-    return Dataset.from_dict({"prompt_ids": [[0]], "chosen_ids": [[0]], "rejected_ids": [[0]],
-                              "chosen_mask": [[1]], "rejected_mask": [[1]]})
+    return Dataset.from_dict(
+        {"prompt_ids": [[0]], "chosen_ids": [[0]], "rejected_ids": [[0]], "chosen_mask": [[1]], "rejected_mask": [[1]]}
+    )
 
 
 def _in_memory_reference(model, args, peft_config):
@@ -526,7 +599,8 @@ def _check_columns(dataset, first: dict[str, Any], name: str) -> None:
             f"EnvDPOTrainer: the {name} preference dataset has no {' and no '.join(repr(c) for c in missing)} column. "
             "A preference dataset needs 'prompt', 'chosen' and 'rejected' (text or chat messages), or 'chosen' and "
             "'rejected' that both start with the prompt (TRL's implicit-prompt format), or pre-tokenized "
-            f"{list(TOKENIZED_COLUMNS)}. Columns found: {found}. Rename columns with dataset.rename_column(old, new).")
+            f"{list(TOKENIZED_COLUMNS)}. Columns found: {found}. Rename columns with dataset.rename_column(old, new)."
+        )
 
 
 def _is_empty(value: Any) -> bool:
@@ -549,9 +623,11 @@ def _is_empty(value: Any) -> bool:
 
 
 def _empty_error(name: str, index: int | str, column: str) -> ValueError:
-    return ValueError(f"EnvDPOTrainer: row {index} of the {name} dataset has an empty {column!r} answer; DPO needs a "
-                      "non-empty chosen and rejected completion in every row (filter such rows out first, e.g. "
-                      "dataset.filter(...)).")
+    return ValueError(
+        f"EnvDPOTrainer: row {index} of the {name} dataset has an empty {column!r} answer; DPO needs a "
+        "non-empty chosen and rejected completion in every row (filter such rows out first, e.g. "
+        "dataset.filter(...))."
+    )
 
 
 def _check_not_empty(dataset, name: str):
@@ -582,10 +658,15 @@ def drop_identical_pairs(dataset, name: str, columns: tuple[str, str]):
     if not same:
         return dataset
     if len(same) == len(dataset):
-        raise ValueError(f"EnvDPOTrainer: in every one of the {len(dataset)} rows of the {name} dataset {chosen!r} "
-                         f"equals {rejected!r}; DPO needs pairs whose answers differ")
-    warnings.warn(f"EnvDPOTrainer: dropped {len(same)} of {len(dataset)} rows of the {name} dataset whose {chosen!r} "
-                  f"equals {rejected!r} (first: row {same[0]}); DPO learns nothing from them", stacklevel=3)
+        raise ValueError(
+            f"EnvDPOTrainer: in every one of the {len(dataset)} rows of the {name} dataset {chosen!r} "
+            f"equals {rejected!r}; DPO needs pairs whose answers differ"
+        )
+    warnings.warn(
+        f"EnvDPOTrainer: dropped {len(same)} of {len(dataset)} rows of the {name} dataset whose {chosen!r} "
+        f"equals {rejected!r} (first: row {same[0]}); DPO learns nothing from them",
+        stacklevel=3,
+    )
     keep = set(same)
     return dataset.select([i for i in range(len(dataset)) if i not in keep])
 
@@ -602,8 +683,10 @@ def _check_tokenized(dataset, name: str) -> None:
         if f"{side}_mask" in columns:
             for i, (ids, mask) in enumerate(zip(dataset[f"{side}_ids"], dataset[f"{side}_mask"])):
                 if mask is not None and len(mask) != len(ids):
-                    raise ValueError(f"EnvDPOTrainer: row {i} of the {name} dataset has {len(ids)} {side}_ids but "
-                                     f"{len(mask)} {side}_mask values; the mask needs one value per token")
+                    raise ValueError(
+                        f"EnvDPOTrainer: row {i} of the {name} dataset has {len(ids)} {side}_ids but "
+                        f"{len(mask)} {side}_mask values; the mask needs one value per token"
+                    )
 
 
 __all__ = ["DataCollatorForMaskedPreference", "EmptyPairsWarning", "EnvDPOTrainer", "PAIR_COLUMNS"]

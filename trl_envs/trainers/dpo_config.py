@@ -9,6 +9,7 @@ from trl import DPOConfig
 from .checkpoints import ResumeArguments
 from .rollout_args import RolloutArguments, check_count
 
+
 @dataclass
 class EnvDPOConfig(RolloutArguments, ResumeArguments, DPOConfig):
     """``DPOConfig`` with the settings of env-driven (iterative / online) DPO. Every DPO option keeps its TRL meaning.
@@ -22,14 +23,26 @@ class EnvDPOConfig(RolloutArguments, ResumeArguments, DPOConfig):
 
     num_rounds: int = field(default=4, metadata={"help": "Env mode: rounds of sampling then DPO training."})
     batches_per_round: int = field(
-        default=1, metadata={"help": "Env mode: RLDataset batches (of env groups) sampled per round. Round r uses "
-                                     "batches r*batches_per_round.. (wrapping around the dataset)."})
+        default=1,
+        metadata={
+            "help": "Env mode: RLDataset batches (of env groups) sampled per round. Round r uses "
+            "batches r*batches_per_round.. (wrapping around the dataset)."
+        },
+    )
     min_reward_gap: float = field(
-        default=0.0, metadata={"help": "Env mode: a group gives a pair only if its best and worst total rewards differ "
-                                       "by more than this (0: any strict difference; equal rewards are ties)."})
+        default=0.0,
+        metadata={
+            "help": "Env mode: a group gives a pair only if its best and worst total rewards differ "
+            "by more than this (0: any strict difference; equal rewards are ties)."
+        },
+    )
     eval_envs_each_round: bool = field(
-        default=True, metadata={"help": "Env mode: when there are evaluation envs, play them before the first round "
-                                        "and after every round and log eval_env/... (the policy's env reward)."})
+        default=True,
+        metadata={
+            "help": "Env mode: when there are evaluation envs, play them before the first round "
+            "and after every round and log eval_env/... (the policy's env reward)."
+        },
+    )
     temperature: float = field(default=1.0, metadata={"help": "Env mode: sampling temperature (0: greedy)."})
     top_p: float = field(default=1.0, metadata={"help": "Env mode: nucleus sampling."})
     top_k: int | None = field(default=None, metadata={"help": "Env mode: top-k sampling (None: off)."})
@@ -37,9 +50,13 @@ class EnvDPOConfig(RolloutArguments, ResumeArguments, DPOConfig):
     repetition_penalty: float = field(default=1.0, metadata={"help": "Env mode: repetition penalty (1.0: off)."})
     max_tokens_per_turn: int = field(default=64, metadata={"help": "Env mode: most sampled tokens per action."})
     ds3_gather_for_generation: bool = field(
-        default=True, metadata={"help": "Env mode, DeepSpeed ZeRO-3: gather the policy's weights for generation "
-                                        "(faster); False generates with sharded weights, for models that do not fit "
-                                        "on one device (as GRPOConfig's option of the same name)."})
+        default=True,
+        metadata={
+            "help": "Env mode, DeepSpeed ZeRO-3: gather the policy's weights for generation "
+            "(faster); False generates with sharded weights, for models that do not fit "
+            "on one device (as GRPOConfig's option of the same name)."
+        },
+    )
 
     def __post_init__(self):
         from ..cli.preflight import check_sampling

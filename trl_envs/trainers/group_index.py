@@ -39,10 +39,12 @@ class GroupIndex:
             raise ValueError(f"{owner}: batch 0 of the {split} RLDataset ({type(dataset).__name__}) has no env groups")
         self.last_width = len(self._batch(self.num_batches - 1)) if self.num_batches > 1 else self.width
         if not 0 < self.last_width <= self.width:
-            raise ValueError(f"{owner}: the last batch ({self.num_batches - 1}) of the {split} RLDataset "
-                             f"({type(dataset).__name__}) has {self.last_width} env groups but batch 0 has "
-                             f"{self.width}; every batch but the last must have as many groups as the first, and the "
-                             "last between 1 and that many")
+            raise ValueError(
+                f"{owner}: the last batch ({self.num_batches - 1}) of the {split} RLDataset "
+                f"({type(dataset).__name__}) has {self.last_width} env groups but batch 0 has "
+                f"{self.width}; every batch but the last must have as many groups as the first, and the "
+                "last between 1 and that many"
+            )
         self.num_groups = self.width * (self.num_batches - 1) + self.last_width
 
     def key(self, group: int) -> str:
@@ -63,7 +65,8 @@ class GroupIndex:
                 f"{self.owner}: batch {i} of the {self.split} RLDataset ({type(self.dataset).__name__}) has "
                 f"{len(batch)} env groups, expected {expected} (batch 0 has {self.width}); the trainer lays groups out "
                 "by position, so every batch but the last must have as many groups as the first (the last may have "
-                "fewer) and get_batch(i) must return the same groups every time it is called")
+                "fewer) and get_batch(i) must return the same groups every time it is called"
+            )
         return batch[k]
 
     def as_dataset(self) -> Dataset:

@@ -27,21 +27,27 @@ import torch
 from datasets import Dataset
 from trl import GRPOTrainer
 
-from ..training_data.credit import first_turn_returns, row_token_advantages
-from ..registry.env_datasets import resolve_row_datasets
-from .grpo_config import EnvGRPOConfig
-from . import trl_seam
-from .async_rollouts import AsyncRolloutsMixin
-from .base import EnvTrainerMixin, frozen_reference_copy, check_single_process_launch, require_chat_template, resolve_env_datasets
-from .checkpoints import hold_output_dir
-from .group_index import GroupIndex
-from .health import TrainingHealthCallback, check_finite_rewards
-from ..rollout.metrics import rollout_metrics
-from ..rollout.engine import RolloutBatchResult, run_sync
-from ..training_data.row_layout import RowPlan, plan_rows
-from ..samplers.base import Sampler
 from ..core.renderer import Renderer
 from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..registry.env_datasets import resolve_row_datasets
+from ..rollout.engine import RolloutBatchResult, run_sync
+from ..rollout.metrics import rollout_metrics
+from ..samplers.base import Sampler
+from ..training_data.credit import first_turn_returns, row_token_advantages
+from ..training_data.row_layout import RowPlan, plan_rows
+from . import trl_seam
+from .async_rollouts import AsyncRolloutsMixin
+from .base import (
+    EnvTrainerMixin,
+    check_single_process_launch,
+    frozen_reference_copy,
+    require_chat_template,
+    resolve_env_datasets,
+)
+from .checkpoints import hold_output_dir
+from .group_index import GroupIndex
+from .grpo_config import EnvGRPOConfig
+from .health import TrainingHealthCallback, check_finite_rewards
 
 ENV_REWARD_KEY = "env_reward"
 
@@ -83,31 +89,53 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             template.
     """
 
-    def __init__(self, model, args: EnvGRPOConfig, env_dataset: RLDataset | RLDatasetBuilder | Dataset,
-                 eval_env_dataset: RLDataset | Dataset | None = None, processing_class=None, peft_config=None,
-                 sampler: Sampler | None = None, callbacks=None, optimizers=(None, None)):
+    def __init__(
+        self,
+        model,
+        args: EnvGRPOConfig,
+        env_dataset: RLDataset | RLDatasetBuilder | Dataset,
+        eval_env_dataset: RLDataset | Dataset | None = None,
+        processing_class=None,
+        peft_config=None,
+        sampler: Sampler | None = None,
+        callbacks=None,
+        optimizers=(None, None),
+    ):
         if not isinstance(args, EnvGRPOConfig):
             raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
         env_dataset, eval_env_dataset, processing_class = resolve_row_datasets(  # datasets of env rows -> RLDatasets
-            env_dataset, eval_env_dataset, model=model, processing_class=processing_class,
-            group_size=args.num_generations, eval_group_size=args.num_generations_eval or args.num_generations,
-            groups_per_batch=max(args.generation_batch_size // args.num_generations, 1), owner="EnvGRPOTrainer")
+            env_dataset,
+            eval_env_dataset,
+            model=model,
+            processing_class=processing_class,
+            group_size=args.num_generations,
+            eval_group_size=args.num_generations_eval or args.num_generations,
+            groups_per_batch=max(args.generation_batch_size // args.num_generations, 1),
+            owner="EnvGRPOTrainer",
+        )
         train_envs, eval_envs = resolve_env_datasets(
-            env_dataset, eval_env_dataset, "EnvGRPOTrainer",
-            accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows", seed=args.seed)
+            env_dataset,
+            eval_env_dataset,
+            "EnvGRPOTrainer",
+            accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows",
+            seed=args.seed,
+        )
         _check_batch_geometry(args, eval_envs is not None)
         _warn_biased_logprob_comparison(args)
         self._train_index = GroupIndex("train", train_envs)
         self._eval_index = GroupIndex("eval", eval_envs) if eval_envs is not None else None
         _check_group_size(self._train_index, args.num_generations, "num_generations")
         if self._eval_index is not None:
-            _check_group_size(self._eval_index, args.num_generations_eval or args.num_generations,
-                              "num_generations_eval")
+            _check_group_size(
+                self._eval_index, args.num_generations_eval or args.num_generations, "num_generations_eval"
+            )
         self._init_env_trainer(sampler)
         self._planned_rows: RowPlan | None = None
         reference = _frozen_reference(model, args, peft_config)
-        with (trl_seam.rollout_func_warning_silenced(),
-              trl_seam.grpo_reference_model(reference) if reference is not None else contextlib.nullcontext()):
+        with (
+            trl_seam.rollout_func_warning_silenced(),
+            trl_seam.grpo_reference_model(reference) if reference is not None else contextlib.nullcontext(),
+        ):
             super().__init__(
                 model=model,
                 reward_funcs=[env_reward],
@@ -137,8 +165,9 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         ``"last"`` for the newest complete one) is checked first (see :mod:`~trl_envs.trainers.checkpoints`)."""
         checkpoint = self._checked_checkpoint(resume_from_checkpoint)
         with hold_output_dir(self.args.output_dir):
-            return super().train(resume_from_checkpoint=checkpoint, trial=trial,
-                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+            return super().train(
+                resume_from_checkpoint=checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
+            )
 
     # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
 
@@ -157,8 +186,10 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"), self.accelerator)
         for name, builder, group in zip(names, builders, result.groups):
             if group is not None and len(group.trajectories) != group_size:
-                raise EnvContractError(f"{name} made {len(group.trajectories)} envs; the trainer's group size "
-                                       f"(num_generations) is {group_size}")
+                raise EnvContractError(
+                    f"{name} made {len(group.trajectories)} envs; the trainer's group size "
+                    f"(num_generations) is {group_size}"
+                )
         plan = plan_rows(result.groups, group_size, self.args.training_rows, names)
         self._pad_to_common_shape(plan, mode)
         metrics = rollout_metrics(result.groups, result.error_counts)
@@ -196,21 +227,27 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
     def _rollout_output(self, prompts: list[str]) -> dict[str, Any]:
         plan = self._planned_rows
         if plan is None or len(plan.rows) != len(prompts):
-            raise RuntimeError(f"EnvGRPOTrainer: TRL asked for {len(prompts)} completions but "
-                               f"{0 if plan is None else len(plan.rows)} rows were planned; rollout_func must only be "
-                               "called from EnvGRPOTrainer._generate_and_score_completions")
+            raise RuntimeError(
+                f"EnvGRPOTrainer: TRL asked for {len(prompts)} completions but "
+                f"{0 if plan is None else len(plan.rows)} rows were planned; rollout_func must only be "
+                "called from EnvGRPOTrainer._generate_and_score_completions"
+            )
         out = plan.rollout_output(trl_seam.tokenizer_of(self).pad_token_id, self.eos_token_ids[0])
         out[ENV_REWARD_KEY] = out.pop("rewards")
         return out
 
     def _per_turn_advantages(self, plan: RowPlan, groups, width: int) -> torch.Tensor:
-        scale = self.scale_rewards if self.scale_rewards in ("group", "batch", "none") else (
-            "group" if self.scale_rewards else "none")
+        scale = (
+            self.scale_rewards
+            if self.scale_rewards in ("group", "batch", "none")
+            else ("group" if self.scale_rewards else "none")
+        )
         batch_std = None
         if scale == "batch":
             returns = torch.tensor(first_turn_returns(groups, self.args.credit_gamma), dtype=torch.float64)
-            stats = torch.stack([returns.sum(), (returns ** 2).sum(), torch.tensor(float(len(returns)),
-                                                                                   dtype=torch.float64)])
+            stats = torch.stack(
+                [returns.sum(), (returns**2).sum(), torch.tensor(float(len(returns)), dtype=torch.float64)]
+            )
             total, total_sq, n = self.accelerator.gather(stats.to(self.accelerator.device)).view(-1, 3).sum(0).tolist()
             batch_std = ((total_sq - total * total / n) / (n - 1)) ** 0.5 if n > 1 else 0.0
         advantages = row_token_advantages(plan, groups, width, self.args.credit_gamma, scale, batch_std)
@@ -223,8 +260,11 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         return index.builder(key)
 
     def sampling_settings(self) -> dict[str, Any]:
-        return {**super().sampling_settings(), "generation_kwargs": self.args.generation_kwargs,
-                "cache_implementation": self.args.cache_implementation}
+        return {
+            **super().sampling_settings(),
+            "generation_kwargs": self.args.generation_kwargs,
+            "cache_implementation": self.args.cache_implementation,
+        }
 
 
 def with_turn_stops(eos_token_ids: Sequence[int], renderer: Renderer) -> list[int]:
@@ -246,14 +286,18 @@ def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, 
 
 def _group_keys(prompts: list[str], group_size: int) -> list[str]:
     if len(prompts) % group_size:
-        raise ValueError(f"EnvGRPOTrainer: this rank got {len(prompts)} rows, not a multiple of the group size "
-                         f"{group_size}; a group would straddle ranks")
+        raise ValueError(
+            f"EnvGRPOTrainer: this rank got {len(prompts)} rows, not a multiple of the group size "
+            f"{group_size}; a group would straddle ranks"
+        )
     keys = prompts[::group_size]
     for g, key in enumerate(keys):
-        block = prompts[g * group_size:(g + 1) * group_size]
+        block = prompts[g * group_size : (g + 1) * group_size]
         if any(p != key for p in block):
-            raise ValueError(f"EnvGRPOTrainer: rows {g * group_size}..{(g + 1) * group_size - 1} mix env groups "
-                             f"{sorted(set(block))}; TRL must repeat each group key num_generations times in a row")
+            raise ValueError(
+                f"EnvGRPOTrainer: rows {g * group_size}..{(g + 1) * group_size - 1} mix env groups "
+                f"{sorted(set(block))}; TRL must repeat each group key num_generations times in a row"
+            )
     return keys
 
 
@@ -264,27 +308,39 @@ def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:
             f"EnvGRPOConfig: the per-rank generation batch (generation_batch_size={args.generation_batch_size} over "
             f"{args.world_size} processes = {per_rank} rows) is not a multiple of "
             f"num_generations={args.num_generations}, so env groups would straddle ranks and their group rewards "
-            "could not be computed. Make it a multiple of num_generations.")
+            "could not be computed. Make it a multiple of num_generations."
+        )
     g_eval = args.num_generations_eval or args.num_generations
     if has_eval and args.per_device_eval_batch_size % g_eval:
-        raise ValueError(f"EnvGRPOConfig: per_device_eval_batch_size={args.per_device_eval_batch_size} is not a "
-                         f"multiple of the evaluation group size {g_eval}.")
+        raise ValueError(
+            f"EnvGRPOConfig: per_device_eval_batch_size={args.per_device_eval_batch_size} is not a "
+            f"multiple of the evaluation group size {g_eval}."
+        )
 
 
 def _warn_biased_logprob_comparison(args: EnvGRPOConfig) -> None:
     """Sampling logprobs are recorded from the model's logits, as TRL's training logprobs are; a repetition penalty
     samples from another distribution, so comparing the two (off-policy mask, vLLM importance sampling) is biased."""
     penalty = (args.generation_kwargs or {}).get("repetition_penalty", args.repetition_penalty)
-    compares = [name for name, on in (
-        (f"off_policy_mask_threshold={args.off_policy_mask_threshold}", args.off_policy_mask_threshold is not None),
-        ("use_vllm with vllm_importance_sampling_correction", args.use_vllm and args.vllm_importance_sampling_correction),
-    ) if on]
+    compares = [
+        name
+        for name, on in (
+            (f"off_policy_mask_threshold={args.off_policy_mask_threshold}", args.off_policy_mask_threshold is not None),
+            (
+                "use_vllm with vllm_importance_sampling_correction",
+                args.use_vllm and args.vllm_importance_sampling_correction,
+            ),
+        )
+        if on
+    ]
     if penalty != 1.0 and compares:
         warnings.warn(
             f"EnvGRPOConfig: repetition_penalty={penalty} samples tokens from a distribution TRL's training logprobs "
             f"do not include, and {' and '.join(compares)} compares sampling with training logprobs: tokens the "
             "penalty favoured or disfavoured are masked or reweighted as if off-policy. Set repetition_penalty=1.0 "
-            "or turn the comparison off.", stacklevel=3)
+            "or turn the comparison off.",
+            stacklevel=3,
+        )
 
 
 def _frozen_reference(model, args, peft_config):
@@ -306,6 +362,8 @@ def _check_group_size(index: GroupIndex, expected: int, field_name: str) -> None
 
     n = run_sync(probe)
     if n != expected:
-        raise ValueError(f"EnvGRPOTrainer: {type(builder).__name__} of the {index.split} envs makes groups of {n} "
-                         f"envs but EnvGRPOConfig.{field_name}={expected}; they must be equal (one group = one "
-                         "GRPO group).")
+        raise ValueError(
+            f"EnvGRPOTrainer: {type(builder).__name__} of the {index.split} envs makes groups of {n} "
+            f"envs but EnvGRPOConfig.{field_name}={expected}; they must be equal (one group = one "
+            "GRPO group)."
+        )

@@ -36,11 +36,18 @@ def bad_reward(groups: Sequence, names: Sequence[str], step: int) -> str | None:
             continue
         for i, total in enumerate(group.get_total_rewards()):
             if not math.isfinite(total) or abs(total) > MAX_ABS_REWARD:
-                what = "is not finite" if not math.isfinite(total) else (
-                    f"overflows the group statistics (|reward| > {MAX_ABS_REWARD:g}: the reward std would be inf and "
-                    "every advantage 0)")
-                return (f"step {step}: {name}, episode {i}: total reward {total!r} {what}. Rescale the env's rewards "
-                        "(e.g. to [-1, 1]).")
+                what = (
+                    "is not finite"
+                    if not math.isfinite(total)
+                    else (
+                        f"overflows the group statistics (|reward| > {MAX_ABS_REWARD:g}: the reward std would be inf and "
+                        "every advantage 0)"
+                    )
+                )
+                return (
+                    f"step {step}: {name}, episode {i}: total reward {total!r} {what}. Rescale the env's rewards "
+                    "(e.g. to [-1, 1])."
+                )
     return None
 
 
@@ -88,8 +95,13 @@ class TrainingHealthCallback(TrainerCallback):
         skipped, mixed = _number(logs, "env/all/skipped_groups"), _number(logs, "env/all/mixed_rewards")
         grad, entropy = _number(logs, "grad_norm"), _number(logs, "entropy")
         reward = _number(logs, "env/all/reward/total")
-        solved = (mixed == 0.0 and self.seen_mixed and reward is not None and self.best_reward is not None
-                  and reward >= self.best_reward)
+        solved = (
+            mixed == 0.0
+            and self.seen_mixed
+            and reward is not None
+            and self.best_reward is not None
+            and reward >= self.best_reward
+        )
         if skipped is not None and skipped >= 1.0:
             found.append("every group was skipped after env errors")
         elif mixed == 0.0 and not solved:
@@ -110,22 +122,28 @@ class TrainingHealthCallback(TrainerCallback):
         for key in ("loss", "grad_norm"):
             value = logs.get(key)
             if isinstance(value, (int, float)) and not math.isfinite(value):
-                raise RunFailed(f"step {step} on {self.envs}: the {key.replace('_', ' ')} is {value}; training "
-                                "cannot go on (check the rewards' scale and the learning rate)")
+                raise RunFailed(
+                    f"step {step} on {self.envs}: the {key.replace('_', ' ')} is {value}; training "
+                    "cannot go on (check the rewards' scale and the learning rate)"
+                )
         found = self.problems(logs)
         if not found:
             self.unhealthy_in_a_row = 0
             return
         self.unhealthy_in_a_row += 1
         limit = f"{self.unhealthy_in_a_row}/{self.patience}" if self.patience else str(self.unhealthy_in_a_row)
-        message = (f"step {step} on {self.envs} teaches nothing: {'; '.join(found)} ({limit} such steps in a row; "
-                   "health_patience stops the run)")
+        message = (
+            f"step {step} on {self.envs} teaches nothing: {'; '.join(found)} ({limit} such steps in a row; "
+            "health_patience stops the run)"
+        )
         warnings.warn(message, TrainingHealthWarning, stacklevel=2)
         if self.patience is not None and self.unhealthy_in_a_row >= self.patience:
-            raise RunFailed(f"stopped at step {step}: {self.unhealthy_in_a_row} steps in a row on {self.envs} could "
-                            f"not teach anything ({'; '.join(found)}). No model was saved and no card written. Check "
-                            "the env's rewards (they must differ within a group), its errors, and the learning rate; "
-                            "raise health_patience, or set it to None to only warn.")
+            raise RunFailed(
+                f"stopped at step {step}: {self.unhealthy_in_a_row} steps in a row on {self.envs} could "
+                f"not teach anything ({'; '.join(found)}). No model was saved and no card written. Check "
+                "the env's rewards (they must differ within a group), its errors, and the learning rate; "
+                "raise health_patience, or set it to None to only warn."
+            )
 
 
 def _number(logs: dict, key: str) -> float | None:

@@ -32,8 +32,15 @@ class StepProgressCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.enabled and state.is_world_process_zero and state.max_steps > 0:
-            self.bar = tqdm(total=state.max_steps, initial=state.global_step, bar_format=STEP_BAR_FORMAT,
-                            file=self.file, dynamic_ncols=True, mininterval=0.0, leave=True)
+            self.bar = tqdm(
+                total=state.max_steps,
+                initial=state.global_step,
+                bar_format=STEP_BAR_FORMAT,
+                file=self.file,
+                dynamic_ncols=True,
+                mininterval=0.0,
+                leave=True,
+            )
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:

@@ -22,8 +22,9 @@ _LAST = ("true", "last")
 _NONE = ("", "false", "none", "no")
 
 
-def resolve_checkpoint(value: str | bool | None, output_dir: str | None, option: str = "resume_from_checkpoint"
-                       ) -> str | None:
+def resolve_checkpoint(
+    value: str | bool | None, output_dir: str | None, option: str = "resume_from_checkpoint"
+) -> str | None:
     """The checkpoint folder ``value`` names (see the module docstring), or ``None`` to start afresh.
 
     Raises:
@@ -36,9 +37,11 @@ def resolve_checkpoint(value: str | bool | None, output_dir: str | None, option:
     if value is True or (isinstance(value, str) and value.strip().lower() in _LAST):
         last = last_complete_checkpoint(output_dir) if output_dir and os.path.isdir(output_dir) else None
         if last is None:
-            raise CheckpointError(f"{option}={value!r} asks for the last checkpoint of output_dir {output_dir!r}, but "
-                                  "it holds no checkpoint-* folder with its completion marker (checkpoints are "
-                                  "written with save_strategy='steps' / 'epoch')")
+            raise CheckpointError(
+                f"{option}={value!r} asks for the last checkpoint of output_dir {output_dir!r}, but "
+                "it holds no checkpoint-* folder with its completion marker (checkpoints are "
+                "written with save_strategy='steps' / 'epoch')"
+            )
         verify_checkpoint(last)
         return last
     path = os.fspath(value)
@@ -68,5 +71,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def resume_option(training_args) -> str | None:
     """The scripts' ``--resume_from_checkpoint`` resolved with :func:`resolve_checkpoint` against ``output_dir``: a
     checkpoint folder, ``None`` for a fresh run, or ``ValueError`` naming the option."""
-    return resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir,
-                              "--resume_from_checkpoint")
+    return resolve_checkpoint(
+        training_args.resume_from_checkpoint, training_args.output_dir, "--resume_from_checkpoint"
+    )

@@ -22,29 +22,50 @@ class RolloutArguments:
 
     max_turns: int | None = field(default=16, metadata={"help": "Most actions per episode (None: no limit)."})
     max_tokens_per_trajectory: int | None = field(
-        default=None, metadata={"help": "Most sampled tokens per episode (None: no limit)."})
+        default=None, metadata={"help": "Most sampled tokens per episode (None: no limit)."}
+    )
     rollout_error_strategy: str = field(
-        default="fail_fast", metadata={"help": "'fail_fast' (an env error stops training) or 'retry' (failed "
-                                               "rollouts are replaced; a group out of retries is skipped)."})
+        default="fail_fast",
+        metadata={
+            "help": "'fail_fast' (an env error stops training) or 'retry' (failed "
+            "rollouts are replaced; a group out of retries is skipped)."
+        },
+    )
     rollout_max_retries: int = field(default=2, metadata={"help": "Group-wide retry budget for 'retry'."})
     rollout_timeout: float | None = field(
-        default=None, metadata={"help": "Seconds one rollout may take (None: no limit). With 'retry' a rollout that "
-                                        "takes longer is replaced like a failed one; with 'fail_fast' it stops "
-                                        "training with an error. Also bounds one make_envs / compute_group_rewards "
-                                        "call."})
+        default=None,
+        metadata={
+            "help": "Seconds one rollout may take (None: no limit). With 'retry' a rollout that "
+            "takes longer is replaced like a failed one; with 'fail_fast' it stops "
+            "training with an error. Also bounds one make_envs / compute_group_rewards "
+            "call."
+        },
+    )
     max_context_tokens: int | None = field(
-        default=None, metadata={"help": "Most tokens of context per episode (observation + action); None: the "
-                                        "model's maximum positions."})
+        default=None,
+        metadata={
+            "help": "Most tokens of context per episode (observation + action); None: the model's maximum positions."
+        },
+    )
     context_overflow: str = field(
-        default="end", metadata={"help": "An episode that outgrows max_context_tokens: 'end' (stop reason "
-                                         "max_tokens) or 'error'."})
+        default="end",
+        metadata={"help": "An episode that outgrows max_context_tokens: 'end' (stop reason max_tokens) or 'error'."},
+    )
     sampler_max_wait_s: float | None = field(
-        default=30.0, metadata={"help": "Longest wait for all live episodes to ask for a turn before sampling the "
-                                        "requests already pending (episodes blocked on a sibling are not waited "
-                                        "for: the requests go out once the event loop is quiet)."})
+        default=30.0,
+        metadata={
+            "help": "Longest wait for all live episodes to ask for a turn before sampling the "
+            "requests already pending (episodes blocked on a sibling are not waited "
+            "for: the requests go out once the event loop is quiet)."
+        },
+    )
     group_stall_timeout_s: float | None = field(
-        default=600.0, metadata={"help": "Fail a group none of whose episodes asked for or got an action for this "
-                                         "many seconds, naming it and what each env was doing (None: never)."})
+        default=600.0,
+        metadata={
+            "help": "Fail a group none of whose episodes asked for or got an action for this "
+            "many seconds, naming it and what each env was doing (None: never)."
+        },
+    )
 
     def __post_init__(self):
         # Mixed in first (``class EnvGRPOConfig(RolloutArguments, GRPOConfig)``): TRL's config initialises, then ours
@@ -59,8 +80,10 @@ class RolloutArguments:
         """Raise a ``ValueError`` naming the config class, field and value for an invalid rollout setting; warn when
         ``rollout_timeout`` is given with ``fail_fast``."""
         if self.rollout_error_strategy not in ("fail_fast", "retry"):
-            raise ValueError(f"{type(self).__name__}.rollout_error_strategy must be 'fail_fast' or 'retry', got "
-                             f"{self.rollout_error_strategy!r}")
+            raise ValueError(
+                f"{type(self).__name__}.rollout_error_strategy must be 'fail_fast' or 'retry', got "
+                f"{self.rollout_error_strategy!r}"
+            )
         check_count(self, "max_turns", minimum=1, optional=True)
         check_count(self, "max_tokens_per_trajectory", minimum=1, optional=True)
         check_count(self, "rollout_max_retries", minimum=0)
@@ -69,15 +92,18 @@ class RolloutArguments:
         check_seconds(self, "group_stall_timeout_s")
         check_count(self, "max_context_tokens", minimum=1, optional=True)
         if self.context_overflow not in ("end", "error"):
-            raise ValueError(f"{type(self).__name__}.context_overflow must be 'end' or 'error', got "
-                             f"{self.context_overflow!r}")
+            raise ValueError(
+                f"{type(self).__name__}.context_overflow must be 'end' or 'error', got {self.context_overflow!r}"
+            )
         if self.rollout_timeout is not None and self.rollout_error_strategy == "fail_fast":
             warnings.warn(
                 f"{type(self).__name__}: rollout_timeout={self.rollout_timeout} with rollout_error_strategy="
                 f"'fail_fast': a rollout that runs longer than {self.rollout_timeout} s stops training with an error "
                 "naming the env. Set rollout_error_strategy='retry' to replace such rollouts by fresh envs instead "
                 f"(up to rollout_max_retries={self.rollout_max_retries} per group, then the group is skipped).",
-                UserWarning, stacklevel=4)
+                UserWarning,
+                stacklevel=4,
+            )
 
     def default_max_tokens_per_turn(self) -> int | None:
         """The per-turn token budget when ``max_tokens_per_turn`` is unset (``EnvGRPOConfig``: ``max_completion_length``)."""
@@ -87,10 +113,13 @@ class RolloutArguments:
         """The budget of one episode: ``max_turns``, ``max_tokens_per_turn`` (or :meth:`default_max_tokens_per_turn`),
         ``max_tokens_per_trajectory``; ``model`` (when given) sets the context budget and vocabulary
         (:meth:`model_limits`)."""
-        return RolloutBudget(max_turns=self.max_turns,
-                             max_tokens_per_turn=self.max_tokens_per_turn or self.default_max_tokens_per_turn(),
-                             max_tokens_per_trajectory=self.max_tokens_per_trajectory,
-                             group_stall_timeout_s=self.group_stall_timeout_s, **self.model_limits(model))
+        return RolloutBudget(
+            max_turns=self.max_turns,
+            max_tokens_per_turn=self.max_tokens_per_turn or self.default_max_tokens_per_turn(),
+            max_tokens_per_trajectory=self.max_tokens_per_trajectory,
+            group_stall_timeout_s=self.group_stall_timeout_s,
+            **self.model_limits(model),
+        )
 
     def error_strategy(self) -> ErrorStrategy:
         if self.rollout_error_strategy == "retry":
@@ -102,9 +131,11 @@ class RolloutArguments:
         model's maximum positions), ``context_overflow`` and ``vocab_size`` (sampled ids must be below it)."""
         text_config = _text_config(model)
         max_positions = getattr(text_config, "max_position_embeddings", None)
-        return {"max_context_tokens": self.max_context_tokens or max_positions,
-                "context_overflow": self.context_overflow,
-                "vocab_size": getattr(text_config, "vocab_size", None)}
+        return {
+            "max_context_tokens": self.max_context_tokens or max_positions,
+            "context_overflow": self.context_overflow,
+            "vocab_size": getattr(text_config, "vocab_size", None),
+        }
 
 
 def _text_config(model: Any) -> Any:
@@ -129,7 +160,7 @@ def check_seconds(config, name: str) -> None:
     value = getattr(config, name)
     if value is None:
         return
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
-            or value <= 0):
-        raise ValueError(f"{type(config).__name__}.{name} must be a number of seconds > 0, or None (no limit), got "
-                         f"{value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"{type(config).__name__}.{name} must be a number of seconds > 0, or None (no limit), got {value!r}"
+        )

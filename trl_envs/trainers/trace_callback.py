@@ -33,8 +33,13 @@ class RolloutTraceCallback(TrainerCallback):
         if not state.is_world_process_zero or rollout is None or rollout is self._written or "loss" not in (logs or {}):
             return
         self._written = rollout
-        records = trace_records(rollout.groups, trl_seam.tokenizer_of(self.trainer), step=state.global_step,
-                                per_tag=self.per_tag, training_rows=getattr(args, "training_rows", "auto"))
+        records = trace_records(
+            rollout.groups,
+            trl_seam.tokenizer_of(self.trainer),
+            step=state.global_step,
+            per_tag=self.per_tag,
+            training_rows=getattr(args, "training_rows", "auto"),
+        )
         if not records:
             return
         write_traces(os.path.join(args.output_dir, TRACES_DIR), records, state.global_step)

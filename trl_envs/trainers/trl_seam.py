@@ -18,14 +18,12 @@ import functools
 import importlib
 import inspect
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from collections.abc import Mapping, Sequence
 
 import torch
-from accelerate.utils import gather_object
-
 import trl
+from accelerate.utils import gather_object
 
 SEAM_MODULE = "trl_envs/trainers/trl_seam.py"
 
@@ -38,13 +36,15 @@ class TRLCompatibilityError(RuntimeError):
 try:
     # trl.trainer.dpo_trainer.DataCollatorForPreference: DPOTrainer's default collator, which pads prompt / chosen /
     # rejected ids into prompt-then-completion rows with a ``completion_mask`` (the only mask DPO's loss uses).
-    from trl.trainer.dpo_trainer import DataCollatorForPreference as PreferenceCollator
     # trl.distributed.DistributedBackend: the backend detection GRPOTrainer uses around generation
     # (``summon_full_params`` materialises FSDP v1 parameters; a no-op otherwise).
     from trl.distributed import DistributedBackend
+    from trl.trainer.dpo_trainer import DataCollatorForPreference as PreferenceCollator
 except ImportError as error:  # pragma: no cover - only with another TRL version
-    raise TRLCompatibilityError(f"{SEAM_MODULE} imports TRL internals that the installed trl {trl.__version__} lacks "
-                                f"({error}); update {SEAM_MODULE} (docs/DESIGN.md, 'Upgrading TRL').") from error
+    raise TRLCompatibilityError(
+        f"{SEAM_MODULE} imports TRL internals that the installed trl {trl.__version__} lacks "
+        f"({error}); update {SEAM_MODULE} (docs/DESIGN.md, 'Upgrading TRL')."
+    ) from error
 
 
 @dataclass(frozen=True)
@@ -69,68 +69,139 @@ class PrivateName:
 
 
 TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
-    PrivateName("_generate_and_score_completions", "trl.GRPOTrainer",
-                "the per-generation-round hook: gets this rank's dataset rows, returns the scored batch (ids, masks, "
-                "advantages); EnvGRPOTrainer rolls out the rows' env groups before calling it",
-                overridden_in="trl_envs/trainers/grpo.py"),
-    PrivateName("self._pending_metrics", "trl.GRPOTrainer",
-                "name -> list of scalars, averaged across ranks and logged at the next scoring step",
-                check="source"),
-    PrivateName("self._tokenizer", "trl.GRPOTrainer",
-                "the text tokenizer of the processing class (its .tokenizer for a processor)", check="source"),
-    PrivateName("self._tokenizer", "trl.DPOTrainer",
-                "the text tokenizer of the processing class (its .tokenizer for a processor)", check="source"),
-    PrivateName("self._metrics", "trl.GRPOTrainer",
-                "mode ('train'/'eval') -> metric name -> list of values whose mean over the logging window log() "
-                "logs; record_mean_metrics appends the env metrics there after one cross-rank gather",
-                check="source"),
-    PrivateName("self._metrics", "trl.DPOTrainer",
-                "mode ('train'/'eval') -> metric name -> values gathered across ranks since the last log()",
-                check="source"),
-    PrivateName("_prepare_dataset", "trl.DPOTrainer",
-                "(dataset, processing_class, args, dataset_name) -> the tokenized dataset; EnvDPOTrainer passes "
-                "pre-tokenized pairs through and checks raw preference data first",
-                overridden_in="trl_envs/trainers/dpo.py"),
-    PrivateName("_set_signature_columns_if_needed", "trl.DPOTrainer",
-                "sets the columns Trainer keeps when remove_unused_columns is on; EnvDPOTrainer adds its mask columns",
-                overridden_in="trl_envs/trainers/dpo.py"),
-    PrivateName("self._signature_columns", "transformers.Trainer",
-                "the list of dataset columns kept by remove_unused_columns", check="source"),
-    PrivateName("self._is_vision_dataset", "trl.DPOTrainer",
-                "whether the training data holds images (DPOTrainer then keeps its own column list)", check="source"),
-    PrivateName("_init_training_state", "transformers.Trainer",
-                "(max_steps, ...) makes the fresh TrainerState of one train() call; EnvDPOTrainer keeps counting "
-                "steps, logs and FLOPs across its rounds", overridden_in="trl_envs/trainers/dpo.py"),
-    PrivateName("_finalize_training", "transformers.Trainer",
-                "(trial, num_train_samples, start_time) computes the speed metrics of one train() call from "
-                "state.max_steps; EnvDPOTrainer scales them to the round", overridden_in="trl_envs/trainers/dpo.py"),
+    PrivateName(
+        "_generate_and_score_completions",
+        "trl.GRPOTrainer",
+        "the per-generation-round hook: gets this rank's dataset rows, returns the scored batch (ids, masks, "
+        "advantages); EnvGRPOTrainer rolls out the rows' env groups before calling it",
+        overridden_in="trl_envs/trainers/grpo.py",
+    ),
+    PrivateName(
+        "self._pending_metrics",
+        "trl.GRPOTrainer",
+        "name -> list of scalars, averaged across ranks and logged at the next scoring step",
+        check="source",
+    ),
+    PrivateName(
+        "self._tokenizer",
+        "trl.GRPOTrainer",
+        "the text tokenizer of the processing class (its .tokenizer for a processor)",
+        check="source",
+    ),
+    PrivateName(
+        "self._tokenizer",
+        "trl.DPOTrainer",
+        "the text tokenizer of the processing class (its .tokenizer for a processor)",
+        check="source",
+    ),
+    PrivateName(
+        "self._metrics",
+        "trl.GRPOTrainer",
+        "mode ('train'/'eval') -> metric name -> list of values whose mean over the logging window log() "
+        "logs; record_mean_metrics appends the env metrics there after one cross-rank gather",
+        check="source",
+    ),
+    PrivateName(
+        "self._metrics",
+        "trl.DPOTrainer",
+        "mode ('train'/'eval') -> metric name -> values gathered across ranks since the last log()",
+        check="source",
+    ),
+    PrivateName(
+        "_prepare_dataset",
+        "trl.DPOTrainer",
+        "(dataset, processing_class, args, dataset_name) -> the tokenized dataset; EnvDPOTrainer passes "
+        "pre-tokenized pairs through and checks raw preference data first",
+        overridden_in="trl_envs/trainers/dpo.py",
+    ),
+    PrivateName(
+        "_set_signature_columns_if_needed",
+        "trl.DPOTrainer",
+        "sets the columns Trainer keeps when remove_unused_columns is on; EnvDPOTrainer adds its mask columns",
+        overridden_in="trl_envs/trainers/dpo.py",
+    ),
+    PrivateName(
+        "self._signature_columns",
+        "transformers.Trainer",
+        "the list of dataset columns kept by remove_unused_columns",
+        check="source",
+    ),
+    PrivateName(
+        "self._is_vision_dataset",
+        "trl.DPOTrainer",
+        "whether the training data holds images (DPOTrainer then keeps its own column list)",
+        check="source",
+    ),
+    PrivateName(
+        "_init_training_state",
+        "transformers.Trainer",
+        "(max_steps, ...) makes the fresh TrainerState of one train() call; EnvDPOTrainer keeps counting "
+        "steps, logs and FLOPs across its rounds",
+        overridden_in="trl_envs/trainers/dpo.py",
+    ),
+    PrivateName(
+        "_finalize_training",
+        "transformers.Trainer",
+        "(trial, num_train_samples, start_time) computes the speed metrics of one train() call from "
+        "state.max_steps; EnvDPOTrainer scales them to the round",
+        overridden_in="trl_envs/trainers/dpo.py",
+    ),
     PrivateName("_tag_names", "trl.DPOTrainer", "class attribute: the tags DPOTrainer adds to the model (card)"),
     PrivateName("DataCollatorForPreference", "trl.trainer.dpo_trainer", "DPOTrainer's default collator (see above)"),
     PrivateName("DistributedBackend", "trl.distributed", "ZeRO-3 / FSDP parameter handling around generation"),
-    PrivateName("create_model_from_path", "trl.trainer.grpo_trainer",
-                "GRPOTrainer.__init__ builds the reference model (beta != 0, no PEFT) with this function of its module, "
-                "called once; grpo_reference_model replaces it to hand in a frozen copy of the policy"),
-    PrivateName("self._total_train_tokens", "trl.DPOTrainer",
-                "the running token count behind DPO's num_tokens metric, not saved in checkpoints", check="source"),
-    PrivateName("_generate_and_score_completions", "trl.GRPOTrainer",
-                "(see above) the async rollouts mixin scores a batch sampled by the policy's sampler copy under "
-                "sampler_importance_sampling", overridden_in="trl_envs/trainers/async_rollouts.py"),
-    PrivateName("_compute_loss", "trl.GRPOTrainer",
-                "(model, inputs) -> the GRPO loss of one micro-batch; multiplies the per-token loss by "
-                "inputs['importance_sampling_ratio'] when use_vllm and vllm_importance_sampling_correction are set",
-                overridden_in="trl_envs/trainers/async_rollouts.py"),
-    PrivateName("self._last_loaded_step", "trl.GRPOTrainer",
-                "the global step whose weights vLLM holds; _generate syncs vLLM weights when use_vllm is set and it "
-                "differs from state.global_step", check="source"),
-    PrivateName("self.use_vllm and self.vllm_importance_sampling_correction", "trl.GRPOTrainer",
-                "the condition under which scoring computes old_per_token_logps and the importance-sampling ratio of "
-                "the rollout's sampling logprobs, and _compute_loss applies it", check="source"),
-    PrivateName("_get_per_token_logps_and_entropies", "trl.GRPOTrainer",
-                "(model, input_ids, attention_mask, logits_to_keep, ...) -> (per-token logprobs, entropies, aux loss); "
-                "_compute_loss calls it once for the policy before it reads inputs['importance_sampling_ratio']"),
-    PrivateName("You are using 'rollout_func'", "trl.GRPOTrainer",
-                "the start of the experimental-feature warning GRPOTrainer.__init__ gives for rollout_func, silenced "
-                "by its text", check="source"),
+    PrivateName(
+        "create_model_from_path",
+        "trl.trainer.grpo_trainer",
+        "GRPOTrainer.__init__ builds the reference model (beta != 0, no PEFT) with this function of its module, "
+        "called once; grpo_reference_model replaces it to hand in a frozen copy of the policy",
+    ),
+    PrivateName(
+        "self._total_train_tokens",
+        "trl.DPOTrainer",
+        "the running token count behind DPO's num_tokens metric, not saved in checkpoints",
+        check="source",
+    ),
+    PrivateName(
+        "_generate_and_score_completions",
+        "trl.GRPOTrainer",
+        "(see above) the async rollouts mixin scores a batch sampled by the policy's sampler copy under "
+        "sampler_importance_sampling",
+        overridden_in="trl_envs/trainers/async_rollouts.py",
+    ),
+    PrivateName(
+        "_compute_loss",
+        "trl.GRPOTrainer",
+        "(model, inputs) -> the GRPO loss of one micro-batch; multiplies the per-token loss by "
+        "inputs['importance_sampling_ratio'] when use_vllm and vllm_importance_sampling_correction are set",
+        overridden_in="trl_envs/trainers/async_rollouts.py",
+    ),
+    PrivateName(
+        "self._last_loaded_step",
+        "trl.GRPOTrainer",
+        "the global step whose weights vLLM holds; _generate syncs vLLM weights when use_vllm is set and it "
+        "differs from state.global_step",
+        check="source",
+    ),
+    PrivateName(
+        "self.use_vllm and self.vllm_importance_sampling_correction",
+        "trl.GRPOTrainer",
+        "the condition under which scoring computes old_per_token_logps and the importance-sampling ratio of "
+        "the rollout's sampling logprobs, and _compute_loss applies it",
+        check="source",
+    ),
+    PrivateName(
+        "_get_per_token_logps_and_entropies",
+        "trl.GRPOTrainer",
+        "(model, input_ids, attention_mask, logits_to_keep, ...) -> (per-token logprobs, entropies, aux loss); "
+        "_compute_loss calls it once for the policy before it reads inputs['importance_sampling_ratio']",
+    ),
+    PrivateName(
+        "You are using 'rollout_func'",
+        "trl.GRPOTrainer",
+        "the start of the experimental-feature warning GRPOTrainer.__init__ gives for rollout_func, silenced "
+        "by its text",
+        check="source",
+    ),
 )
 
 
@@ -141,7 +212,7 @@ def _resolve(dotted: str):
     return getattr(importlib.import_module(module_name), attr)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _source_file_text(path: str) -> str:
     with open(path, encoding="utf-8") as f:
         return f.read()
@@ -165,10 +236,12 @@ def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES) ->
             raise TRLCompatibilityError(
                 f"{SEAM_MODULE} relies on {entry.name!r} of {entry.owner} ({entry.relied_on}), which the installed "
                 f"trl {trl.__version__} does not have. Update {SEAM_MODULE} for this TRL version (docs/DESIGN.md, "
-                "'Upgrading TRL') or install the TRL version pyproject.toml pins.")
+                "'Upgrading TRL') or install the TRL version pyproject.toml pins."
+            )
 
 
 # -- attributes of a built trainer ------------------------------------------------------------------------------------
+
 
 def tokenizer_of(trainer):
     """The trainer's text tokenizer. Relies on: GRPOTrainer / DPOTrainer ``__init__`` set ``_tokenizer`` to the
@@ -204,9 +277,11 @@ def distributed_backend(accelerator) -> DistributedBackend:
 
 # -- class-level settings and construction ------------------------------------------------------------------------------
 
+
 def model_tags(*tags: str):
     """Class decorator: the tags the trainer adds to the model and its model card. Relies on: TRL trainers' class
     attribute ``_tag_names``, passed to ``model.add_model_tags`` in ``__init__``."""
+
     def decorate(cls):
         cls._tag_names = list(tags)
         return cls
@@ -225,6 +300,7 @@ def rollout_func_warning_silenced() -> Iterator[None]:
 
 
 # -- model construction and resume ------------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def grpo_reference_model(reference) -> Iterator[None]:
@@ -246,9 +322,11 @@ def grpo_reference_model(reference) -> Iterator[None]:
     def reference_instead(model_id, **kwargs):
         calls.append(model_id)
         if len(calls) > 1:
-            raise RuntimeError("trl_envs.trainers.trl_seam.grpo_reference_model: GRPOTrainer called "
-                               f"create_model_from_path more than once ({calls}); this TRL version builds models "
-                               "differently from TRL 1.16, update trl_seam.py")
+            raise RuntimeError(
+                "trl_envs.trainers.trl_seam.grpo_reference_model: GRPOTrainer called "
+                f"create_model_from_path more than once ({calls}); this TRL version builds models "
+                "differently from TRL 1.16, update trl_seam.py"
+            )
         return reference
 
     grpo_trainer.create_model_from_path = reference_instead
@@ -259,8 +337,7 @@ def grpo_reference_model(reference) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def sampler_importance_sampling(trainer, mode: str, clip_min: float | None, clip_max: float | None
-                                ) -> Iterator[None]:
+def sampler_importance_sampling(trainer, mode: str, clip_min: float | None, clip_max: float | None) -> Iterator[None]:
     """While active, GRPOTrainer corrects for a sampler other than the trained policy exactly as it does for vLLM.
 
     TRL 1.16 behaviour relied on: when ``self.use_vllm and self.vllm_importance_sampling_correction``,
@@ -273,9 +350,17 @@ def sampler_importance_sampling(trainer, mode: str, clip_min: float | None, clip
     exit.
     """
     missing = object()  # _last_loaded_step exists only when TRL set up vLLM
-    saved = {name: getattr(trainer, name, missing) for name in (
-        "use_vllm", "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
-        "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max", "_last_loaded_step")}
+    saved = {
+        name: getattr(trainer, name, missing)
+        for name in (
+            "use_vllm",
+            "vllm_importance_sampling_correction",
+            "vllm_importance_sampling_mode",
+            "vllm_importance_sampling_clip_min",
+            "vllm_importance_sampling_clip_max",
+            "_last_loaded_step",
+        )
+    }
     trainer.use_vllm = True
     trainer.vllm_importance_sampling_correction = True
     trainer.vllm_importance_sampling_mode = mode
@@ -348,8 +433,9 @@ def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float
         names = sorted({n for rank_names in gather_object([names]) for n in rank_names})
     if not names:
         return
-    local = torch.tensor([[float(sum(metrics.get(n, ()))), float(len(metrics.get(n, ())))] for n in names],
-                         dtype=torch.float64)
+    local = torch.tensor(
+        [[float(sum(metrics.get(n, ()))), float(len(metrics.get(n, ())))] for n in names], dtype=torch.float64
+    )
     if accelerator.num_processes > 1:
         local = accelerator.gather(local.to(accelerator.device)).view(-1, len(names), 2).sum(0).cpu()
     for name, (total, count) in zip(names, local.tolist()):
@@ -357,7 +443,24 @@ def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float
             trainer._metrics[mode][name].append(total / count)
 
 
-__all__ = ["PreferenceCollator", "PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES",
-           "check_trl_compatibility", "distributed_backend", "dpo_tokens_seen", "grpo_reference_model", "keep_columns", "log_generation_metric",
-           "logged_metrics", "ratio_from_loss_logprobs", "record_mean_metrics", "model_tags", "rollout_func_warning_silenced",
-           "sampler_importance_sampling", "set_dpo_tokens_seen", "tokenizer_of"]
+__all__ = [
+    "PreferenceCollator",
+    "PrivateName",
+    "SEAM_MODULE",
+    "TRLCompatibilityError",
+    "TRL_PRIVATE_NAMES",
+    "check_trl_compatibility",
+    "distributed_backend",
+    "dpo_tokens_seen",
+    "grpo_reference_model",
+    "keep_columns",
+    "log_generation_metric",
+    "logged_metrics",
+    "ratio_from_loss_logprobs",
+    "record_mean_metrics",
+    "model_tags",
+    "rollout_func_warning_silenced",
+    "sampler_importance_sampling",
+    "set_dpo_tokens_seen",
+    "tokenizer_of",
+]

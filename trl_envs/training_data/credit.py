@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 import torch
 
-from .rows import Scaling, advantage_scale
-from .row_layout import RowPlan
 from ..core.types import TrajectoryGroup
+from .row_layout import RowPlan
+from .rows import Scaling, advantage_scale
 
 
 def rewards_to_go(step_rewards: Sequence[float], group_reward: float = 0.0, gamma: float = 1.0) -> list[float]:
@@ -54,12 +54,15 @@ def rewards_to_go(step_rewards: Sequence[float], group_reward: float = 0.0, gamm
 
 def group_returns(group: TrajectoryGroup, gamma: float = 1.0) -> list[list[float]]:
     """``R[i][t]`` for every trajectory ``i`` of the group and each of its turns ``t``."""
-    return [rewards_to_go([tr.reward for tr in traj.transitions], g, gamma)
-            for traj, g in zip(group.trajectories, group.group_rewards)]
+    return [
+        rewards_to_go([tr.reward for tr in traj.transitions], g, gamma)
+        for traj, g in zip(group.trajectories, group.group_rewards)
+    ]
 
 
-def turn_advantages(returns: Sequence[Sequence[float]], scale: Scaling = "group",
-                    batch_std: float | None = None) -> list[list[float]]:
+def turn_advantages(
+    returns: Sequence[Sequence[float]], scale: Scaling = "group", batch_std: float | None = None
+) -> list[list[float]]:
     """Per-turn advantages of one group from its returns ``R[i][t]`` (see the module docstring).
 
     ``scale``: ``"group"`` divides by the group's std of ``R[i][0]`` + 1e-4 (TRL's formula), ``"batch"`` by
@@ -75,20 +78,25 @@ def turn_advantages(returns: Sequence[Sequence[float]], scale: Scaling = "group"
     return [[(r[t] - baseline[t]) / denom for t in range(len(r))] for r in returns]
 
 
-def row_token_advantages(plan: RowPlan, groups: Sequence[TrajectoryGroup | None], width: int, gamma: float = 1.0,
-                         scale: Scaling = "group", batch_std: float | None = None) -> torch.Tensor:
+def row_token_advantages(
+    plan: RowPlan,
+    groups: Sequence[TrajectoryGroup | None],
+    width: int,
+    gamma: float = 1.0,
+    scale: Scaling = "group",
+    batch_std: float | None = None,
+) -> torch.Tensor:
     """Per-token advantages ``(len(plan.rows), width)`` for the rows of ``plan``: the tokens of turn ``t``'s action
     get ``A[i, t]``; env tokens, padding and filler rows get 0. This is what TRL's loss accepts as a ``(B, T)``
     advantage tensor."""
-    per_group = [turn_advantages(group_returns(g, gamma), scale, batch_std) if g is not None else None
-                 for g in groups]
+    per_group = [turn_advantages(group_returns(g, gamma), scale, batch_std) if g is not None else None for g in groups]
     out = torch.zeros(len(plan.rows), width, dtype=torch.float32)
     for r, planned in enumerate(plan.rows):
         if planned.row is None or planned.group is None or per_group[planned.group] is None:
             continue
         adv = per_group[planned.group][planned.trajectory]
         for k, (start, end) in enumerate(planned.row.action_spans):
-            out[r, start:min(end, width)] = adv[planned.row.first_turn + k]
+            out[r, start : min(end, width)] = adv[planned.row.first_turn + k]
     return out
 
 

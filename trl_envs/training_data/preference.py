@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .rows import trajectory_to_data
 from ..core.types import Trajectory, TrajectoryGroup
+from .rows import trajectory_to_data
 
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids", "chosen_mask", "rejected_mask")
 """The columns :class:`~trl_envs.trainers.dpo.EnvDPOTrainer` trains on (other columns are for inspection)."""
@@ -63,10 +63,18 @@ class PairStats:
         return self.num_groups - self.num_pairs
 
     def as_metrics(self, prefix: str = "pairs") -> dict[str, float]:
-        return {f"{prefix}/{name}": float(value) for name, value in
-                (("groups", self.num_groups), ("pairs", self.num_pairs), ("ties", self.ties),
-                 ("too_small", self.too_small), ("prompt_mismatch", self.prompt_mismatch),
-                 ("identical", self.identical), ("skipped", self.skipped))}
+        return {
+            f"{prefix}/{name}": float(value)
+            for name, value in (
+                ("groups", self.num_groups),
+                ("pairs", self.num_pairs),
+                ("ties", self.ties),
+                ("too_small", self.too_small),
+                ("prompt_mismatch", self.prompt_mismatch),
+                ("identical", self.identical),
+                ("skipped", self.skipped),
+            )
+        }
 
     def __add__(self, other: PairStats) -> PairStats:
         return PairStats(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
@@ -88,13 +96,20 @@ class PreferencePair:
 
     def as_row(self) -> dict[str, Any]:
         """The pair as a dataset row (``datasets.Dataset.from_list`` of these rows is a pre-tokenized DPO dataset)."""
-        return {"prompt_ids": self.prompt_ids, "chosen_ids": self.chosen_ids, "rejected_ids": self.rejected_ids,
-                "chosen_mask": self.chosen_mask, "rejected_mask": self.rejected_mask,
-                "chosen_reward": self.chosen_reward, "rejected_reward": self.rejected_reward}
+        return {
+            "prompt_ids": self.prompt_ids,
+            "chosen_ids": self.chosen_ids,
+            "rejected_ids": self.rejected_ids,
+            "chosen_mask": self.chosen_mask,
+            "rejected_mask": self.rejected_mask,
+            "chosen_reward": self.chosen_reward,
+            "rejected_reward": self.rejected_reward,
+        }
 
 
-def group_to_pair(group: TrajectoryGroup, *, min_reward_gap: float = 0.0,
-                  env_name: str = "group") -> tuple[PreferencePair | None, str | None]:
+def group_to_pair(
+    group: TrajectoryGroup, *, min_reward_gap: float = 0.0, env_name: str = "group"
+) -> tuple[PreferencePair | None, str | None]:
     """The pair of one group, or ``(None, reason)`` with reason one of ``"too_small"``, ``"ties"``,
     ``"prompt_mismatch"``, ``"identical"``.
 
@@ -111,14 +126,24 @@ def group_to_pair(group: TrajectoryGroup, *, min_reward_gap: float = 0.0,
     prompts = {tuple(t.transitions[0].ob) for t in group.trajectories if t.transitions}
     if len(prompts) != 1 or any(not t.transitions for t in group.trajectories):
         return None, "prompt_mismatch"
-    chosen = trajectory_to_data(token_exact_prefix(group.trajectories[best]),
-                                env_name=f"{env_name} (trajectory {best})")
-    rejected = trajectory_to_data(token_exact_prefix(group.trajectories[worst]),
-                                  env_name=f"{env_name} (trajectory {worst})")
+    chosen = trajectory_to_data(
+        token_exact_prefix(group.trajectories[best]), env_name=f"{env_name} (trajectory {best})"
+    )
+    rejected = trajectory_to_data(
+        token_exact_prefix(group.trajectories[worst]), env_name=f"{env_name} (trajectory {worst})"
+    )
     if chosen.completion_ids == rejected.completion_ids:
         return None, "identical"
-    pair = PreferencePair(chosen.prompt_ids, chosen.completion_ids, rejected.completion_ids, chosen.mask,
-                          rejected.mask, float(rewards[best]), float(rewards[worst]), list(group.tags))
+    pair = PreferencePair(
+        chosen.prompt_ids,
+        chosen.completion_ids,
+        rejected.completion_ids,
+        chosen.mask,
+        rejected.mask,
+        float(rewards[best]),
+        float(rewards[worst]),
+        list(group.tags),
+    )
     return pair, None
 
 
@@ -137,8 +162,9 @@ def token_exact_prefix(trajectory: Trajectory) -> Trajectory:
     return replace(trajectory, transitions=keep, observations_extend=True)
 
 
-def make_preference_pairs(groups: Sequence[TrajectoryGroup | None], *, min_reward_gap: float = 0.0,
-                          env_names: Sequence[str] | None = None) -> tuple[list[PreferencePair], PairStats]:
+def make_preference_pairs(
+    groups: Sequence[TrajectoryGroup | None], *, min_reward_gap: float = 0.0, env_names: Sequence[str] | None = None
+) -> tuple[list[PreferencePair], PairStats]:
     """At most one :class:`PreferencePair` per group (see the module docstring), and the counts of what was skipped.
 
     Args:

@@ -56,8 +56,9 @@ def default_preference_dataset_path() -> str:
     return os.path.join(os.path.expanduser(cache), DATASET_NAME)
 
 
-def arithmetic_preference_rows(num: int, *, seed: int = 0, max_operand: int = MAX_OPERAND,
-                                held_out: bool = False) -> list[dict[str, Any]]:
+def arithmetic_preference_rows(
+    num: int, *, seed: int = 0, max_operand: int = MAX_OPERAND, held_out: bool = False
+) -> list[dict[str, Any]]:
     """``num`` preference rows (see the module docstring) on the training questions (``held_out``: on the held-out
     ones); fixed by ``seed``."""
     from ..envs.arithmetic import ArithmeticEnv, question, split_problems
@@ -73,13 +74,15 @@ def arithmetic_preference_rows(num: int, *, seed: int = 0, max_operand: int = MA
         wrong = a + b + delta if a + b + delta >= 0 else a + b - delta
         chosen, rejected = worked_sum(a, b), str(wrong)
         assert env.check_answer(chosen) and not env.check_answer(rejected)
-        rows.append({
-            "prompt": [{"role": "user", "content": question(a, b)}],
-            "chosen": [{"role": "assistant", "content": chosen}],
-            "rejected": [{"role": "assistant", "content": rejected}],
-            "chosen_reward": _reward(env, chosen),
-            "rejected_reward": _reward(env, rejected),
-        })
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": question(a, b)}],
+                "chosen": [{"role": "assistant", "content": chosen}],
+                "rejected": [{"role": "assistant", "content": rejected}],
+                "chosen_reward": _reward(env, chosen),
+                "rejected_reward": _reward(env, rejected),
+            }
+        )
     return rows
 
 
@@ -88,8 +91,14 @@ def _reward(env, text: str) -> float:
     return env.format_coef * (float(env.check_format(text)) - 1.0) + float(env.check_answer(text))
 
 
-def build_preference_dataset(output_dir: str | None = None, *, num_train: int = NUM_TRAIN, num_test: int = NUM_TEST,
-                             seed: int = 0, force: bool = False) -> str:
+def build_preference_dataset(
+    output_dir: str | None = None,
+    *,
+    num_train: int = NUM_TRAIN,
+    num_test: int = NUM_TEST,
+    seed: int = 0,
+    force: bool = False,
+) -> str:
     """Build the dataset (``train``: ``num_train`` rows, ``test``: ``num_test`` rows on the held-out questions) into
     ``output_dir`` (default :func:`default_preference_dataset_path`) and return the path. A finished build there is
     reused as is (whatever its sizes) unless ``force``. Safe to call from several processes at once."""
@@ -101,10 +110,12 @@ def build_preference_dataset(output_dir: str | None = None, *, num_train: int = 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
     try:
-        DatasetDict({
-            "train": Dataset.from_list(arithmetic_preference_rows(num_train, seed=seed)),
-            "test": Dataset.from_list(arithmetic_preference_rows(num_test, seed=seed + 10_000, held_out=True)),
-        }).save_to_disk(str(staging / "data"))
+        DatasetDict(
+            {
+                "train": Dataset.from_list(arithmetic_preference_rows(num_train, seed=seed)),
+                "test": Dataset.from_list(arithmetic_preference_rows(num_test, seed=seed + 10_000, held_out=True)),
+            }
+        ).save_to_disk(str(staging / "data"))
         (staging / "data" / MARKER_FILE).write_text(f"seed={seed} train={num_train} test={num_test}\n")
         if force and target.exists():
             shutil.rmtree(target)
@@ -126,15 +137,20 @@ def load_preference_dataset(path: str | None = None):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m trl_envs.training_data.preference_data", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m trl_envs.training_data.preference_data", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--output_dir", default=None, help=f"default: {default_preference_dataset_path()}")
     parser.add_argument("--num_train", type=int, default=NUM_TRAIN)
     parser.add_argument("--num_test", type=int, default=NUM_TEST)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     args = parser.parse_args(argv)
-    print(build_preference_dataset(args.output_dir, num_train=args.num_train, num_test=args.num_test, seed=args.seed,
-                                   force=args.force))
+    print(
+        build_preference_dataset(
+            args.output_dir, num_train=args.num_train, num_test=args.num_test, seed=args.seed, force=args.force
+        )
+    )
 
 
 if __name__ == "__main__":

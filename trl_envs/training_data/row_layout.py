@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .rows import NonExtendingObservationError, TrainingRow, trajectory_to_data, trajectory_to_turn_rows
 from ..core.types import Trajectory, TrajectoryGroup
+from .rows import NonExtendingObservationError, TrainingRow, trajectory_to_data, trajectory_to_turn_rows
 
 TRAINING_ROWS = ("auto", "trajectory", "turn")
 
@@ -94,8 +94,12 @@ class RowPlan:
         return out
 
 
-def plan_rows(groups: Sequence[TrajectoryGroup | None], group_size: int, training_rows: str = "auto",
-              group_names: Sequence[str] | None = None) -> RowPlan:
+def plan_rows(
+    groups: Sequence[TrajectoryGroup | None],
+    group_size: int,
+    training_rows: str = "auto",
+    group_names: Sequence[str] | None = None,
+) -> RowPlan:
     """Lay out the rows of a rollout batch (see the module docstring).
 
     ``groups[k] is None`` marks a skipped group (one block of unscorable fillers). ``training_rows``: ``"auto"``

@@ -24,8 +24,16 @@ Scaling = Literal["group", "batch", "none"]
 # Normalisation each loss expects by default. TRL's GRPO family scales by the group std (its `scale_rewards`
 # default); Dr. GRPO argues for plain centring; the Tinker cookbook's importance_sampling / ppo losses centre only.
 _LOSS_SCALING: dict[str, Scaling] = {
-    "grpo": "group", "bnpo": "group", "dapo": "group", "cispo": "group", "sapo": "group", "vespo": "group",
-    "luspo": "group", "dr_grpo": "none", "importance_sampling": "none", "ppo": "none",
+    "grpo": "group",
+    "bnpo": "group",
+    "dapo": "group",
+    "cispo": "group",
+    "sapo": "group",
+    "vespo": "group",
+    "luspo": "group",
+    "dr_grpo": "none",
+    "importance_sampling": "none",
+    "ppo": "none",
 }
 STD_EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 
@@ -35,8 +43,9 @@ class NonExtendingObservationError(ValueError):
     one training sequence without re-tokenization drift."""
 
 
-def compute_advantages(trajectory_groups: Sequence[TrajectoryGroup], loss_fn: str = "grpo",
-                       scale: Scaling | None = None) -> list[torch.Tensor]:
+def compute_advantages(
+    trajectory_groups: Sequence[TrajectoryGroup], loss_fn: str = "grpo", scale: Scaling | None = None
+) -> list[torch.Tensor]:
     """Per group, one advantage per trajectory: total reward minus the group mean, then scaled.
 
     ``scale`` (default: what ``loss_fn`` expects) is ``"group"`` (divide by the group's Bessel-corrected std +
@@ -45,8 +54,10 @@ def compute_advantages(trajectory_groups: Sequence[TrajectoryGroup], loss_fn: st
     """
     if scale is None:
         if loss_fn not in _LOSS_SCALING:
-            raise ValueError(f"compute_advantages: unknown loss_fn {loss_fn!r}; known: {sorted(_LOSS_SCALING)} "
-                             "(or pass scale= explicitly)")
+            raise ValueError(
+                f"compute_advantages: unknown loss_fn {loss_fn!r}; known: {sorted(_LOSS_SCALING)} "
+                "(or pass scale= explicitly)"
+            )
         scale = _LOSS_SCALING[loss_fn]
     rewards = [torch.tensor(g.get_total_rewards(), dtype=torch.float64) for g in trajectory_groups]
     batch_std = torch.cat(rewards).std() if scale == "batch" and sum(len(r) for r in rewards) > 1 else None
@@ -170,8 +181,16 @@ def trajectory_to_turn_rows(trajectory: Trajectory, env_name: str = "env") -> li
     for turn, tr in enumerate(trajectory.transitions):
         action = list(tr.ac.tokens)
         if action:
-            rows.append(TrainingRow(list(tr.ob), action, [1] * len(action), _action_logprobs(tr, turn, env_name),
-                                    action_spans=[(0, len(action))], first_turn=turn))
+            rows.append(
+                TrainingRow(
+                    list(tr.ob),
+                    action,
+                    [1] * len(action),
+                    _action_logprobs(tr, turn, env_name),
+                    action_spans=[(0, len(action))],
+                    first_turn=turn,
+                )
+            )
     if not rows:
         raise ValueError(f"{env_name}: trajectory sampled no tokens; a completion cannot be empty")
     return rows
@@ -187,15 +206,20 @@ def _action_logprobs(tr, turn: int, env_name: str) -> list[float]:
 
 def _drift_message(env_name: str, turn: int, context: list[int], ob: list[int]) -> str:
     i = next((k for k, (a, b) in enumerate(zip(context, ob)) if a != b), min(len(context), len(ob)))
-    return (f"{env_name}: the observation of turn {turn} does not extend the previous observation + action "
-            f"(first difference at token {i}: context has {len(context)} tokens, observation {len(ob)}). Build the "
-            "next observation as previous observation + action tokens + new tokens (Renderer.extend_observation), "
-            "or train with one row per turn (EnvGRPOConfig.training_rows='auto' or 'turn', or set "
-            "Env.observations_extend = False).")
+    return (
+        f"{env_name}: the observation of turn {turn} does not extend the previous observation + action "
+        f"(first difference at token {i}: context has {len(context)} tokens, observation {len(ob)}). Build the "
+        "next observation as previous observation + action tokens + new tokens (Renderer.extend_observation), "
+        "or train with one row per turn (EnvGRPOConfig.training_rows='auto' or 'turn', or set "
+        "Env.observations_extend = False)."
+    )
 
 
-def assemble_training_data(trajectory_groups: Sequence[TrajectoryGroup], advantages: Sequence[torch.Tensor],
-                           env_names: Sequence[str] | None = None) -> list[TrainingRow]:
+def assemble_training_data(
+    trajectory_groups: Sequence[TrajectoryGroup],
+    advantages: Sequence[torch.Tensor],
+    env_names: Sequence[str] | None = None,
+) -> list[TrainingRow]:
     """All trajectories of all groups as :class:`TrainingRow` s, in order, each with its advantage and reward."""
     if len(advantages) != len(trajectory_groups):
         raise ValueError(f"assemble_training_data: {len(trajectory_groups)} groups but {len(advantages)} advantages")

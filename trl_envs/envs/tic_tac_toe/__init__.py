@@ -15,6 +15,18 @@ from .envs import TicTacToePlayerEnv, TicTacToeVsOpponentEnv
 from .match import OpponentAbandoned, OpponentTimeout, TicTacToeMatch
 from .opponents import PerfectOpponent, RandomOpponent, make_opponent
 
-__all__ = ["OpponentAbandoned", "OpponentTimeout", "PerfectOpponent", "RandomOpponent", "TicTacToeDatasetBuilder",
-           "TicTacToeMatch", "TicTacToePlayerEnv", "TicTacToeSelfPlayDataset", "TicTacToeSelfPlayGroupBuilder",
-           "TicTacToeVsOpponentDataset", "TicTacToeVsOpponentEnv", "TicTacToeVsOpponentGroupBuilder", "make_opponent"]
+__all__ = [
+    "OpponentAbandoned",
+    "OpponentTimeout",
+    "PerfectOpponent",
+    "RandomOpponent",
+    "TicTacToeDatasetBuilder",
+    "TicTacToeMatch",
+    "TicTacToePlayerEnv",
+    "TicTacToeSelfPlayDataset",
+    "TicTacToeSelfPlayGroupBuilder",
+    "TicTacToeVsOpponentDataset",
+    "TicTacToeVsOpponentEnv",
+    "TicTacToeVsOpponentGroupBuilder",
+    "make_opponent",
+]

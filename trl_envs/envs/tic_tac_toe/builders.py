@@ -33,8 +33,9 @@ class TicTacToeSelfPlayGroupBuilder(EnvGroupBuilder):
         move_timeout: seconds a player waits for its opponent's move before failing with ``OpponentTimeout``.
     """
 
-    def __init__(self, renderer: Renderer, num_games: int, illegal_move_penalty: float = 0.5,
-                 move_timeout: float = 120.0):
+    def __init__(
+        self, renderer: Renderer, num_games: int, illegal_move_penalty: float = 0.5, move_timeout: float = 120.0
+    ):
         if num_games < 1:
             raise ValueError(f"TicTacToeSelfPlayGroupBuilder: num_games must be >= 1, got {num_games}")
         self.renderer, self.num_games = renderer, num_games
@@ -44,21 +45,25 @@ class TicTacToeSelfPlayGroupBuilder(EnvGroupBuilder):
         envs: list[Env] = []
         for k in range(self.num_games):
             match = TicTacToeMatch(self.move_timeout, name=f"tic_tac_toe self-play game {k}")
-            envs += [MessageTokenEnv(TicTacToePlayerEnv(match, mark, self.illegal_move_penalty), self.renderer)
-                     for mark in ("X", "O")]
+            envs += [
+                MessageTokenEnv(TicTacToePlayerEnv(match, mark, self.illegal_move_penalty), self.renderer)
+                for mark in ("X", "O")
+            ]
         return envs
 
     def coupled_envs(self) -> list[list[int]]:
         return [[2 * k, 2 * k + 1] for k in range(self.num_games)]
 
-    async def compute_group_rewards(self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
-                                    ) -> list[tuple[float, Metrics]]:
+    async def compute_group_rewards(
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
         out = []
         for env in env_group:
             player = env.unwrapped
             if not isinstance(player, TicTacToePlayerEnv):
-                raise TypeError(f"TicTacToeSelfPlayGroupBuilder: expected TicTacToePlayerEnv envs, got "
-                                f"{type(player).__name__}")
+                raise TypeError(
+                    f"TicTacToeSelfPlayGroupBuilder: expected TicTacToePlayerEnv envs, got {type(player).__name__}"
+                )
             out.append((player.match.score(player.mark), {f"as_{player.mark}/score": player.match.score(player.mark)}))
         return out
 
@@ -70,8 +75,15 @@ class TicTacToeVsOpponentGroupBuilder(EnvGroupBuilder):
     """``group_size`` games of the model (playing ``mark``) against a scripted opponent (``"random"`` or
     ``"perfect"``); game ``i`` seeds the opponent with ``seed + i``."""
 
-    def __init__(self, renderer: Renderer, group_size: int, opponent: str = "random", mark: str = "X", seed: int = 0,
-                 illegal_move_penalty: float = 0.5):
+    def __init__(
+        self,
+        renderer: Renderer,
+        group_size: int,
+        opponent: str = "random",
+        mark: str = "X",
+        seed: int = 0,
+        illegal_move_penalty: float = 0.5,
+    ):
         if mark not in ("X", "O"):
             raise ValueError(f"TicTacToeVsOpponentGroupBuilder: mark must be 'X' or 'O', got {mark!r}")
         make_opponent(opponent)  # fail early on an unknown name
@@ -79,9 +91,18 @@ class TicTacToeVsOpponentGroupBuilder(EnvGroupBuilder):
         self.seed, self.illegal_move_penalty = seed, illegal_move_penalty
 
     async def make_envs(self) -> Sequence[Env]:
-        return [MessageTokenEnv(TicTacToeVsOpponentEnv(make_opponent(self.opponent), self.mark, self.seed + i,  # type: ignore[arg-type]
-                                                       self.illegal_move_penalty), self.renderer)
-                for i in range(self.group_size)]
+        return [
+            MessageTokenEnv(
+                TicTacToeVsOpponentEnv(
+                    make_opponent(self.opponent),
+                    self.mark,
+                    self.seed + i,  # type: ignore[arg-type]
+                    self.illegal_move_penalty,
+                ),
+                self.renderer,
+            )
+            for i in range(self.group_size)
+        ]
 
     def logging_tags(self) -> list[str]:
         return [f"tic_tac_toe_vs_{self.opponent}", f"tic_tac_toe_vs_{self.opponent}_as_{self.mark}"]
@@ -90,34 +111,63 @@ class TicTacToeVsOpponentGroupBuilder(EnvGroupBuilder):
 class TicTacToeSelfPlayDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` self-play groups of ``group_size`` envs (``group_size / 2`` games)."""
 
-    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
-                 illegal_move_penalty: float = 0.5, move_timeout: float = 120.0):
+    def __init__(
+        self,
+        renderer: Renderer,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        illegal_move_penalty: float = 0.5,
+        move_timeout: float = 120.0,
+    ):
         if group_size < 2 or group_size % 2:
-            raise ValueError(f"tic_tac_toe: group_size (num_generations) must be even and >= 2 — a group is "
-                             f"group_size / 2 games of two players — got {group_size}")
+            raise ValueError(
+                f"tic_tac_toe: group_size (num_generations) must be even and >= 2 — a group is "
+                f"group_size / 2 games of two players — got {group_size}"
+            )
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.illegal_move_penalty, self.move_timeout = illegal_move_penalty, move_timeout
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        return [TicTacToeSelfPlayGroupBuilder(self.renderer, self.group_size // 2, self.illegal_move_penalty,
-                                              self.move_timeout) for _ in range(self.batch_size)]
+        return [
+            TicTacToeSelfPlayGroupBuilder(
+                self.renderer, self.group_size // 2, self.illegal_move_penalty, self.move_timeout
+            )
+            for _ in range(self.batch_size)
+        ]
 
 
 class TicTacToeVsOpponentDataset(BuiltinDataset):
     """Evaluation games against a scripted opponent; groups alternate the model's mark (X, O, X, ...), and every
     game's opponent seed is fixed by ``seed``, the batch and the group, so evaluations are reproducible."""
 
-    def __init__(self, renderer: Renderer, batch_size: int, group_size: int, num_batches: int,
-                 opponent: str = "random", seed: int = 0, illegal_move_penalty: float = 0.5):
+    def __init__(
+        self,
+        renderer: Renderer,
+        batch_size: int,
+        group_size: int,
+        num_batches: int,
+        opponent: str = "random",
+        seed: int = 0,
+        illegal_move_penalty: float = 0.5,
+    ):
         make_opponent(opponent)
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.opponent, self.seed, self.illegal_move_penalty = opponent, seed, illegal_move_penalty
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         rng = random.Random(f"tic_tac_toe/{self.opponent}/{self.seed}/{index}")
-        return [TicTacToeVsOpponentGroupBuilder(self.renderer, self.group_size, self.opponent, "XO"[g % 2],
-                                                rng.randrange(2**31), self.illegal_move_penalty)
-                for g in range(self.batch_size)]
+        return [
+            TicTacToeVsOpponentGroupBuilder(
+                self.renderer,
+                self.group_size,
+                self.opponent,
+                "XO"[g % 2],
+                rng.randrange(2**31),
+                self.illegal_move_penalty,
+            )
+            for g in range(self.batch_size)
+        ]
 
 
 @dataclass
@@ -137,15 +187,29 @@ class TicTacToeDatasetBuilder(BuiltinDatasetBuilder):
     def check_options(self) -> None:
         super().check_options()
         if not isinstance(self.test_opponent, str) or self.test_opponent not in OPPONENTS:
-            raise ValueError(f"env 'tic_tac_toe': option 'test_opponent' must be one of {sorted(OPPONENTS)}, got "
-                             f"{self.test_opponent!r}")
+            raise ValueError(
+                f"env 'tic_tac_toe': option 'test_opponent' must be one of {sorted(OPPONENTS)}, got "
+                f"{self.test_opponent!r}"
+            )
         check_number_option(self.env_name, "illegal_move_penalty", self.illegal_move_penalty)
         check_number_option(self.env_name, "move_timeout", self.move_timeout, positive=True)
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        train = TicTacToeSelfPlayDataset(self.renderer, self.batch_size, self.group_size, self.num_batches,
-                                         self.illegal_move_penalty, self.move_timeout)
-        test = TicTacToeVsOpponentDataset(self.renderer, self.batch_size, self.group_size, self.num_test_batches,
-                                          self.test_opponent, self.test_seed + TEST_SEED_OFFSET,
-                                          self.illegal_move_penalty)
+        train = TicTacToeSelfPlayDataset(
+            self.renderer,
+            self.batch_size,
+            self.group_size,
+            self.num_batches,
+            self.illegal_move_penalty,
+            self.move_timeout,
+        )
+        test = TicTacToeVsOpponentDataset(
+            self.renderer,
+            self.batch_size,
+            self.group_size,
+            self.num_test_batches,
+            self.test_opponent,
+            self.test_seed + TEST_SEED_OFFSET,
+            self.illegal_move_penalty,
+        )
         return train, test

@@ -36,9 +36,13 @@ def board_message(lines: list[str], board: Board) -> Message:
 
 def outcome_metrics(result: Outcome | None, mark: Mark, illegal: bool, moves: int) -> dict[str, float]:
     """The per-episode metrics both env kinds report on their last step."""
-    return {"win": float(result == mark), "draw": float(result == "draw"),
-            "loss": float(result is not None and result not in (mark, "draw")), "illegal": float(illegal),
-            "moves": float(moves)}
+    return {
+        "win": float(result == mark),
+        "draw": float(result == "draw"),
+        "loss": float(result is not None and result not in (mark, "draw")),
+        "illegal": float(illegal),
+        "moves": float(moves),
+    }
 
 
 def read_move(response: ParsedResponse) -> int | None:
@@ -59,8 +63,11 @@ class TicTacToePlayerEnv(MessageEnv):
     async def initial_messages(self) -> list[Message]:
         await self._guarded_wait()
         if self.match.over:  # X forfeited before O's first move; O still answers once (an episode needs an action)
-            return [board_message([intro(self.mark), f"{other(self.mark)} made an illegal move and lost."],
-                                  self.match.board)]
+            return [
+                board_message(
+                    [intro(self.mark), f"{other(self.mark)} made an illegal move and lost."], self.match.board
+                )
+            ]
         return [board_message([intro(self.mark)] + self._opponent_moved(), self.match.board)]
 
     async def step(self, response: ParsedResponse) -> MessageStepResult:
@@ -77,8 +84,9 @@ class TicTacToePlayerEnv(MessageEnv):
                 await self._guarded_wait()
             if self.match.over:
                 return self._done(0.0)
-            return MessageStepResult(0.0, False, [board_message(self._opponent_moved(), self.match.board)],
-                                     {"parse_ok": 1.0})
+            return MessageStepResult(
+                0.0, False, [board_message(self._opponent_moved(), self.match.board)], {"parse_ok": 1.0}
+            )
         except BaseException:
             self.match.abandon(self.mark)  # never leave the other player waiting on us
             raise
@@ -95,7 +103,9 @@ class TicTacToePlayerEnv(MessageEnv):
         return [f"{last[0]} played {last[1]}."] if last is not None and last[0] != self.mark else []
 
     def _done(self, reward: float, parse_ok: bool = True) -> MessageStepResult:
-        metrics = outcome_metrics(self.match.result, self.mark, self.illegal, self.moves) | {"parse_ok": float(parse_ok)}
+        metrics = outcome_metrics(self.match.result, self.mark, self.illegal, self.moves) | {
+            "parse_ok": float(parse_ok)
+        }
         return MessageStepResult(reward, True, [], metrics)
 
 
@@ -118,7 +128,9 @@ class TicTacToeVsOpponentEnv(MessageEnv):
     async def step(self, response: ParsedResponse) -> MessageStepResult:
         cell = read_move(response)
         if cell is None or self.board[cell - 1] != " ":
-            metrics = outcome_metrics(other(self.mark), self.mark, True, self.moves) | {"parse_ok": float(cell is not None)}
+            metrics = outcome_metrics(other(self.mark), self.mark, True, self.moves) | {
+                "parse_ok": float(cell is not None)
+            }
             return MessageStepResult(-1.0 - self.illegal_move_penalty, True, [], metrics)
         self.board = place(self.board, cell, self.mark)
         self.moves += 1
@@ -129,7 +141,9 @@ class TicTacToeVsOpponentEnv(MessageEnv):
             if result is None:
                 return MessageStepResult(0.0, False, [board_message([text], self.board)], {"parse_ok": 1.0})
         score = 0.0 if result == "draw" else (1.0 if result == self.mark else -1.0)
-        return MessageStepResult(score, True, [], outcome_metrics(result, self.mark, False, self.moves) | {"parse_ok": 1.0})
+        return MessageStepResult(
+            score, True, [], outcome_metrics(result, self.mark, False, self.moves) | {"parse_ok": 1.0}
+        )
 
     def _opponent_move(self) -> str:
         mark = other(self.mark)

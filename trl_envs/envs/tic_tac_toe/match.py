@@ -100,14 +100,17 @@ class TicTacToeMatch:
                 self._waiting[mark] = slot
                 while not (self.over or self.to_move == mark):
                     if self.abandoned_by is not None and self.abandoned_by != mark:
-                        raise OpponentAbandoned(f"{self.name}: player {self.abandoned_by} stopped mid-game "
-                                                f"(its episode failed or was cancelled); {mark} cannot go on")
+                        raise OpponentAbandoned(
+                            f"{self.name}: player {self.abandoned_by} stopped mid-game "
+                            f"(its episode failed or was cancelled); {mark} cannot go on"
+                        )
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         raise OpponentTimeout(
                             f"{self.name}: player {other(mark)} did not move within {self.move_timeout}s. Its episode "
                             "may have failed, been cut by a rollout budget (self-play needs max_turns >= 5 and no "
-                            "max_tokens_per_trajectory below 5 moves) or never been run.")
+                            "max_tokens_per_trajectory below 5 moves) or never been run."
+                        )
                     if self._changed is None:
                         self._changed = asyncio.Event()
                     changed = self._changed

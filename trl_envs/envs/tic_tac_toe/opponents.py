@@ -38,7 +38,7 @@ class PerfectOpponent:
         return rng.choice([cell for v, cell in scored if v == best])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _value(board: Board, to_move: Mark, me: Mark) -> int:
     """Minimax value of ``board`` for ``me`` with ``to_move`` to play: 10 - depth for a win, 0 draw, depth - 10 loss."""
     result = winner(board)
