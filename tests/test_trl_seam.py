@@ -1,10 +1,36 @@
-"""The seam to TRL (trl_envs/trainers/trl_seam.py): the installed TRL has every private name it uses, a missing one is
-reported by name, and no other module of the package names a TRL private attribute or unexported class."""
+"""The seam to TRL (``trl_envs/trainers/trl_seam.py``) and the guard that keeps TRL's private names in it.
+
+``check_trl_compatibility`` passes on the installed TRL and names a missing entry. The guard finds private names by
+scanning code, not by reading the seam's table:
+
+* **The field's private names**: every single-underscore, non-dunder name that a class of :data:`FIELD_CLASSES`, or a
+  class of its MRO defined in ``trl``, ``transformers`` or ``accelerate``, defines in its body (``vars(cls)``:
+  methods, properties, class attributes) or assigns as ``self._name`` inside its class body.
+* **TRL's unexported names**: a name imported from a ``trl`` module, or read as an attribute of one, that is in
+  neither ``trl.__all__`` nor that module's ``__all__`` (reaching a submodule is not a use).
+* **A use** in a module under ``trl_envs/`` (AST: comments and strings do not count): ``obj._name`` (read, write,
+  delete, call), ``def _name`` or ``_name = ...`` directly in a class body, ``getattr`` / ``setattr`` / ``hasattr`` /
+  ``delattr(obj, "_name")`` with a literal name, one of TRL's unexported names; and a string literal (not a
+  docstring) containing a message text the seam lists (messages cannot be found by scanning, so these come from the
+  table).
+
+The rules: outside ``trl_seam.py`` every use is a violation, except ``def name`` in the module the table lists as
+the entry's ``overridden_in`` and ``super().name`` inside that method; every use in ``trl_seam.py`` has a table
+entry of that name; every entry is used (an override: its module defines the method; any other entry: ``trl_seam.py``
+names it). A private attribute of our own that shares its name with one of the field's counts like any other use:
+rename it. Each violation is reported as ``file:line`` with the fix.
+"""
 
 from __future__ import annotations
 
-import io
-import tokenize
+import ast
+import functools
+import importlib
+import inspect
+import types
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,6 +39,297 @@ from trl_envs.trainers import trl_seam
 
 PACKAGE = Path(trl_seam.__file__).resolve().parents[1]
 ROOT = PACKAGE.parent
+SEAM = trl_seam.SEAM_MODULE
+
+FIELD_PACKAGES = ("trl", "transformers", "accelerate")
+FIELD_CLASSES = (
+    # the trainers and configs trl_envs subclasses or builds, and what Trainer hands to callbacks
+    "trl.GRPOTrainer",
+    "trl.GRPOConfig",
+    "trl.DPOTrainer",
+    "trl.DPOConfig",
+    "trl.SFTTrainer",
+    "trl.SFTConfig",
+    "trl.trainer.dpo_trainer.DataCollatorForPreference",
+    "trl.distributed.DistributedBackend",
+    "transformers.Trainer",
+    "transformers.TrainingArguments",
+    "transformers.TrainerCallback",
+    "transformers.TrainerState",
+    "transformers.TrainerControl",
+    # the model, config, tokenizer and generation pieces trl_envs reads or subclasses
+    "transformers.PreTrainedModel",
+    "transformers.PretrainedConfig",
+    "transformers.PreTrainedTokenizerBase",
+    "transformers.GenerationConfig",
+    "transformers.LogitsProcessor",
+    "transformers.StoppingCriteria",
+    # a trainer's accelerator and the optimizer it wraps
+    "accelerate.Accelerator",
+    "accelerate.optimizer.AcceleratedOptimizer",
+)
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name != "_"
+
+
+def _resolve(dotted: str):
+    module, _, attr = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+@functools.cache
+def _parsed(path: str) -> ast.Module:
+    return ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+
+
+def _class_node(cls: type) -> ast.ClassDef | None:
+    """The ``class`` statement of ``cls`` in its source file (followed by ``__qualname__``), or None."""
+    try:
+        body = _parsed(inspect.getsourcefile(cls)).body
+    except (TypeError, OSError):
+        return None
+    node = None
+    for part in cls.__qualname__.split("."):
+        node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body
+    return node
+
+
+def _self_assignments(cls: type) -> set[str]:
+    node = _class_node(cls)
+    if node is None:
+        return set()
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+        and _is_private(n.attr)
+    }
+
+
+@functools.cache
+def field_private_names() -> dict[str, tuple[str, ...]]:
+    """Private name -> the field classes (``module.Class``) that define or assign it (see the module docstring)."""
+    owners: dict[str, set[str]] = defaultdict(set)
+    seen: set[type] = set()
+    for dotted in FIELD_CLASSES:
+        for cls in _resolve(dotted).__mro__:
+            if cls in seen or cls.__module__.partition(".")[0] not in FIELD_PACKAGES:
+                continue
+            seen.add(cls)
+            where = f"{cls.__module__}.{cls.__qualname__}"
+            for name in {n for n in vars(cls) if _is_private(n)} | _self_assignments(cls):
+                owners[name].add(where)
+    return {name: tuple(sorted(where)) for name, where in owners.items()}
+
+
+def _trl_exports(module: str) -> set[str]:
+    import trl
+
+    return set(trl.__all__) | set(getattr(importlib.import_module(module), "__all__", ()))
+
+
+@dataclass(frozen=True)
+class Use:
+    """One use of a private or unexported name in a module: where, what, and how (``kind``)."""
+
+    rel: str
+    line: int
+    name: str
+    kind: str  # attribute | super | method | class attribute | getattr | unexported | message
+    owners: tuple[str, ...]
+    inside: str | None = None  # the innermost function the use is in
+
+
+class _Scanner(ast.NodeVisitor):
+    def __init__(self, rel: str, private: dict[str, tuple[str, ...]], messages: Iterable[str]):
+        self.rel, self.private, self.messages = rel, private, tuple(messages)
+        self.uses: list[Use] = []
+        self.names: set[str] = set()  # every attribute, getattr, imported and class-body name, private or not
+        self.functions: list[str] = []
+        self.trl_modules: dict[str, str] = {}  # local name -> the trl module it is bound to
+        self.docstrings: set[int] = set()
+
+    def add(self, node: ast.AST, name: str, kind: str, owners: tuple[str, ...] | None = None) -> None:
+        owners = self.private.get(name, ()) if owners is None else owners
+        inside = self.functions[-1] if self.functions else None
+        self.uses.append(Use(self.rel, node.lineno, name, kind, owners, inside))
+
+    def scan(self, tree: ast.Module) -> list[Use]:
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+                first = body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                    self.docstrings.add(id(first.value))
+        self.visit(tree)
+        return sorted(self.uses, key=lambda u: (u.line, u.name))
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for stmt in node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.names.add(stmt.name)
+                if stmt.name in self.private:
+                    self.add(stmt, stmt.name, "method")
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    self.names.add(target.id)
+                    if target.id in self.private:
+                        self.add(stmt, target.id, "class attribute")
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.functions.append(node.name)
+        self.generic_visit(node)
+        self.functions.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def _module_of(self, node: ast.expr) -> str | None:
+        """The trl module ``node`` evaluates to, if it is a name bound to one or a submodule reached from one."""
+        if isinstance(node, ast.Name):
+            return self.trl_modules.get(node.id)
+        if isinstance(node, ast.Attribute):
+            parent = self._module_of(node.value)
+            if parent is not None and isinstance(
+                getattr(importlib.import_module(parent), node.attr, None), types.ModuleType
+            ):
+                return f"{parent}.{node.attr}"
+        return None
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.names.add(node.attr)
+        module = self._module_of(node.value)
+        if module is not None:
+            value = getattr(importlib.import_module(module), node.attr, None)
+            if not isinstance(value, types.ModuleType) and not node.attr.startswith("__"):
+                if node.attr not in _trl_exports(module):
+                    self.add(node, node.attr, "unexported", (module,))
+        elif node.attr in self.private:
+            value = node.value
+            is_super = isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
+            self.add(node, node.attr, "super" if is_super else "attribute")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, ast.Name)
+            and func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            self.names.add(node.args[1].value)
+            if node.args[1].value in self.private:
+                self.add(node, node.args[1].value, "getattr")
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name.partition(".")[0] == "trl":
+                if alias.asname:
+                    self.trl_modules[alias.asname] = alias.name
+                else:
+                    self.trl_modules["trl"] = "trl"
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level or not node.module or node.module.partition(".")[0] != "trl":
+            return
+        module = importlib.import_module(node.module)
+        for alias in node.names:
+            self.names.add(alias.name)
+            value = getattr(module, alias.name, None)
+            if isinstance(value, types.ModuleType):
+                self.trl_modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif alias.name not in _trl_exports(node.module):
+                self.add(node, alias.name, "unexported", (node.module,))
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and id(node) not in self.docstrings:
+            for text in self.messages:
+                if text in node.value:
+                    self.names.add(text)
+                    self.add(node, text, "message", ("a TRL message",))
+
+
+def _messages(table: Iterable[trl_seam.PrivateName]) -> list[str]:
+    return [e.name for e in table if not e.name.isidentifier()]
+
+
+def scan(text: str, rel: str, table=trl_seam.TRL_PRIVATE_NAMES) -> _Scanner:
+    """Scan one module's source; ``rel`` is its path under the repository root."""
+    scanner = _Scanner(rel, field_private_names(), _messages(table))
+    scanner.uses = scanner.scan(ast.parse(text, filename=rel))
+    return scanner
+
+
+def _fix(use: Use) -> str:
+    where = f"{use.rel}:{use.line}: {use.kind} {use.name!r} ({', '.join(use.owners[:3])})"
+    if use.rel == SEAM:
+        return f"{where} is not in TRL_PRIVATE_NAMES -- list it there"
+    if use.kind == "method":
+        return f"{where} -- list it in TRL_PRIVATE_NAMES with overridden_in={use.rel!r}"
+    if use.kind == "super":
+        return (
+            f"{where} outside an override of {use.name!r} listed for this module -- move it into a function of "
+            f"{SEAM} and list it in TRL_PRIVATE_NAMES"
+        )
+    if use.kind in ("unexported", "message"):
+        return f"{where} -- move it into {SEAM} and list it in TRL_PRIVATE_NAMES"
+    return (
+        f"{where} -- move it into a function of {SEAM} and list it in TRL_PRIVATE_NAMES "
+        "(an attribute or method of our own: rename it)"
+    )
+
+
+def violations(scanners: Iterable[_Scanner], table=trl_seam.TRL_PRIVATE_NAMES) -> list[str]:
+    """Every breach of the rules (module docstring), one line each with its fix."""
+    scanners = list(scanners)
+    listed = {e.name for e in table}
+    overrides = {(e.name, e.overridden_in) for e in table if e.overridden_in}
+    found = []
+    for scanner in scanners:
+        for use in scanner.uses:
+            if use.rel == SEAM:
+                ok = use.name in listed
+            elif use.kind == "method":
+                ok = (use.name, use.rel) in overrides
+            elif use.kind == "super":
+                ok = use.inside == use.name and (use.name, use.rel) in overrides
+            else:
+                ok = False
+            if not ok:
+                found.append(_fix(use))
+    by_rel = {s.rel: s for s in scanners}
+    for entry in table:
+        if entry.overridden_in:
+            module = by_rel.get(entry.overridden_in)
+            used = module is not None and any(u.kind == "method" and u.name == entry.name for u in module.uses)
+            where = f"no class in {entry.overridden_in} defines {entry.name}"
+        else:
+            used = SEAM in by_rel and entry.name in by_rel[SEAM].names
+            where = f"{SEAM} does not use it"
+        if not used:
+            found.append(f"{SEAM}: dead entry {entry.name!r} of {entry.owner}: {where} -- remove the entry")
+    return found
+
+
+@functools.cache
+def package_scanners() -> tuple[_Scanner, ...]:
+    modules = sorted(PACKAGE.rglob("*.py"))
+    return tuple(scan(p.read_text(encoding="utf-8"), p.relative_to(ROOT).as_posix()) for p in modules)
+
+
+# -- the compatibility check -------------------------------------------------------------------------------------------
 
 
 def test_installed_trl_has_every_private_name_the_seam_uses():
@@ -27,71 +344,102 @@ def test_a_missing_private_name_is_reported_with_the_seam_module(monkeypatch):
         trl_seam.check_trl_compatibility()
 
 
-def test_a_missing_private_attribute_set_in_init_is_reported(monkeypatch):
-    entry = trl_seam.PrivateName("self._no_such_thing", "trl.GRPOTrainer", "nothing", check="source")
-    with pytest.raises(trl_seam.TRLCompatibilityError, match=r"trl_seam\.py relies on 'self\._no_such_thing'"):
+def test_a_missing_private_attribute_set_in_init_is_reported():
+    entry = trl_seam.PrivateName("_no_such_thing", "trl.GRPOTrainer", "nothing", check="source")
+    assert entry.source == "self._no_such_thing"
+    with pytest.raises(trl_seam.TRLCompatibilityError, match=r"trl_seam\.py relies on '_no_such_thing'"):
         trl_seam.check_trl_compatibility([entry])
 
 
-def _identifier(name: str) -> str | None:
-    bare = name.removeprefix("self.")
-    return bare if bare.isidentifier() else None
+# -- the guard ---------------------------------------------------------------------------------------------------------
 
 
-def _violations(path: Path) -> list[str]:
-    return _violations_in(path.read_text(), path.relative_to(ROOT).as_posix())
+def test_the_field_private_names_are_found_in_trl_and_transformers():
+    names = field_private_names()
+    for name in (
+        "_generate_and_score_completions",  # GRPOTrainer method
+        "_metrics",  # self._metrics = ... in GRPOTrainer / DPOTrainer.__init__
+        "_save_checkpoint",  # transformers.Trainer method
+        "_init_training_state",
+        "_signature_columns",  # self._signature_columns = ... in Trainer
+        "_name_or_path",  # PretrainedConfig
+        "_tag_names",  # class attribute
+    ):
+        assert name in names, name
+    assert "trl.trainer.grpo_trainer.GRPOTrainer" in names["_generate_and_score_completions"]
+    assert not [n for n in names if n.startswith("__")]
 
 
-def _violations_in(text: str, rel: str) -> list[str]:
-    """Uses of the seam's private names in one module: every identifier token equal to one of them (strings and comments
-    do not count), except ``def NAME`` and ``super().NAME`` for a hook the seam lists as overridden in that module;
-    and, for names that are message texts, any occurrence of the text."""
-    identifiers = {_identifier(e.name) for e in trl_seam.TRL_PRIVATE_NAMES} - {None}
-    overridable = {_identifier(e.name) for e in trl_seam.TRL_PRIVATE_NAMES if e.overridden_in == rel}
-    found = [
-        f"{rel}: message text {e.name!r}"
-        for e in trl_seam.TRL_PRIVATE_NAMES
-        if _identifier(e.name) is None and e.name in text
+FAKE_MODULE = '''
+import trl.trainer.grpo_trainer as gt
+from trl import GRPOTrainer
+from trl.trainer import grpo_trainer
+from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+
+class T(GRPOTrainer):
+    """A docstring naming self._metrics and "You are using 'rollout_func'" is not a use."""
+
+    _tag_names = ["x"]
+
+    def _save_checkpoint(self, model, trial):
+        return super()._save_checkpoint(model, trial)
+
+    def step(self):
+        _metrics = 1  # a local variable; _tokenizer in a comment
+        getattr(self, "_signature_columns")
+        self._metrics["train"].append(_metrics)
+        return super()._prepare_dataset(None, None, None, "x")
+
+
+def _name_or_path(model):  # a function of the module, not a method
+    return gt.create_model_from_path, grpo_trainer.GRPOTrainer, "You are using 'rollout_func' here"
+'''
+
+
+def test_the_scanner_finds_every_kind_of_use():
+    found = [(u.line, u.kind, u.name) for u in scan(FAKE_MODULE, "trl_envs/fake.py").uses]
+    assert found == [
+        (5, "unexported", "DataCollatorForPreference"),
+        (11, "class attribute", "_tag_names"),
+        (13, "method", "_save_checkpoint"),
+        (14, "super", "_save_checkpoint"),
+        (18, "getattr", "_signature_columns"),
+        (19, "attribute", "_metrics"),
+        (20, "super", "_prepare_dataset"),
+        (24, "message", "You are using 'rollout_func'"),
+        (24, "unexported", "create_model_from_path"),
     ]
-    tokens = [
-        t
-        for t in tokenize.generate_tokens(io.StringIO(text).readline)
-        if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+
+
+def test_the_rules_allow_only_listed_overrides_and_flag_dead_entries():
+    fake = scan(FAKE_MODULE, "trl_envs/fake.py")
+    seam = scan("import trl\nVERSION = trl.__version__\n", SEAM)
+    override = trl_seam.PrivateName("_save_checkpoint", "transformers.Trainer", "x", overridden_in="trl_envs/fake.py")
+    unused = trl_seam.PrivateName("_metrics", "trl.GRPOTrainer", "x", check="source")
+    found = violations([fake, seam], [override, unused])
+    assert [v.split(": ")[0] for v in found] == [
+        "trl_envs/fake.py:5",
+        "trl_envs/fake.py:11",
+        "trl_envs/fake.py:18",
+        "trl_envs/fake.py:19",
+        "trl_envs/fake.py:20",
+        "trl_envs/fake.py:24",
+        "trl_envs/fake.py:24",
+        SEAM,
     ]
-    for i, tok in enumerate(tokens):
-        if tok.type != tokenize.NAME or tok.string not in identifiers:
-            continue
-        before = [t.string for t in tokens[max(i - 4, 0) : i]]
-        is_def = before[-1:] == ["def"]
-        is_super_call = before[-4:] == ["super", "(", ")", "."]
-        if tok.string in overridable and (is_def or is_super_call):
-            continue
-        found.append(f"{rel}:{tok.start[0]}: {tok.string}")
-    return found
+    assert "dead entry '_metrics'" in found[-1]
+    # unlisted, the override is a violation too; in the seam, an unlisted private name is
+    unlisted = [v for v in violations([fake], []) if v.startswith("trl_envs/fake.py:13: method '_save_checkpoint'")]
+    assert len(unlisted) == 1 and unlisted[0].endswith("with overridden_in='trl_envs/fake.py'"), unlisted
+    seam_peek = scan("def peek(trainer):\n    return trainer._total_train_tokens\n", SEAM)
+    [found] = violations([seam_peek], [])
+    assert found.startswith(f"{SEAM}:2: attribute '_total_train_tokens' (trl.trainer.dpo_trainer.DPOTrainer")
+    assert found.endswith("is not in TRL_PRIVATE_NAMES -- list it there")
 
 
-def test_no_module_but_the_seam_names_a_trl_private_name():
-    modules = [p for p in sorted(PACKAGE.rglob("*.py")) if p.resolve() != Path(trl_seam.__file__).resolve()]
-    assert len(modules) > 30
-    violations = [v for p in modules for v in _violations(p)]
-    assert not violations, (
-        "TRL private names outside trl_envs/trainers/trl_seam.py (route them through the seam and "
-        "list them in TRL_PRIVATE_NAMES): " + "; ".join(violations)
-    )
-
-
-def test_the_grep_check_catches_private_attributes_and_unlisted_overrides():
-    grpo = "trl_envs/trainers/grpo.py"
-    text = (ROOT / grpo).read_text()
-    assert _violations_in(text, grpo) == []
-    peek = "\n\ndef peek(trainer):\n    return trainer._pending_metrics  # _tokenizer in a comment is fine\n"
-    assert [v.split(": ")[-1] for v in _violations_in(text + peek, grpo)] == ["_pending_metrics"]
-    assert len(_violations_in(text, "trl_envs/trainers/dpo.py")) >= 2  # the GRPO hook is not DPO's to override
-    assert _violations_in("import warnings\nMSG = \"You are using 'rollout_func'\"\n", "trl_envs/x.py")
-
-
-def test_overridden_hooks_are_listed_with_their_module():
-    for entry in trl_seam.TRL_PRIVATE_NAMES:
-        if entry.overridden_in:
-            source = (ROOT / entry.overridden_in).read_text()
-            assert f"def {entry.name}(" in source, entry
+def test_trl_private_names_are_used_only_through_the_seam():
+    modules = package_scanners()
+    assert len(modules) > 30 and any(s.rel == SEAM for s in modules)
+    found = violations(modules)
+    assert not found, "TRL / transformers private names outside the seam, or a stale seam table:\n" + "\n".join(found)

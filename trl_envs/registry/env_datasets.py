@@ -274,7 +274,7 @@ def resolve_row_datasets(
     if processing_class is None:
         from transformers import AutoTokenizer
 
-        path = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", "")
+        path = model if isinstance(model, str) else getattr(getattr(model, "config", None), "name_or_path", "")
         if not path:
             raise ValueError(f"{owner}: a dataset of env rows needs the tokenizer; pass processing_class")
         processing_class = AutoTokenizer.from_pretrained(path)

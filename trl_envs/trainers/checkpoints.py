@@ -64,7 +64,7 @@ def run_settings(args: Any, model: Any = None, env: Any = None) -> dict[str, Any
         settings["model"] = (
             model
             if isinstance(model, str)
-            else (getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__)
+            else (getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__)
         )
     if env is not None:
         settings["env"] = env

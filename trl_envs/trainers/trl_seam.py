@@ -1,14 +1,17 @@
-"""The seam to TRL: the one module of ``trl_envs`` that uses TRL's (and ``transformers.Trainer``'s) private names and
-unexported classes.
+"""The seam to TRL: the one module of ``trl_envs`` that uses TRL's (and ``transformers``') private names and TRL's
+unexported names.
 
-TRL moves fast; its private attributes, hook methods and internal classes may change in any release. Everything
-``trl_envs`` relies on that is not TRL's public API goes through the small functions and aliases below, each with a
-comment naming the TRL behaviour it relies on, and is listed in :data:`TRL_PRIVATE_NAMES`.
-:func:`check_trl_compatibility` verifies that the installed TRL still has each of them (the env trainers call it
-when they are built) and names this module and the missing name when it does not. ``tests/test_trl_seam.py`` fails
-when any other module under ``trl_envs/`` names one of them; the only exception are the trainer hooks our trainers
-override (a method of the same name in a subclass), which are allowed in the module :data:`TRL_PRIVATE_NAMES` lists for
-them. Upgrading TRL: see docs/DESIGN.md, "Upgrading TRL".
+TRL's private attributes, hook methods and internal classes may change in any release. Everything ``trl_envs`` relies
+on that is not public API goes through the small functions and aliases below, each naming the behaviour it relies on,
+and is listed in :data:`TRL_PRIVATE_NAMES`. :func:`check_trl_compatibility` verifies that the installed TRL and
+transformers still have each entry (the env trainers call it when they are built) and names this module and the
+missing name when one is gone.
+
+The contract, enforced by ``tests/test_trl_seam.py`` (which finds private names by scanning the code, not by reading
+this table): no other module under ``trl_envs/`` reads, writes, calls or overrides a private name of TRL,
+transformers or accelerate, or imports an unexported TRL name, except a trainer hook listed here with
+``overridden_in`` naming that module (its ``def`` and the ``super()`` call inside it); every such name this module
+uses is listed; every entry is used. Upgrading TRL: docs/DESIGN.md, "Upgrading TRL".
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+import transformers
 import trl
 from accelerate.utils import gather_object
 
@@ -29,7 +33,7 @@ SEAM_MODULE = "trl_envs/trainers/trl_seam.py"
 
 
 class TRLCompatibilityError(RuntimeError):
-    """The installed TRL lacks a private name ``trl_envs`` relies on (see :data:`TRL_PRIVATE_NAMES`)."""
+    """The installed TRL or transformers lacks a name ``trl_envs`` relies on (see :data:`TRL_PRIVATE_NAMES`)."""
 
 
 # TRL's unexported classes, imported here and nowhere else.
@@ -49,16 +53,19 @@ except ImportError as error:  # pragma: no cover - only with another TRL version
 
 @dataclass(frozen=True)
 class PrivateName:
-    """One TRL private name (or unexported class, or message text) that ``trl_envs`` relies on.
+    """One private or unexported name of TRL / transformers (or one of TRL's message texts) that ``trl_envs`` relies on.
 
     Attributes:
-        name: the name as code writes it (an attribute, a method, a class, or the text of a message).
+        name: the name as code writes it (an attribute, method, class or function name), or the text of a message.
         owner: the dotted path of the class or module that has it.
-        relied_on: the TRL behaviour ``trl_envs`` relies on.
-        check: how :func:`check_trl_compatibility` verifies it: ``"attr"`` (the owner has the attribute) or
-            ``"source"`` (the source file of the owner contains ``name``: attributes set in ``__init__``, messages).
-        overridden_in: for a trainer hook our trainers override, the module (path under the repository root) where a
-            method of that name is defined; the package grep test allows ``def name`` and ``super().name(`` there.
+        relied_on: the behaviour ``trl_envs`` relies on.
+        check: how :func:`check_trl_compatibility` verifies it: ``"attr"`` (the owner has the attribute ``name``) or
+            ``"source"`` (the source file of the owner contains :attr:`source`: attributes set in ``__init__``,
+            conditions, messages).
+        overridden_in: for a trainer hook a trainer of ``trl_envs`` overrides, the module (path under the repository
+            root) that defines the method; that module may define it and call ``super().name`` inside it.
+        source_text: with ``check="source"``, the text to find; default ``self.<name>`` for an identifier, else
+            ``name`` itself (a message).
     """
 
     name: str
@@ -66,6 +73,14 @@ class PrivateName:
     relied_on: str
     check: str = "attr"
     overridden_in: str | None = None
+    source_text: str | None = None
+
+    @property
+    def source(self) -> str:
+        """The text a ``"source"`` check looks for in the owner's source file."""
+        if self.source_text is not None:
+            return self.source_text
+        return f"self.{self.name}" if self.name.isidentifier() else self.name
 
 
 TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
@@ -77,32 +92,26 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         overridden_in="trl_envs/trainers/grpo.py",
     ),
     PrivateName(
-        "self._pending_metrics",
-        "trl.GRPOTrainer",
-        "name -> list of scalars, averaged across ranks and logged at the next scoring step",
-        check="source",
-    ),
-    PrivateName(
-        "self._tokenizer",
+        "_tokenizer",
         "trl.GRPOTrainer",
         "the text tokenizer of the processing class (its .tokenizer for a processor)",
         check="source",
     ),
     PrivateName(
-        "self._tokenizer",
+        "_tokenizer",
         "trl.DPOTrainer",
         "the text tokenizer of the processing class (its .tokenizer for a processor)",
         check="source",
     ),
     PrivateName(
-        "self._metrics",
+        "_metrics",
         "trl.GRPOTrainer",
         "mode ('train'/'eval') -> metric name -> list of values whose mean over the logging window log() "
         "logs; record_mean_metrics appends the env metrics there after one cross-rank gather",
         check="source",
     ),
     PrivateName(
-        "self._metrics",
+        "_metrics",
         "trl.DPOTrainer",
         "mode ('train'/'eval') -> metric name -> values gathered across ranks since the last log()",
         check="source",
@@ -121,13 +130,13 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         overridden_in="trl_envs/trainers/dpo.py",
     ),
     PrivateName(
-        "self._signature_columns",
+        "_signature_columns",
         "transformers.Trainer",
         "the list of dataset columns kept by remove_unused_columns",
         check="source",
     ),
     PrivateName(
-        "self._is_vision_dataset",
+        "_is_vision_dataset",
         "trl.DPOTrainer",
         "whether the training data holds images (DPOTrainer then keeps its own column list)",
         check="source",
@@ -156,7 +165,7 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "called once; grpo_reference_model replaces it to hand in a frozen copy of the policy",
     ),
     PrivateName(
-        "self._total_train_tokens",
+        "_total_train_tokens",
         "trl.DPOTrainer",
         "the running token count behind DPO's num_tokens metric, not saved in checkpoints",
         check="source",
@@ -176,18 +185,19 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         overridden_in="trl_envs/trainers/async_rollouts.py",
     ),
     PrivateName(
-        "self._last_loaded_step",
+        "_last_loaded_step",
         "trl.GRPOTrainer",
         "the global step whose weights vLLM holds; _generate syncs vLLM weights when use_vllm is set and it "
         "differs from state.global_step",
         check="source",
     ),
     PrivateName(
-        "self.use_vllm and self.vllm_importance_sampling_correction",
+        "use_vllm",
         "trl.GRPOTrainer",
-        "the condition under which scoring computes old_per_token_logps and the importance-sampling ratio of "
-        "the rollout's sampling logprobs, and _compute_loss applies it",
+        "with vllm_importance_sampling_correction, the condition under which scoring computes old_per_token_logps "
+        "and the importance-sampling ratio of the rollout's sampling logprobs, and _compute_loss applies it",
         check="source",
+        source_text="self.use_vllm and self.vllm_importance_sampling_correction",
     ),
     PrivateName(
         "_get_per_token_logps_and_entropies",
@@ -224,19 +234,20 @@ def _source_of(owner) -> str:
 
 
 def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES) -> None:
-    """Raise :class:`TRLCompatibilityError` naming this module and the first missing name if the installed TRL (or
-    transformers) lacks a private name of :data:`TRL_PRIVATE_NAMES`."""
+    """Raise :class:`TRLCompatibilityError` naming this module and the first missing entry of ``names`` (default
+    :data:`TRL_PRIVATE_NAMES`) if the installed TRL or transformers lacks it."""
     for entry in names:
         try:
             owner = _resolve(entry.owner)
-            found = (entry.name in _source_of(owner)) if entry.check == "source" else hasattr(owner, entry.name)
+            found = (entry.source in _source_of(owner)) if entry.check == "source" else hasattr(owner, entry.name)
         except (ImportError, AttributeError, OSError, TypeError):
             found = False
         if not found:
+            versions = f"trl {trl.__version__} / transformers {transformers.__version__}"
             raise TRLCompatibilityError(
                 f"{SEAM_MODULE} relies on {entry.name!r} of {entry.owner} ({entry.relied_on}), which the installed "
-                f"trl {trl.__version__} does not have. Update {SEAM_MODULE} for this TRL version (docs/DESIGN.md, "
-                "'Upgrading TRL') or install the TRL version pyproject.toml pins."
+                f"{versions} does not have. Update {SEAM_MODULE} for these versions (docs/DESIGN.md, "
+                "'Upgrading TRL') or install the versions pyproject.toml pins."
             )
 
 
@@ -247,13 +258,6 @@ def tokenizer_of(trainer):
     """The trainer's text tokenizer. Relies on: GRPOTrainer / DPOTrainer ``__init__`` set ``_tokenizer`` to the
     processing class, or to its ``.tokenizer`` for a multimodal processor."""
     return trainer._tokenizer
-
-
-def log_generation_metric(trainer, name: str, values: Iterable[float]) -> None:
-    """Queue values of a metric for TRL's next log. Relies on: GRPOTrainer's ``_pending_metrics`` (name -> list),
-    which ``_generate_and_score_completions`` averages across ranks into ``_metrics[mode][name]`` and then clears (the
-    store behind its ``log_metric`` reward-function keyword)."""
-    trainer._pending_metrics[name].extend(values)
 
 
 def logged_metrics(trainer, mode: str = "train") -> dict[str, list[float]]:
@@ -275,7 +279,7 @@ def distributed_backend(accelerator) -> DistributedBackend:
     return DistributedBackend(accelerator)
 
 
-# -- class-level settings and construction ------------------------------------------------------------------------------
+# -- class-level settings and construction -----------------------------------------------------------------------------
 
 
 def model_tags(*tags: str):
@@ -421,7 +425,7 @@ def set_dpo_tokens_seen(trainer, value: int) -> None:
 
 def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float]]) -> None:
     """Append, for each metric, the mean of its samples over all processes to the values TRL logs, with ONE
-    gather for all metrics (TRL's ``_pending_metrics`` path gathers once per metric name, per step).
+    gather for all metrics (TRL's own metric queue gathers once per metric name).
 
     TRL 1.16 behaviour relied on: ``GRPOTrainer._metrics[mode][name]`` is a list whose mean over the logging window
     ``GRPOTrainer.log`` logs as ``name``. Every process must call it at the same point (it is a collective when
@@ -454,11 +458,10 @@ __all__ = [
     "dpo_tokens_seen",
     "grpo_reference_model",
     "keep_columns",
-    "log_generation_metric",
     "logged_metrics",
     "ratio_from_loss_logprobs",
-    "record_mean_metrics",
     "model_tags",
+    "record_mean_metrics",
     "rollout_func_warning_silenced",
     "sampler_importance_sampling",
     "set_dpo_tokens_seen",
