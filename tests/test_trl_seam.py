@@ -6,11 +6,12 @@ scanning code, not by reading the seam's table:
 * **The field's private names**: every single-underscore, non-dunder name that a class of :data:`FIELD_CLASSES`, or a
   class of its MRO defined in ``trl``, ``transformers`` or ``accelerate``, defines in its body (``vars(cls)``:
   methods, properties, class attributes) or assigns as ``self._name`` inside its class body.
-* **TRL's unexported names**: a name imported from a ``trl`` module, or read as an attribute of one, that is in
-  neither ``trl.__all__`` nor that module's ``__all__`` (reaching a submodule is not a use).
+* **Unexported names**: a name imported from a ``trl`` module, or read as an attribute of one, that is in neither
+  ``trl.__all__`` nor that module's ``__all__``; a ``_name`` imported from, or read on, a ``transformers`` or
+  ``accelerate`` module (reaching a submodule is not a use).
 * **A use** in a module under ``trl_envs/`` (AST: comments and strings do not count): ``obj._name`` (read, write,
   delete, call), ``def _name`` or ``_name = ...`` directly in a class body, ``getattr`` / ``setattr`` / ``hasattr`` /
-  ``delattr(obj, "_name")`` with a literal name, one of TRL's unexported names; and a string literal (not a
+  ``delattr(obj, "_name")`` with a literal name, an unexported name as above; and a string literal (not a
   docstring) containing a message text the seam lists (messages cannot be found by scanning, so these come from the
   table).
 
@@ -130,10 +131,14 @@ def field_private_names() -> dict[str, tuple[str, ...]]:
     return {name: tuple(sorted(where)) for name, where in owners.items()}
 
 
-def _trl_exports(module: str) -> set[str]:
+def _exported(module: str, name: str) -> bool:
+    """Whether ``name`` of the field module ``module`` is public: for ``trl``, listed in ``trl.__all__`` or the module's
+    ``__all__``; for ``transformers`` and ``accelerate``, not starting with ``_``."""
+    if module.partition(".")[0] != "trl":
+        return not _is_private(name)
     import trl
 
-    return set(trl.__all__) | set(getattr(importlib.import_module(module), "__all__", ()))
+    return name in trl.__all__ or name in getattr(importlib.import_module(module), "__all__", ())
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,7 @@ class _Scanner(ast.NodeVisitor):
         self.uses: list[Use] = []
         self.names: set[str] = set()  # every attribute, getattr, imported and class-body name, private or not
         self.functions: list[str] = []
-        self.trl_modules: dict[str, str] = {}  # local name -> the trl module it is bound to
+        self.field_modules: dict[str, str] = {}  # local name -> the trl / transformers / accelerate module it is
         self.docstrings: set[int] = set()
 
     def add(self, node: ast.AST, name: str, kind: str, owners: tuple[str, ...] | None = None) -> None:
@@ -194,15 +199,14 @@ class _Scanner(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def _module_of(self, node: ast.expr) -> str | None:
-        """The trl module ``node`` evaluates to, if it is a name bound to one or a submodule reached from one."""
+        """The field module ``node`` evaluates to, if it is a name bound to one or a submodule reached from one."""
         if isinstance(node, ast.Name):
-            return self.trl_modules.get(node.id)
+            return self.field_modules.get(node.id)
         if isinstance(node, ast.Attribute):
             parent = self._module_of(node.value)
-            if parent is not None and isinstance(
-                getattr(importlib.import_module(parent), node.attr, None), types.ModuleType
-            ):
-                return f"{parent}.{node.attr}"
+            value = getattr(importlib.import_module(parent), node.attr, None) if parent is not None else None
+            if isinstance(value, types.ModuleType):
+                return value.__name__
         return None
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -211,7 +215,7 @@ class _Scanner(ast.NodeVisitor):
         if module is not None:
             value = getattr(importlib.import_module(module), node.attr, None)
             if not isinstance(value, types.ModuleType) and not node.attr.startswith("__"):
-                if node.attr not in _trl_exports(module):
+                if not _exported(module, node.attr):
                     self.add(node, node.attr, "unexported", (module,))
         elif node.attr in self.private:
             value = node.value
@@ -235,22 +239,20 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.name.partition(".")[0] == "trl":
-                if alias.asname:
-                    self.trl_modules[alias.asname] = alias.name
-                else:
-                    self.trl_modules["trl"] = "trl"
+            root = alias.name.partition(".")[0]
+            if root in FIELD_PACKAGES:
+                self.field_modules[alias.asname or root] = alias.name if alias.asname else root
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level or not node.module or node.module.partition(".")[0] != "trl":
+        self.names.update(alias.name for alias in node.names)
+        if node.level or not node.module or node.module.partition(".")[0] not in FIELD_PACKAGES:
             return
         module = importlib.import_module(node.module)
         for alias in node.names:
-            self.names.add(alias.name)
             value = getattr(module, alias.name, None)
             if isinstance(value, types.ModuleType):
-                self.trl_modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-            elif alias.name not in _trl_exports(node.module):
+                self.field_modules[alias.asname or alias.name] = value.__name__
+            elif not _exported(node.module, alias.name):
                 self.add(node, alias.name, "unexported", (node.module,))
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -278,10 +280,12 @@ def _fix(use: Use) -> str:
         return f"{where} is not in TRL_PRIVATE_NAMES -- list it there"
     if use.kind == "method":
         return f"{where} -- list it in TRL_PRIVATE_NAMES with overridden_in={use.rel!r}"
+    if use.kind == "super" and use.inside == use.name:
+        return f"{where} in an unlisted override -- list it in TRL_PRIVATE_NAMES with overridden_in={use.rel!r}"
     if use.kind == "super":
         return (
-            f"{where} outside an override of {use.name!r} listed for this module -- move it into a function of "
-            f"{SEAM} and list it in TRL_PRIVATE_NAMES"
+            f"{where} outside the override of {use.name!r} -- move it into a function of {SEAM} and list it in "
+            "TRL_PRIVATE_NAMES"
         )
     if use.kind in ("unexported", "message"):
         return f"{where} -- move it into {SEAM} and list it in TRL_PRIVATE_NAMES"
@@ -394,6 +398,13 @@ class T(GRPOTrainer):
 
 def _name_or_path(model):  # a function of the module, not a method
     return gt.create_model_from_path, grpo_trainer.GRPOTrainer, "You are using 'rollout_func' here"
+
+
+import transformers.trainer
+from transformers.trainer import _is_peft_model
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+PARSE = transformers.trainer._parse_optim_args
 '''
 
 
@@ -409,6 +420,8 @@ def test_the_scanner_finds_every_kind_of_use():
         (20, "super", "_prepare_dataset"),
         (24, "message", "You are using 'rollout_func'"),
         (24, "unexported", "create_model_from_path"),
+        (28, "unexported", "_is_peft_model"),
+        (31, "unexported", "_parse_optim_args"),
     ]
 
 
@@ -426,6 +439,8 @@ def test_the_rules_allow_only_listed_overrides_and_flag_dead_entries():
         "trl_envs/fake.py:20",
         "trl_envs/fake.py:24",
         "trl_envs/fake.py:24",
+        "trl_envs/fake.py:28",
+        "trl_envs/fake.py:31",
         SEAM,
     ]
     assert "dead entry '_metrics'" in found[-1]
@@ -443,3 +458,18 @@ def test_trl_private_names_are_used_only_through_the_seam():
     assert len(modules) > 30 and any(s.rel == SEAM for s in modules)
     found = violations(modules)
     assert not found, "TRL / transformers private names outside the seam, or a stale seam table:\n" + "\n".join(found)
+
+
+def test_every_function_of_the_seam_is_used_by_the_package():
+    """A seam function or alias no other module of the package names is dead code: remove it and its entries."""
+    table_api = {"PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES"}
+    defined = {
+        name
+        for name, value in vars(trl_seam).items()
+        if not name.startswith("_")
+        and (inspect.isfunction(value) or inspect.isclass(value))
+        and value.__module__ == trl_seam.__name__
+    }
+    assert defined <= set(trl_seam.__all__), sorted(defined - set(trl_seam.__all__))
+    used = set().union(*(s.names for s in package_scanners() if s.rel != SEAM))
+    assert sorted(set(trl_seam.__all__) - table_api - used) == []
