@@ -18,12 +18,17 @@ scanning code, not by reading the seam's table:
 The rules: outside ``trl_seam.py`` every use is a violation, except ``def name`` in the module the table lists as
 the entry's ``overridden_in`` and ``super().name`` inside that method; every use in ``trl_seam.py`` has a table
 entry of that name; every entry is used (an override: its module defines the method; any other entry: ``trl_seam.py``
-names it). A private attribute of our own that shares its name with one of the field's counts like any other use:
-rename it. Each violation is reported as ``file:line`` with the fix.
+names it); every public function and alias of the seam is named by another module of the package. A private
+attribute of our own that shares its name with one of the field's counts like any other use: rename it. Each
+violation is reported as ``file:line`` with the fix.
+
+Not seen: names built at run time (``getattr(obj, name)`` with a variable), private names of classes outside
+:data:`FIELD_CLASSES` (torch's included), and code outside ``trl_envs/``.
 """
 
 from __future__ import annotations
 
+import abc
 import ast
 import functools
 import importlib
@@ -72,7 +77,8 @@ FIELD_CLASSES = (
 
 
 def _is_private(name: str) -> bool:
-    return name.startswith("_") and not name.startswith("__") and name != "_"
+    """A single-underscore name, not a dunder, and not one Python's ``abc`` adds to every abstract class."""
+    return name.startswith("_") and not name.startswith("__") and name != "_" and name not in vars(abc.ABC)
 
 
 def _resolve(dotted: str):
@@ -454,6 +460,7 @@ def test_the_rules_allow_only_listed_overrides_and_flag_dead_entries():
 
 
 def test_trl_private_names_are_used_only_through_the_seam():
+    """The rules of the module docstring on every module under ``trl_envs/``; prints each violation with its fix."""
     modules = package_scanners()
     assert len(modules) > 30 and any(s.rel == SEAM for s in modules)
     found = violations(modules)
