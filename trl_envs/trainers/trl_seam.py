@@ -73,7 +73,8 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "_generate_and_score_completions",
         "trl.GRPOTrainer",
         "the per-generation-round hook: gets this rank's dataset rows, returns the scored batch (ids, masks, "
-        "advantages); EnvGRPOTrainer rolls out the rows' env groups before calling it",
+        "advantages); EnvGRPOTrainer rolls out the rows' env groups, then calls it with one row per planned row, "
+        "whose prompt carries that row for rollout_func",
         overridden_in="trl_envs/trainers/grpo.py",
     ),
     PrivateName(
@@ -99,6 +100,13 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "trl.GRPOTrainer",
         "mode ('train'/'eval') -> metric name -> list of values whose mean over the logging window log() "
         "logs; record_mean_metrics appends the env metrics there after one cross-rank gather",
+        check="source",
+    ),
+    PrivateName(
+        "self._logs",
+        "trl.GRPOTrainer",
+        "the record of the latest scored rows ('prompt', 'completion', 'rewards' name -> values, 'advantages'), "
+        "gathered over processes, in deques of generation_batch_size",
         check="source",
     ),
     PrivateName(
@@ -260,6 +268,29 @@ def logged_metrics(trainer, mode: str = "train") -> dict[str, list[float]]:
     """The metrics the trainer gathered since its last ``log()`` (name -> values). Relies on: TRL trainers'
     ``_metrics[mode]``, filled by ``compute_loss`` / scoring and cleared by ``log()``."""
     return trainer._metrics[mode]
+
+
+def logged_completions(trainer) -> dict:
+    """TRL's record of the latest scored rows, gathered over processes. Relies on: GRPOTrainer's ``_logs``
+    (``prompt``, ``completion``, ``rewards`` reward name -> values, ``advantages``), appended by
+    ``_generate_and_score_completions``; returned as lists, oldest first."""
+    logs = trainer._logs
+    return {
+        "prompt": list(logs["prompt"]),
+        "completion": list(logs["completion"]),
+        "rewards": {name: list(values) for name, values in logs["rewards"].items()},
+        "advantages": list(logs["advantages"]),
+    }
+
+
+def per_token_logprobs(trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None = None):
+    """Per-token log-probabilities (B, ``logits_to_keep``) of the last ``logits_to_keep`` tokens, as GRPOTrainer's
+    loss computes them. Relies on: ``GRPOTrainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask,
+    logits_to_keep, batch_size)`` returning ``(logps, entropies, aux_loss)``."""
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+    )
+    return logps
 
 
 def keep_columns(trainer, columns: Iterable[str]) -> None:
@@ -455,7 +486,9 @@ __all__ = [
     "grpo_reference_model",
     "keep_columns",
     "log_generation_metric",
+    "logged_completions",
     "logged_metrics",
+    "per_token_logprobs",
     "ratio_from_loss_logprobs",
     "record_mean_metrics",
     "model_tags",
