@@ -306,7 +306,7 @@ def distributed_backend(accelerator) -> DistributedBackend:
     return DistributedBackend(accelerator)
 
 
-# -- class-level settings and construction ------------------------------------------------------------------------------
+# -- class-level settings and construction -----------------------------------------------------------------------------
 
 
 def model_tags(*tags: str):
