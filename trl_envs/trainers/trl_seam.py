@@ -293,6 +293,13 @@ def per_token_logprobs(trainer, model, input_ids, attention_mask, logits_to_keep
     return logps
 
 
+def score_generation_batch(trainer, inputs: list[dict]) -> dict:
+    """Generate and score one generation batch of dataset rows with any ``GRPOTrainer`` (TRL's own or ours), as a
+    training step does: the batch it trains on (ids, masks, advantages). Relies on:
+    ``GRPOTrainer._generate_and_score_completions(inputs)``."""
+    return trainer._generate_and_score_completions(inputs)
+
+
 def keep_columns(trainer, columns: Iterable[str]) -> None:
     """Also keep ``columns`` when ``remove_unused_columns`` drops dataset columns (text data only). Relies on:
     ``transformers.Trainer._signature_columns`` (the kept columns, set by ``_set_signature_columns_if_needed``) and
@@ -494,6 +501,7 @@ __all__ = [
     "model_tags",
     "rollout_func_warning_silenced",
     "sampler_importance_sampling",
+    "score_generation_batch",
     "set_dpo_tokens_seen",
     "tokenizer_of",
 ]
