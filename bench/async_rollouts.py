@@ -131,14 +131,14 @@ def throughput_run(model_path, tokenizer, args, k: int, wait_ms) -> dict:
     trainer.remove_callback(PrinterCallback)
     rollout_seconds: list[float] = []
     if k == 0:
-        original = trainer._rollout
+        original = trainer.generation_batch  # every generation batch goes through it
 
-        def timed(builders):
-            result = original(builders)
-            rollout_seconds.append(result.wall_seconds)
-            return result
+        def timed(keys):
+            batch = original(keys)
+            rollout_seconds.append(trainer.last_rollout.wall_seconds)
+            return batch
 
-        trainer._rollout = timed
+        trainer.generation_batch = timed
     trainer.train()
     shutil.rmtree(out, ignore_errors=True)
     logs = [h for h in trainer.state.log_history if "env/all/action_tokens" in h][args.warmup :]

@@ -92,17 +92,17 @@ def main() -> int:
         trainer.model.eval()
         before = {o: play(sampler, renderer, o, args.games, 1000 + args.seed) for o in args.opponents}
         calls, flushes, rollouts = [], [], 0
-        real_rollout = trainer._rollout
+        real_generation_batch = trainer.generation_batch  # every generation batch goes through it
 
-        def counting_rollout(prompts):
+        def counting_generation_batch(keys):
             nonlocal rollouts
-            rows = real_rollout(prompts)
+            batch = real_generation_batch(keys)
             calls.append(trainer.last_rollout.num_sampler_calls)
             flushes.append(trainer.last_rollout.num_valve_flushes)
             rollouts += 1
-            return rows
+            return batch
 
-        trainer._rollout = counting_rollout
+        trainer.generation_batch = counting_generation_batch
         start = time.perf_counter()
         trainer.train()
         train_s = time.perf_counter() - start

@@ -182,43 +182,29 @@ def _matched_dataset(renderer, groups: int, group_size: int, max_turns: int, see
     return PlayOnDataset(renderer, groups, group_size, 1, max_guesses=max_turns, seed=seed)
 
 
-class _GenerateProbe:
-    """Wraps ``trainer._generate`` to keep what it returned (the rows, to count model tokens); burns
-    ``handicap_s`` of CPU inside it (so inside the timed call) when asked to."""
-
-    def __init__(self, trainer, handicap_s: float = 0.0):
-        self.output = None
-        original = trainer._generate
-
-        def generate(prompts):
-            end = time.perf_counter() + handicap_s
-            while time.perf_counter() < end:
-                pass
-            self.output = original(prompts)
-            return self.output
-
-        trainer._generate = generate
-
-
 class Side:
     def __init__(self, name: str, trainer, inputs: list[dict], handicap_s: float = 0.0):
-        self.name, self.trainer, self.inputs = name, trainer, inputs
-        self.probe = _GenerateProbe(trainer, handicap_s)
+        self.name, self.trainer, self.inputs, self.handicap_s = name, trainer, inputs, handicap_s
         self.runs: list[dict] = []
 
     def run_once(self, measured: bool) -> dict:
+        from trl_envs.trainers import trl_seam
+
         self.trainer.model.train()  # as in a training step (generation switches modes itself)
         start = time.perf_counter()
-        self.trainer._generate_and_score_completions(self.inputs)
+        while time.perf_counter() < start + self.handicap_s:  # --handicap: burnt inside the timed call
+            pass
+        batch = trl_seam.score_generation_batch(self.trainer, self.inputs)
         step_seconds = time.perf_counter() - start
-        prompt_ids, completion_ids, mask, completions, *_ = self.probe.output
-        model_tokens = sum(sum(m) for m in mask)
-        turns = [_count_turns(m) for m in mask]
+        # model tokens: TRL's tool_mask (1 = sampled, 0 = tool / env tokens) on the unpadded completion
+        masks = [m[c.bool()].tolist() for m, c in zip(batch["tool_mask"], batch["completion_mask"])]
+        model_tokens = sum(sum(m) for m in masks)
+        turns = [_count_turns(m) for m in masks]
         run = {
             "step_s": step_seconds,
             "tokens": model_tokens,
             "tokens_per_s": model_tokens / step_seconds,
-            "episodes": len(completion_ids),
+            "episodes": len(masks),
             "mean_turns": sum(turns) / len(turns),
             "max_turns": max(turns),
         }
@@ -372,7 +358,8 @@ def main(argv=None) -> dict:
             f"{_common.spread([r['tokens_per_s'] for r in side.runs], '{:.1f}')}"
         )
     print(
-        f"tokens/s ratio trl_envs/TRL (whole _generate_and_score_completions): {ratio:.2f}   (target >= {args.min_ratio:.2f})"
+        f"tokens/s ratio trl_envs/TRL (whole _generate_and_score_completions): {ratio:.2f}   "
+        f"(target >= {args.min_ratio:.2f})"
     )
     if not args.no_matched:
         matched_ratio = sides[2].median("tokens_per_s") / trl_side.median("tokens_per_s")

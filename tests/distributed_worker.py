@@ -179,26 +179,29 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
             return lockstep and super().active()
 
     trainer_base.LockstepSampler = RecordingLockstep
-    original = trainer._generate_and_score_completions
+    original = trainer.generation_batch  # what every generation batch of train() and evaluate() goes through
 
-    def recorded(inputs):
+    def recorded(keys):
         start = time.perf_counter()
-        out = original(inputs)
+        out = original(keys)
         result = trainer.last_rollout
-        n_global = len(inputs) * world_size
+        group_size = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+        row_keys = [str(k) for k in keys for _ in range(group_size)]
+        n_global = len(row_keys) * world_size
+        logged = trainer.logged_completions()
         metrics = rollout_metrics(result.groups, result.error_counts)
         records.append(
             {
                 "mode": "train" if trainer.model.training else "eval",
                 "global_step": trainer.state.global_step,
-                "row_keys": [x["prompt"] for x in inputs],
+                "row_keys": row_keys,
                 "groups": [
                     {"totals": g.get_total_rewards(), "turns": [len(t.transitions) for t in g.trajectories]}
                     for g in result.groups
                 ],
                 "advantages": out["advantages"].float().tolist(),
-                "gathered_rewards": [float(x) for x in list(trainer._logs["rewards"]["env"])[-n_global:]],
-                "gathered_advantages": [float(x) for x in list(trainer._logs["advantages"])[-n_global:]],
+                "gathered_rewards": [float(x) for x in logged["rewards"]["env"][-n_global:]],
+                "gathered_advantages": [float(x) for x in logged["advantages"][-n_global:]],
                 "metric_sums": {k: [float(sum(v)), len(v)] for k, v in metrics.items()},
                 "generate_calls": made[-1].num_calls if made else 0,  # none made by async rollouts (max_staleness)
                 "dummy_calls": made[-1].num_dummy_calls if made else 0,
@@ -208,7 +211,7 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
         )
         return out
 
-    trainer._generate_and_score_completions = recorded
+    trainer.generation_batch = recorded
 
 
 def _zero_stage(trainer) -> int | None:

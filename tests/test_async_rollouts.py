@@ -262,7 +262,7 @@ def test_ctrl_c_stops_the_pipeline_and_cleans_up_envs(tmp_path, tiny_model_path,
         trainer.train()
     assert not async_threads()
     assert counts.made >= 6 and counts.cleaned == counts.made  # the batch running ahead was cancelled and cleaned up
-    assert trainer._async is None
+    assert not trainer.async_rollouts_running
 
 
 def test_env_error_in_the_pipeline_reaches_the_trainer(tmp_path, tiny_model_path, tokenizer, renderer):
@@ -280,7 +280,7 @@ def test_env_error_in_the_pipeline_reaches_the_trainer(tmp_path, tiny_model_path
     assert counts.cleaned == counts.made
 
 
-# -- what is refused, and the sampler copy ------------------------------------------------------------------------------
+# -- what is refused, and the sampler copy -----------------------------------------------------------------------------
 
 
 def test_bad_settings_are_refused_naming_the_option(tmp_path):

@@ -55,6 +55,6 @@ def test_grpo_trainer_passes_its_seed(tiny_model_path, tokenizer, renderer, cpu_
         trainer = EnvGRPOTrainer(
             tiny_model_path, cpu_grpo_config(seed=seed), env_dataset=builder, processing_class=tokenizer
         )
-        index = trainer._train_index
-        firsts.append([(index.builder(k).a, index.builder(k).b) for k in index.as_dataset()["prompt"][:6]])
+        groups = [trainer.env_group(k) for k in trainer.train_dataset["prompt"][:6]]
+        firsts.append([(g.a, g.b) for g in groups])
     assert firsts[0] != firsts[1]

@@ -61,14 +61,13 @@ def test_reward_seen_by_trl_equals_env_totals(tmp_path, tiny_model_path, tokeniz
     trainer = EnvGRPOTrainer(
         tiny_model_path, config(tmp_path), env_builder("guess_number", renderer), processing_class=tokenizer
     )
-    batch = [{"prompt": key} for key in trainer.train_dataset["prompt"][:2] for _ in range(4)]
     trainer.model.train()
-    out = trainer._generate_and_score_completions(batch)
+    out = trainer.generation_batch(trainer.train_dataset["prompt"][:2])
     totals = [t for g in trainer.last_rollout.groups for t in g.get_total_rewards()]
     step_plus_group = [
         tr.step_reward + gr for g in trainer.last_rollout.groups for tr, gr in zip(g.trajectories, g.group_rewards)
     ]
-    assert trainer._logs["rewards"]["env"] == pytest.approx(totals)
+    assert trainer.logged_completions()["rewards"]["env"] == pytest.approx(totals)
     assert totals == pytest.approx(step_plus_group)
     # and the advantages TRL trains on are the group-normalised env totals
     r = torch.tensor(totals).view(-1, 4)
@@ -76,7 +75,7 @@ def test_reward_seen_by_trl_equals_env_totals(tmp_path, tiny_model_path, tokeniz
     assert torch.allclose(out["advantages"].float(), expected.float(), atol=1e-4)
 
 
-def test_env_tokens_receive_no_gradient(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
+def test_env_tokens_receive_no_gradient(tmp_path, tiny_model_path, tokenizer, renderer):
     trainer = EnvGRPOTrainer(
         tiny_model_path,
         config(tmp_path, per_device_train_batch_size=4, max_turns=6),
@@ -87,27 +86,29 @@ def test_env_tokens_receive_no_gradient(tmp_path, tiny_model_path, tokenizer, re
     torch.manual_seed(3)
     inputs = None
     for key in trainer.train_dataset["prompt"][:20]:  # find a group with a learning signal
-        inputs = trainer._generate_and_score_completions([{"prompt": key} for _ in range(4)])
+        inputs = trainer.generation_batch([key])
         if inputs["advantages"].abs().sum() > 0 and (inputs["tool_mask"] == 0).any():
             break
     assert inputs["advantages"].abs().sum() > 0 and (inputs["tool_mask"] == 0).any()
 
-    captured = {}
-    real = trainer._get_per_token_logps_and_entropies
+    # the gradient of the loss w.r.t. the final hidden states (B, L, hidden): position k predicts token k + 1, and
+    # nothing but the LM head reads them, so a token gets no gradient iff the position before it gets none
+    grads = []
 
-    def capture(*args, **kwargs):
-        logps, entropies, aux = real(*args, **kwargs)
-        if torch.is_grad_enabled():
-            leaf = logps.detach().requires_grad_(True)
-            captured["logps"] = leaf
-            return leaf, entropies, aux
-        return logps, entropies, aux
+    def keep_grad(module, args, output):
+        if output.requires_grad:
+            output.register_hook(grads.append)
 
-    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", capture)
+    hook = trainer.model.get_decoder().norm.register_forward_hook(keep_grad)
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train's loop; we call compute_loss directly
-    loss = trainer.compute_loss(trainer.model, inputs)
-    loss.backward()
-    grad = captured["logps"].grad
+    try:
+        loss = trainer.compute_loss(trainer.model, inputs)
+        loss.backward()
+    finally:
+        hook.remove()
+    assert len(grads) == 1, len(grads)  # one forward pass over the batch
+    width = inputs["completion_ids"].size(1)
+    grad = grads[0][:, -(width + 1) : -1].abs().sum(-1)  # (B, T): per completion token
     trained = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
     env_positions = (inputs["completion_mask"].bool()) & ~inputs["tool_mask"].bool()
     assert env_positions.any()
@@ -182,9 +183,7 @@ def test_skipped_groups_are_not_trained(tmp_path, tiny_model_path, tokenizer, re
         processing_class=tokenizer,
     )
     trainer.model.train()
-    out = trainer._generate_and_score_completions(
-        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)]
-    )
+    out = trainer.generation_batch(trainer.train_dataset["prompt"][:2])
     assert trainer.last_rollout.groups == [None, None]
     assert trainer.last_rollout.error_counts["ConnectionError"] >= 4  # at least 1 try + 1 retry, per group
     assert trainer.last_rollout.error_counts["GroupSkipped"] == 2
@@ -192,17 +191,18 @@ def test_skipped_groups_are_not_trained(tmp_path, tiny_model_path, tokenizer, re
     assert torch.all(out["completion_mask"] * out["tool_mask"] == 0)
 
 
-# -- construction-time errors ----------------------------------------------------------------------------------
+# -- errors ----------------------------------------------------------------------------------------------------
 
 
 def test_group_size_must_equal_num_generations(tmp_path, tiny_model_path, tokenizer, renderer):
-    with pytest.raises(ValueError, match=r"groups of 2 envs but EnvGRPOConfig.num_generations=4"):
-        EnvGRPOTrainer(
-            tiny_model_path,
-            config(tmp_path),
-            env_builder("arithmetic", renderer, group_size=2),
-            processing_class=tokenizer,
-        )
+    trainer = EnvGRPOTrainer(
+        tiny_model_path, config(tmp_path), env_builder("arithmetic", renderer, group_size=2), processing_class=tokenizer
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"ArithmeticGroupBuilder \(row train/0/0\) made 2 envs but the group size \(num_generations\) is 4",
+    ):
+        trainer.train()
 
 
 def test_groups_must_not_straddle_ranks(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):

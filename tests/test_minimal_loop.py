@@ -149,9 +149,7 @@ def both_losses(
         sampler=ReplaySampler(log),
     )
     trainer.model.train()
-    inputs = trainer._generate_and_score_completions(
-        [{"prompt": key} for key in trainer.train_dataset["prompt"] for _ in range(GROUP_SIZE)]
-    )
+    inputs = trainer.generation_batch(trainer.train_dataset["prompt"])
     # the same batch reached both: tokens, masks, advantages
     assert torch.equal(inputs["completion_ids"], batch.completion_ids)
     assert torch.equal((inputs["completion_mask"] * inputs["tool_mask"]).float(), batch.loss_mask)
@@ -182,7 +180,7 @@ def test_minimal_loop_loss_equals_trainer_loss(
     )
     assert loss_mini.item() == pytest.approx(loss_trainer.item(), abs=1e-5)
     assert_same_gradients(g_mini, g_trainer)
-    assert stats["entropy"] == pytest.approx(trainer._metrics["train"]["entropy"][-1], abs=1e-5)
+    assert stats["entropy"] == pytest.approx(trainer.logged_metrics("train")["entropy"][-1], abs=1e-5)
 
 
 def test_agreement_with_clipped_ratios_and_temperature(tmp_path, tiny_model_path, tokenizer, renderer):
@@ -199,7 +197,7 @@ def test_agreement_with_clipped_ratios_and_temperature(tmp_path, tiny_model_path
         perturb_old_logps=True,
     )
     assert stats["clip_ratio"] > 0, "the perturbation should clip some tokens"
-    assert stats["clip_ratio"] == pytest.approx(trainer._metrics["train"]["clip_ratio/region_mean"][-1], abs=1e-6)
+    assert stats["clip_ratio"] == pytest.approx(trainer.logged_metrics("train")["clip_ratio/region_mean"][-1], abs=1e-6)
     assert loss_mini.item() == pytest.approx(loss_trainer.item(), abs=1e-5)
     assert_same_gradients(g_mini, g_trainer)
 

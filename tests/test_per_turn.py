@@ -202,7 +202,7 @@ def test_non_extending_env_trains_one_row_per_turn(declare, cpu_grpo_config, tin
     trainer = _trainer(cpu_grpo_config, tiny_model_path, tokenizer, renderer, declare=declare)
     trainer.model.train()
     keys = trainer.train_dataset["prompt"][:2]
-    out = trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])
+    out = trainer.generation_batch(keys)
     groups = trainer.last_rollout.groups
     # 2 groups x 3 blocks (longest episode: 3 turns) x 4 rows; the single-turn trajectory 0 is one row either way
     # ("auto" trains a 1-turn trajectory as one row unless the env declares otherwise)
@@ -236,7 +236,7 @@ def test_trajectory_rows_setting_refuses_a_non_extending_env(cpu_grpo_config, ti
     trainer.model.train()
     keys = trainer.train_dataset["prompt"][:2]
     with pytest.raises(NonExtendingObservationError, match=r"FreshBoardBuilder \(row train/0/0\), trajectory 1"):
-        trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])
+        trainer.generation_batch(keys)
 
 
 def test_per_turn_credit_reaches_trls_loss_as_per_token_advantages(
@@ -253,7 +253,7 @@ def test_per_turn_credit_reaches_trls_loss_as_per_token_advantages(
     )
     trainer.model.train()
     keys = trainer.train_dataset["prompt"][:2]
-    out = trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])
+    out = trainer.generation_batch(keys)
     assert out["advantages"].shape == out["completion_ids"].shape
     # by hand, for the fixed rewards: returns A (1.0), B (0.5, 0.5, 0.5), C (0.2, 0.0), D (-0.1, -0.1, 0.0);
     # baselines over the episodes still running: t0 = 1.6/4 = 0.4, t1 = (0.5 + 0.0 - 0.1)/3, t2 = (0.5 + 0.0)/2

@@ -260,8 +260,8 @@ def test_round_trip_export_save_load_dataset_and_train(tmp_path, tiny_model_path
     )
     eval_rows = load_dataset(str(tmp_path / "rows"), split="test")
     trainer = EnvGRPOTrainer(tiny_model_path, args, env_dataset=loaded, eval_env_dataset=eval_rows)  # no tokenizer
-    assert isinstance(trainer._train_index.dataset, EnvRowDataset) and trainer._eval_index is not None
-    assert trainer._train_index.dataset.groups_per_batch == 2  # generation batch 8 / 4 per group
+    assert isinstance(trainer.train_groups.dataset, EnvRowDataset) and trainer.eval_groups is not None
+    assert trainer.train_groups.dataset.groups_per_batch == 2  # generation batch 8 / 4 per group
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters()), "no parameter moved"

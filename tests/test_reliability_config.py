@@ -219,13 +219,13 @@ def test_batch_that_does_not_fit_the_layout_is_named_when_first_used(
     trainer = EnvGRPOTrainer(
         tiny_model_path, cpu_grpo_config(per_device_train_batch_size=4), dataset, processing_class=tokenizer
     )
-    assert trainer._builder("train/1/0") is not None
+    assert trainer.env_group("train/1/0") is not None
     with pytest.raises(
         ValueError,
         match=r"batch 2 of the train RLDataset \(CountingDataset\) has 2 env groups, "
         r"expected 1 \(batch 0 has 1\)",
     ):
-        trainer._builder("train/2/0")
+        trainer.env_group("train/2/0")
 
 
 def test_last_batch_larger_than_the_first_is_refused_at_construction(

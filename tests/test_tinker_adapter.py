@@ -157,7 +157,7 @@ def test_trained_tokens_are_what_the_cookbook_env_saw(tiny_model_path, tokenizer
     trainer = EnvGRPOTrainer(tiny_model_path, cpu_grpo_config(max_turns=3), envs, processing_class=tokenizer)
     keys = trainer.train_dataset["prompt"][:2]
     trainer.model.train()
-    out = trainer._generate_and_score_completions([{"prompt": k} for k in keys for _ in range(4)])
+    out = trainer.generation_batch(keys)
     assert all(t.observations_extend is False for g in trainer.last_rollout.groups for t in g.trajectories)
     expected = {(tuple(ob), tuple(ac)) for rec in RecordingGuessEnv.seen for ob, ac in zip(rec["obs"], rec["actions"])}
     trained = set()

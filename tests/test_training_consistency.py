@@ -62,9 +62,7 @@ def test_end_of_turn_token_ends_completions_when_it_differs_from_eos(base_chatml
     assert renderer.end_of_turn_token_id in trainer.eos_token_ids
     trainer.model.train()
     torch.manual_seed(0)
-    out = trainer._generate_and_score_completions(
-        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)]
-    )
+    out = trainer.generation_batch(trainer.train_dataset["prompt"][:2])
     ended = [
         t
         for g in trainer.last_rollout.groups
@@ -73,7 +71,7 @@ def test_end_of_turn_token_ends_completions_when_it_differs_from_eos(base_chatml
     ]
     assert ended, "the tiny model should end most answers with <|im_end|>"
     # TRL counts a row as truncated when its last token is not in eos_token_ids (+ pad), then masks it out
-    assert trainer._metrics["train"]["completions/clipped_ratio"][-1] < 1.0
+    assert trainer.logged_metrics("train")["completions/clipped_ratio"][-1] < 1.0
     assert out["completion_mask"].sum() > 0
 
 
@@ -81,14 +79,8 @@ def _max_logprob_gap(trainer) -> float:
     """Largest |sampling logprob - TRL's training logprob| over the sampled tokens of one rollout batch."""
     trainer.model.train()
     torch.manual_seed(0)
-    out = trainer._generate_and_score_completions(
-        [{"prompt": k} for k in trainer.train_dataset["prompt"][:2] for _ in range(4)]
-    )
-    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
-    mask = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
-    width = out["completion_ids"].size(1)
-    with torch.no_grad():
-        trained, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, width, batch_size=8)
+    out = trainer.generation_batch(trainer.train_dataset["prompt"][:2])
+    trained = trainer.completion_logprobs(out, batch_size=8)
     sampled = torch.zeros_like(trained)
     rows = [t for g in trainer.last_rollout.groups for t in g.trajectories]
     for i, trajectory in enumerate(rows):  # arithmetic: one turn per trajectory

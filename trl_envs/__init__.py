@@ -76,6 +76,7 @@ from .training_data.rows import (
     remove_constant_reward_groups,
     trajectory_to_data,
 )
+from .training_data.rows_step import RowsStep, rollout_rows
 
 __version__ = "0.1.0"
 
@@ -170,11 +171,13 @@ __all__ = [
     "NonExtendingObservationError",
     "PairStats",
     "PreferencePair",
+    "RowsStep",
     "TrainingRow",
     "assemble_training_data",
     "compute_advantages",
     "make_preference_pairs",
     "remove_constant_reward_groups",
+    "rollout_rows",
     "trajectory_to_data",
     # trainers/ (lazy)
     "DataCollatorForMaskedPreference",

@@ -88,9 +88,8 @@ class ComputeTurn:
     """The device's compute, taken in turns by the trainer (a whole ``training_step``: scoring, forward, backward) and
     the sampler (one ``generate`` call), the sampler first: a waiting or announced (:meth:`reserve`) ``generate`` call
     goes before the trainer's next step. What overlaps is everything else: env time (tool calls, judges, env servers)
-    runs while the trainer computes. Both sides computing at once on one device made each slower than taking turns
-    (measured on CPU: bench/async_rollouts.py, docs/async.md). The sampler is at most ``max_staleness`` batches ahead,
-    so its priority cannot starve the trainer."""
+    runs while the trainer computes (docs/async.md says why the two do not compute at once). The sampler is at most
+    ``max_staleness`` batches ahead, so its priority cannot starve the trainer."""
 
     def __init__(self):
         self._cond = threading.Condition()
@@ -192,15 +191,16 @@ class _BatchSampler:
         return self._sampler.sample(requests, self._versions)
 
 
-# -- the pipeline -------------------------------------------------------------------------------------------------------
+# -- the pipeline ------------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class RolloutJob:
-    """One generation batch to roll out: its group keys and builders, and the oldest weights it may sample with."""
+    """One generation batch to roll out: its group keys (the trainer's, compared but never read here) and builders,
+    and the oldest weights it may sample with."""
 
     index: int
-    keys: list[str]
+    keys: list[Any]
     builders: list[EnvGroupBuilder]
     min_version: int
 

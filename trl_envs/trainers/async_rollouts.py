@@ -2,8 +2,9 @@
 
 Contract (docs/async.md):
 
-* A background thread (:mod:`trl_envs.rollout.async_pipeline`, its own event loop) rolls out the trainer's next generation batches (the
-  same groups, in the same order, as the synchronous trainer would roll out) while the trainer trains. It samples
+* A background thread (:mod:`trl_envs.rollout.async_pipeline`, its own event loop) rolls out the trainer's next
+  generation batches (the same groups, in the same order, as the synchronous trainer would roll out) while the trainer
+  trains. It samples
   with :class:`SamplerWeights`: a copy of the policy's *trainable* parameters (frozen ones, e.g. a LoRA base, are
   shared, not copied), refreshed from the policy after every ``weight_sync_steps`` optimizer steps. The version of
   the weights is the optimizer step they were taken at.
@@ -49,8 +50,9 @@ from ..rollout.async_pipeline import (
 from ..rollout.engine import RolloutBatchResult
 from ..samplers.hf import HFSampler
 from . import trl_seam
+from .group_index import GroupKey, keys_of_rows
 
-# -- the trainer side ---------------------------------------------------------------------------------------------------
+# -- the trainer side --------------------------------------------------------------------------------------------------
 
 
 class _SyncWeights(TrainerCallback):
@@ -73,7 +75,7 @@ class _AsyncState:
     turn: ComputeTurn
     weights: SamplerWeights
     pipeline: RolloutPipeline
-    keys: Iterator[list[str]]
+    keys: Iterator[list[GroupKey]]
     start_step: int
     micro_per_batch: int  # micro-steps (training_step calls) per generation batch
     grad_accum: int
@@ -92,10 +94,16 @@ class AsyncRolloutsMixin:
     Attributes:
         async_batches: one record per trained generation batch with ``max_staleness >= 1``: ``step`` (optimizer step
             it was trained at), ``oldest_version`` / ``newest_version`` (weights it was sampled with; after a re-roll,
-            the current step), ``rerolled`` (it was too stale and was rolled out again), ``groups`` (its group keys).
+            the current step), ``rerolled`` (it was too stale and was rolled out again), ``groups`` (the texts of its
+            group keys).
     """
 
     _async: _AsyncState | None = None
+
+    @property
+    def async_rollouts_running(self) -> bool:
+        """Whether the background rollout pipeline is running (it runs only inside ``train()``)."""
+        return self._async is not None
 
     def train(self, *args, **kwargs):
         if self.args.max_staleness:
@@ -121,7 +129,7 @@ class AsyncRolloutsMixin:
 
     # -- rollouts
 
-    def _async_rollout(self, keys: list[str], builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
+    def _async_rollout(self, keys: list[GroupKey], builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
         """The rollout of this generation batch's groups ``keys``, taken from the pipeline (started on first use)."""
         state = self._async or self._start_async_rollouts()
         while state.submitted <= state.consumed + state.lookahead:
@@ -134,8 +142,8 @@ class AsyncRolloutsMixin:
         if ready.job.keys != list(keys):
             raise RuntimeError(
                 f"EnvGRPOTrainer (max_staleness={self.args.max_staleness}): the pipeline rolled out "
-                f"groups {ready.job.keys} but the trainer asked for {list(keys)}; the data order is "
-                "not one the pipeline can predict (an IterableDataset with shuffling?). Use "
+                f"groups {list(map(str, ready.job.keys))} but the trainer asked for {list(map(str, keys))}; the data "
+                "order is not one the pipeline can predict (an IterableDataset with shuffling?). Use "
                 "max_staleness=0 for this dataset."
             )
         step = self.state.global_step
@@ -149,7 +157,13 @@ class AsyncRolloutsMixin:
             result = self._rollout(builders)
             staleness, oldest, newest = 0, step, step
         self.async_batches.append(
-            dict(step=step, oldest_version=oldest, newest_version=newest, rerolled=rerolled, groups=list(keys))
+            dict(
+                step=step,
+                oldest_version=oldest,
+                newest_version=newest,
+                rerolled=rerolled,
+                groups=[str(k) for k in keys],
+            )
         )
         trl_seam.record_mean_metrics(
             self,
@@ -170,7 +184,7 @@ class AsyncRolloutsMixin:
         index = state.submitted
         state.pipeline.submit(
             RolloutJob(
-                index, keys, [self._builder(k) for k in keys], state.train_step_of(index) - self.args.max_staleness
+                index, keys, [self.env_group(k) for k in keys], state.train_step_of(index) - self.args.max_staleness
             )
         )
         state.submitted += 1
@@ -218,7 +232,7 @@ class AsyncRolloutsMixin:
         self._async = state
         return state
 
-    def _future_group_keys(self, skip_micro_batches: int, micro_per_batch: int) -> Iterator[list[str]]:
+    def _future_group_keys(self, skip_micro_batches: int, micro_per_batch: int) -> Iterator[list[GroupKey]]:
         """The group keys of each coming generation batch, read from a second copy of the training dataloader (the
         same sampler and seed, so the same order as the trainer's), after the micro-batches already trained."""
         dataloader = self.get_train_dataloader()
@@ -228,7 +242,7 @@ class AsyncRolloutsMixin:
                 dataloader.set_epoch(epoch)
             for batch in dataloader:
                 if position >= skip_micro_batches and (position - skip_micro_batches) % micro_per_batch == 0:
-                    yield [row["prompt"] for row in batch][:: self.num_generations]
+                    yield keys_of_rows([row["prompt"] for row in batch], self.num_generations)
                 position += 1
             epoch += 1
 

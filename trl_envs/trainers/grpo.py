@@ -2,13 +2,15 @@
 
 How an env batch maps onto TRL (see docs/DESIGN.md):
 
-* The trainer's dataset is a list of *group keys*, one per env group of the :class:`~trl_envs.core.types.RLDataset`.
-  TRL's sampler repeats each key ``num_generations`` times in a row, so one block of G rows is one group.
-* ``_generate_and_score_completions`` makes the groups' envs of this rank's rows, rolls them all out together (one
-  batched ``generate`` per turn) and lays the trajectories out as rows (``row_layout``): one row per trajectory
-  (prompt = first observation, completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens,
-  sampling logprobs), or one row per turn for envs whose observations do not extend each other, in blocks of G
-  rows per group. TRL's ``rollout_func`` hook hands those rows to TRL.
+* The trainer's dataset is one row per env group of the :class:`~trl_envs.core.types.RLDataset`: the text of its
+  :class:`~trl_envs.trainers.group_index.GroupKey`. TRL's sampler repeats each row ``num_generations`` times in a row,
+  so one block of G rows is one group.
+* Each generation batch (:meth:`EnvGRPOTrainer.generation_batch`, which TRL's per-batch hook calls) rolls out this
+  rank's groups together (one batched ``generate`` per turn) and lays the trajectories out as rows
+  (:class:`~trl_envs.training_data.rows_step.RowsStep`): one row per trajectory (prompt = first observation,
+  completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens, sampling logprobs), or one row per
+  turn for envs whose observations do not extend each other, in blocks of G rows per group. TRL then scores exactly
+  those rows: each row rides in the prompt TRL hands its ``rollout_func`` (:mod:`~trl_envs.trainers.row_prompts`).
 * The reward TRL sees is the trajectory's total (step rewards + group reward), passed through its reward hook, so
   ``scale_rewards``, every ``loss_type``, ``beta``, PEFT, ``num_iterations`` and evaluation work as in TRL.
 * ``credit_assignment="per_turn"`` replaces TRL's advantages by per-token ones from per-turn rewards-to-go
@@ -28,13 +30,13 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 from ..core.renderer import Renderer
-from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from ..registry.env_datasets import resolve_row_datasets
-from ..rollout.engine import RolloutBatchResult, run_sync
-from ..rollout.metrics import rollout_metrics
+from ..rollout.engine import RolloutBatchResult
 from ..samplers.base import Sampler
 from ..training_data.credit import first_turn_returns, row_token_advantages
-from ..training_data.row_layout import RowPlan, plan_rows
+from ..training_data.row_layout import RowPlan
+from ..training_data.rows_step import RowsStep
 from . import trl_seam
 from .async_rollouts import AsyncRolloutsMixin
 from .base import (
@@ -45,9 +47,10 @@ from .base import (
     resolve_env_datasets,
 )
 from .checkpoints import hold_output_dir
-from .group_index import GroupIndex
+from .group_index import GroupIndex, GroupKey, keys_of_rows
 from .grpo_config import EnvGRPOConfig
 from .health import TrainingHealthCallback, check_finite_rewards
+from .row_prompts import planned_rows, row_prompts
 
 ENV_REWARD_KEY = "env_reward"
 
@@ -82,11 +85,13 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
 
     Attributes:
         last_rollout: the :class:`RolloutBatchResult` of the latest rollout on this rank (for inspection).
+        train_groups: the :class:`~trl_envs.trainers.group_index.GroupIndex` of the training envs (its ``dataset`` is
+            the training ``RLDataset``); ``eval_groups``: the evaluation envs' (``None`` without evaluation envs).
 
     Raises:
-        ValueError: at construction, for a group size other than ``num_generations``, a per-rank generation batch
-            that is not a multiple of the group size (groups would straddle ranks), or a tokenizer without chat
-            template.
+        ValueError: at construction, a per-rank generation batch that is not a multiple of the group size (groups
+            would straddle ranks) or a tokenizer without chat template; at the first generation batch, an env group
+            whose size is not ``num_generations`` (named, with both numbers).
     """
 
     def __init__(
@@ -122,15 +127,9 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         )
         _check_batch_geometry(args, eval_envs is not None)
         _warn_biased_logprob_comparison(args)
-        self._train_index = GroupIndex("train", train_envs)
-        self._eval_index = GroupIndex("eval", eval_envs) if eval_envs is not None else None
-        _check_group_size(self._train_index, args.num_generations, "num_generations")
-        if self._eval_index is not None:
-            _check_group_size(
-                self._eval_index, args.num_generations_eval or args.num_generations, "num_generations_eval"
-            )
+        self.train_groups = GroupIndex("train", train_envs)
+        self.eval_groups = GroupIndex("eval", eval_envs) if eval_envs is not None else None
         self._init_env_trainer(sampler)
-        self._planned_rows: RowPlan | None = None
         reference = _frozen_reference(model, args, peft_config)
         with (
             trl_seam.rollout_func_warning_silenced(),
@@ -140,18 +139,18 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
                 model=model,
                 reward_funcs=[env_reward],
                 args=args,
-                train_dataset=self._train_index.as_dataset(),
-                eval_dataset=self._eval_index.as_dataset() if self._eval_index is not None else None,
+                train_dataset=self.train_groups.as_dataset(),
+                eval_dataset=self.eval_groups.as_dataset() if self.eval_groups is not None else None,
                 processing_class=processing_class,
                 callbacks=callbacks,
                 optimizers=optimizers,
                 peft_config=peft_config,
-                rollout_func=_env_rollout_func,
+                rollout_func=planned_rows,
             )
         check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvGRPOTrainer")
         require_chat_template(trl_seam.tokenizer_of(self), "EnvGRPOTrainer")
         self.eos_token_ids = with_turn_stops(self.eos_token_ids, Renderer(trl_seam.tokenizer_of(self)))
-        env_label = type(self._train_index.builder(self._train_index.key(0))).__name__
+        env_label = type(self.train_groups.builder(self.train_groups.key(0))).__name__
         self._mark_checkpoints(model, env_label)
         self.add_callback(TrainingHealthCallback(args.health_patience, args.health_min_entropy, envs=env_label))
 
@@ -169,42 +168,71 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
                 resume_from_checkpoint=checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
             )
 
-    # -- rollouts and the rows TRL trains on ------------------------------------------------------------------
+    # -- public accessors --------------------------------------------------------------------------------------
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """Roll out the env groups of ``inputs``, lay their trajectories out as rows (see ``row_layout``), then let
-        TRL score and prepare them; with ``credit_assignment="per_turn"`` replace its advantages by per-token ones."""
+    def env_group(self, key: GroupKey | str) -> EnvGroupBuilder:
+        """The env group behind a group key (a :class:`GroupKey` or its text, e.g. ``"train/0/1"``). Raises
+        ``KeyError`` for a key outside the trainer's env datasets."""
+        key = GroupKey.parse(key)
+        index = {"train": self.train_groups, "eval": self.eval_groups}.get(key.split)
+        if index is None:
+            raise KeyError(f"EnvGRPOTrainer: no {key.split} env dataset for group key {str(key)!r}")
+        return index.builder(key)
+
+    def logged_metrics(self, mode: str = "train") -> dict[str, list[float]]:
+        """The metrics gathered since the last ``log()`` in ``mode`` (``"train"`` / ``"eval"``): name -> values, whose
+        mean ``log()`` logs."""
+        return trl_seam.logged_metrics(self, mode)
+
+    def logged_completions(self) -> dict[str, Any]:
+        """TRL's record of the latest scored rows, gathered over processes (at most ``generation_batch_size``):
+        ``prompt`` (the group key texts), ``completion``, ``rewards`` (reward name -> values; the env's is ``"env"``)
+        and ``advantages``, oldest first."""
+        return trl_seam.logged_completions(self)
+
+    def completion_logprobs(self, batch: dict[str, Any], batch_size: int | None = None) -> torch.Tensor:
+        """The current policy's per-token log-probabilities (B, T) of the completions of a batch returned by
+        :meth:`generation_batch`, computed as TRL's loss computes them (at the sampling temperature), without
+        gradient."""
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        with torch.no_grad():
+            return trl_seam.per_token_logprobs(self, self.model, ids, mask, batch["completion_ids"].size(1), batch_size)
+
+    # -- one generation batch: rollouts and the rows TRL trains on ----------------------------------------------
+
+    def generation_batch(self, keys: Sequence[GroupKey | str]) -> dict[str, Any]:
+        """Roll out the env groups ``keys`` (this rank's share of a generation batch), lay their trajectories out as
+        rows (:class:`RowsStep`) and return the batch TRL trains on (ids, masks, sampling logprobs, advantages...),
+        exactly as a training step (``model.training``) or an evaluation step does. With
+        ``credit_assignment="per_turn"`` the advantages are per token, from per-turn rewards-to-go."""
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        keys = _group_keys([x["prompt"] for x in inputs], group_size)
-        builders = [self._builder(k) for k in keys]
+        keys = [GroupKey.parse(k) for k in keys]
+        builders = [self.env_group(k) for k in keys]
         if self.args.max_staleness and mode == "train":  # async: rolled out ahead by the pipeline (async_rollouts.py)
             result = self._async_rollout(keys, builders)
         else:
             result = self._rollout(builders)
         names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
         check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"), self.accelerator)
-        for name, builder, group in zip(names, builders, result.groups):
-            if group is not None and len(group.trajectories) != group_size:
-                raise EnvContractError(
-                    f"{name} made {len(group.trajectories)} envs; the trainer's group size "
-                    f"(num_generations) is {group_size}"
-                )
-        plan = plan_rows(result.groups, group_size, self.args.training_rows, names)
+        step = RowsStep.from_rollout(result, group_size=group_size, training_rows=self.args.training_rows, names=names)
+        plan = step.plan
         self._pad_to_common_shape(plan, mode)
-        metrics = rollout_metrics(result.groups, result.error_counts)
-        if plan.num_trajectories:
-            metrics["rows/per_turn_fraction"] = [plan.num_per_turn_trajectories / plan.num_trajectories]
-        metrics["rows/filler_fraction"] = [plan.num_fillers / len(plan.rows)]
-        trl_seam.record_mean_metrics(self, mode, metrics)  # one gather for all env metrics of the step
-        self._planned_rows = plan
-        try:
-            output = super()._generate_and_score_completions([dict(inputs[i]) for i in plan.source_rows()])
-        finally:
-            self._planned_rows = None
+        trl_seam.record_mean_metrics(self, mode, step.metrics())  # one gather for all env metrics of the step
+        columns = plan.rollout_output(trl_seam.tokenizer_of(self).pad_token_id, self.eos_token_ids[0])
+        columns[ENV_REWARD_KEY] = columns.pop("rewards")
+        texts = [str(keys[r.group or 0]) for r in plan.rows]  # padding blocks stand for the first group
+        rows = [{"prompt": prompt} for prompt in row_prompts(texts, columns)]
+        output = super()._generate_and_score_completions(rows)  # TRL's rollout_func returns exactly these rows
         if self.args.credit_assignment == "per_turn":
             output["advantages"] = self._per_turn_advantages(plan, result.groups, output["completion_ids"].size(1))
         return output
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """TRL's per-generation-batch hook: :meth:`generation_batch` of the group keys of this rank's rows."""
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        return self.generation_batch(keys_of_rows([x["prompt"] for x in inputs], group_size))
 
     def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
         # vLLM server mode and tensor-parallel colocate need equally many prompts per call on every rank.
@@ -224,18 +252,6 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
                 blocks += 1
         plan.pad_to(blocks)
 
-    def _rollout_output(self, prompts: list[str]) -> dict[str, Any]:
-        plan = self._planned_rows
-        if plan is None or len(plan.rows) != len(prompts):
-            raise RuntimeError(
-                f"EnvGRPOTrainer: TRL asked for {len(prompts)} completions but "
-                f"{0 if plan is None else len(plan.rows)} rows were planned; rollout_func must only be "
-                "called from EnvGRPOTrainer._generate_and_score_completions"
-            )
-        out = plan.rollout_output(trl_seam.tokenizer_of(self).pad_token_id, self.eos_token_ids[0])
-        out[ENV_REWARD_KEY] = out.pop("rewards")
-        return out
-
     def _per_turn_advantages(self, plan: RowPlan, groups, width: int) -> torch.Tensor:
         scale = (
             self.scale_rewards
@@ -252,12 +268,6 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             batch_std = ((total_sq - total * total / n) / (n - 1)) ** 0.5 if n > 1 else 0.0
         advantages = row_token_advantages(plan, groups, width, self.args.credit_gamma, scale, batch_std)
         return advantages.to(self.accelerator.device)
-
-    def _builder(self, key: str) -> EnvGroupBuilder:
-        index = self._train_index if key.startswith("train/") else self._eval_index
-        if index is None:
-            raise KeyError(f"EnvGRPOTrainer: no env dataset for row key {key!r}")
-        return index.builder(key)
 
     def sampling_settings(self) -> dict[str, Any]:
         return {
@@ -277,28 +287,6 @@ def with_turn_stops(eos_token_ids: Sequence[int], renderer: Renderer) -> list[in
     """
     ids = list(eos_token_ids)
     return ids + [t for t in renderer.get_stop_sequences() if t not in ids]
-
-
-def _env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, Any]:
-    """TRL's ``rollout_func`` hook (called as ``rollout_func(prompts, trainer)``): the rows planned for this batch."""
-    return trainer._rollout_output(prompts)
-
-
-def _group_keys(prompts: list[str], group_size: int) -> list[str]:
-    if len(prompts) % group_size:
-        raise ValueError(
-            f"EnvGRPOTrainer: this rank got {len(prompts)} rows, not a multiple of the group size "
-            f"{group_size}; a group would straddle ranks"
-        )
-    keys = prompts[::group_size]
-    for g, key in enumerate(keys):
-        block = prompts[g * group_size : (g + 1) * group_size]
-        if any(p != key for p in block):
-            raise ValueError(
-                f"EnvGRPOTrainer: rows {g * group_size}..{(g + 1) * group_size - 1} mix env groups "
-                f"{sorted(set(block))}; TRL must repeat each group key num_generations times in a row"
-            )
-    return keys
 
 
 def _check_batch_geometry(args: EnvGRPOConfig, has_eval: bool) -> None:
@@ -349,21 +337,3 @@ def _frozen_reference(model, args, peft_config):
     for one changed since it was loaded.) ``None`` where TRL's own reference is the model as passed: a model id or
     path (loaded from there), PEFT (the adapter switched off), or ``beta == 0`` (no reference)."""
     return None if args.beta == 0.0 else frozen_reference_copy(model, peft_config)
-
-
-def _check_group_size(index: GroupIndex, expected: int, field_name: str) -> None:
-    builder = index.builder(index.key(0))
-
-    async def probe() -> int:
-        try:
-            return len(await builder.make_envs())
-        finally:
-            await builder.cleanup()
-
-    n = run_sync(probe)
-    if n != expected:
-        raise ValueError(
-            f"EnvGRPOTrainer: {type(builder).__name__} of the {index.split} envs makes groups of {n} "
-            f"envs but EnvGRPOConfig.{field_name}={expected}; they must be equal (one group = one "
-            "GRPO group)."
-        )

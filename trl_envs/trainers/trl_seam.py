@@ -88,7 +88,8 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "_generate_and_score_completions",
         "trl.GRPOTrainer",
         "the per-generation-round hook: gets this rank's dataset rows, returns the scored batch (ids, masks, "
-        "advantages); EnvGRPOTrainer rolls out the rows' env groups before calling it",
+        "advantages); EnvGRPOTrainer rolls out the rows' env groups, then calls it with one row per planned row, "
+        "whose prompt carries that row for rollout_func",
         overridden_in="trl_envs/trainers/grpo.py",
     ),
     PrivateName(
@@ -108,6 +109,13 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "trl.GRPOTrainer",
         "mode ('train'/'eval') -> metric name -> list of values whose mean over the logging window log() "
         "logs; record_mean_metrics appends the env metrics there after one cross-rank gather",
+        check="source",
+    ),
+    PrivateName(
+        "_logs",
+        "trl.GRPOTrainer",
+        "the record of the latest scored rows ('prompt', 'completion', 'rewards' name -> values, 'advantages'), "
+        "gathered over processes, in deques of generation_batch_size",
         check="source",
     ),
     PrivateName(
@@ -264,6 +272,36 @@ def logged_metrics(trainer, mode: str = "train") -> dict[str, list[float]]:
     """The metrics the trainer gathered since its last ``log()`` (name -> values). Relies on: TRL trainers'
     ``_metrics[mode]``, filled by ``compute_loss`` / scoring and cleared by ``log()``."""
     return trainer._metrics[mode]
+
+
+def logged_completions(trainer) -> dict:
+    """TRL's record of the latest scored rows, gathered over processes. Relies on: GRPOTrainer's ``_logs``
+    (``prompt``, ``completion``, ``rewards`` reward name -> values, ``advantages``), appended by
+    ``_generate_and_score_completions``; returned as lists, oldest first."""
+    logs = trainer._logs
+    return {
+        "prompt": list(logs["prompt"]),
+        "completion": list(logs["completion"]),
+        "rewards": {name: list(values) for name, values in logs["rewards"].items()},
+        "advantages": list(logs["advantages"]),
+    }
+
+
+def per_token_logprobs(trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None = None):
+    """Per-token log-probabilities (B, ``logits_to_keep``) of the last ``logits_to_keep`` tokens, as GRPOTrainer's
+    loss computes them. Relies on: ``GRPOTrainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask,
+    logits_to_keep, batch_size)`` returning ``(logps, entropies, aux_loss)``."""
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+    )
+    return logps
+
+
+def score_generation_batch(trainer, inputs: list[dict]) -> dict:
+    """Generate and score one generation batch of dataset rows with any ``GRPOTrainer`` (TRL's own or ours), as a
+    training step does: the batch it trains on (ids, masks, advantages). Relies on:
+    ``GRPOTrainer._generate_and_score_completions(inputs)``."""
+    return trainer._generate_and_score_completions(inputs)
 
 
 def keep_columns(trainer, columns: Iterable[str]) -> None:
@@ -458,12 +496,15 @@ __all__ = [
     "dpo_tokens_seen",
     "grpo_reference_model",
     "keep_columns",
+    "logged_completions",
     "logged_metrics",
+    "per_token_logprobs",
     "ratio_from_loss_logprobs",
     "model_tags",
     "record_mean_metrics",
     "rollout_func_warning_silenced",
     "sampler_importance_sampling",
+    "score_generation_batch",
     "set_dpo_tokens_seen",
     "tokenizer_of",
 ]

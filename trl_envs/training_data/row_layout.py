@@ -106,6 +106,10 @@ def plan_rows(
     (one row per trajectory when its observations extend each other token-exactly, else one row per turn),
     ``"trajectory"`` (always one row; a non-extending observation raises :class:`NonExtendingObservationError`) or
     ``"turn"`` (always one row per turn). ``group_names`` name the groups in errors.
+
+    Raises:
+        ValueError: a group whose number of trajectories is not ``group_size`` (the one place the group size of a
+            rollout is checked; the message names the group and both numbers).
     """
     if training_rows not in TRAINING_ROWS:
         raise ValueError(f"plan_rows: training_rows must be one of {TRAINING_ROWS}, got {training_rows!r}")
@@ -114,9 +118,12 @@ def plan_rows(
         if group is None:
             plan.rows += [PlannedRow(None, None, gi, i) for i in range(group_size)]
             continue
-        if len(group.trajectories) != group_size:
-            raise ValueError(f"plan_rows: group {gi} has {len(group.trajectories)} trajectories, expected {group_size}")
         name = group_names[gi] if group_names is not None else f"group {gi}"
+        if len(group.trajectories) != group_size:
+            raise ValueError(
+                f"{name} made {len(group.trajectories)} envs but the group size (num_generations) is {group_size}; "
+                "one env group must be one GRPO group"
+            )
         per_trajectory = []
         for ti, traj in enumerate(group.trajectories):
             rows, per_turn = _rows_of(traj, training_rows, f"{name}, trajectory {ti}")
