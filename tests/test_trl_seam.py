@@ -15,12 +15,12 @@ scanning code, not by reading the seam's table:
   docstring) containing a message text the seam lists (messages cannot be found by scanning, so these come from the
   table).
 
-The rules: outside ``trl_seam.py`` every use is a violation, except ``def name`` and ``super().name`` in the module the
-table lists as the entry's ``overridden_in`` (a module that overrides a hook may call TRL's version of it); every use in ``trl_seam.py`` has a table
-entry of that name; every entry is used (an override: its module defines the method; any other entry: ``trl_seam.py``
-names it); every public function and alias of the seam is named by another module of the package. A private
-attribute of our own that shares its name with one of the field's counts like any other use: rename it. Each
-violation is reported as ``file:line`` with the fix.
+The rules: outside ``trl_seam.py`` every use is a violation, except ``def name`` and ``super().name`` in the module
+the table lists as the entry's ``overridden_in`` (a module that overrides a hook may call TRL's version of it); every
+use in ``trl_seam.py`` has a table entry of that name; every entry is used (an override: its module defines the
+method; any other entry: ``trl_seam.py`` names it); every public function and alias of the seam is named by another
+module of the package, a script or a bench. A private attribute of our own that shares its name with one of the
+field's counts like any other use: rename it. Each violation is reported as ``file:line`` with the fix.
 
 Not seen: names built at run time (``getattr(obj, name)`` with a variable), private names of classes outside
 :data:`FIELD_CLASSES` (torch's included), and code outside ``trl_envs/``.
