@@ -21,8 +21,8 @@ from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict,
 
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
-from .names import get_env, make_env_dataset
-from .rows import ENV_FIELD, make_env_group_builder, validate_row
+from .names import ENV_FIELD, get_env, make_env_dataset
+from .rows import make_env_group_builder, validate_row
 from .signatures import accepted_kwargs
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}

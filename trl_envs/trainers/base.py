@@ -18,7 +18,7 @@ from trl.models import unwrap_model_for_generation
 
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
-from ..rollout.lockstep import LockstepSampler
+from ..samplers.lockstep import LockstepSampler
 from ..samplers.base import Sampler
 from ..samplers.hf import HFSampler
 from . import trl_seam
@@ -89,7 +89,7 @@ class EnvTrainerMixin:
         if getattr(self.args, "use_vllm", False):
             from ..samplers.vllm import VLLMSampler
 
-            return VLLMSampler(self)
+            return VLLMSampler(self.vllm_generation, trl_seam.tokenizer_of(self))
         return HFSampler(
             self.model_wrapped,
             trl_seam.tokenizer_of(self),
