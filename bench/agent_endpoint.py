@@ -43,7 +43,7 @@ from trl_envs.agents import AgentDataset  # noqa: E402
 from trl_envs.core.tools import CALCULATOR  # noqa: E402
 from trl_envs.envs.calculator_agent import make_tasks  # noqa: E402
 from trl_envs.registry.names import make_env_dataset  # noqa: E402
-from trl_envs.rollout.engine import run_sync  # noqa: E402
+from trl_envs.rollout.event_loop import run_sync  # noqa: E402
 from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
 
 

@@ -33,7 +33,7 @@ from transformers import AutoTokenizer
 
 from trl_envs import Renderer, RolloutBudget, run_rollout_batch
 from trl_envs.openenv import OpenEnvDatasetBuilder, OpenEnvSession
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
 from trl_envs.tiny_model import build_tiny_model
 

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from trl_envs import RolloutBudget, run_rollout_batch
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
 
 pytestmark = pytest.mark.timeout(300)

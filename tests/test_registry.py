@@ -30,7 +30,7 @@ from trl_envs.registry import (
 )
 from trl_envs.registry import names as registry
 from trl_envs.registry.env_datasets import EnvRowDataset, export_env_dataset, load_env_dataset, rows_to_dataset
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 

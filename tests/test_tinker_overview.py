@@ -230,7 +230,7 @@ def test_rl_dataset_snippet(renderer):
     # ---- snippet "RLDataset / RLDatasetBuilder" (ADAPTED IMPORT: trl_envs instead of tinker_cookbook.rl.types) ----
     # ---- end of snippet ----
     from trl_envs import ProblemGroupBuilder, RLDataset, RLDatasetBuilder
-    from trl_envs.rollout.engine import run_sync
+    from trl_envs.rollout.event_loop import run_sync
 
     MathEnv = snippet_math_env()
 

@@ -45,7 +45,7 @@ from .registry import (
 )
 
 # rollout/: episodes
-from .rollout.batching import BatchingPolicy, BatchingSampler, parked
+from .rollout.batching import BatchingPolicy, parked
 from .rollout.engine import (
     FailFast,
     RetryOnFailure,
@@ -150,7 +150,6 @@ __all__ = [
     "TextPolicySampler",
     # rollout/
     "BatchingPolicy",
-    "BatchingSampler",
     "ContextBudgetError",
     "EvalResult",
     "FailFast",

@@ -147,7 +147,7 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
         TypeError: the env's group builders have no ``to_row()``, or its factory takes no ``seed`` or returns neither
             an ``RLDataset`` nor an ``RLDatasetBuilder``.
     """
-    from ..rollout.engine import run_sync
+    from ..rollout.event_loop import run_sync
 
     if split not in ("train", "test"):
         raise ValueError(f"export_env_dataset: split must be 'train' or 'test', got {split!r}")

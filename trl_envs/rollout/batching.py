@@ -147,8 +147,7 @@ class _Pending:
 class BatchingPolicy:
     """A per-episode async policy (a :class:`~trl_envs.rollout.engine.TokenPolicy`) in front of a batched
     :class:`Sampler`: each episode awaits its action, and the requests of all live episodes go to the sampler in one
-    call (see the module docstring). It is not itself a ``Sampler``; formerly named ``BatchingSampler`` (still an
-    alias).
+    call (see the module docstring). It is not itself a ``Sampler``.
 
     Args:
         sampler: the batched sampler (the policy).
@@ -522,7 +521,3 @@ async def parked() -> AsyncIterator[ParkedSlot]:
         return
     async with batcher.parked() as slot:
         yield slot
-
-
-BatchingSampler = BatchingPolicy
-"""The former name of :class:`BatchingPolicy`, kept importable."""

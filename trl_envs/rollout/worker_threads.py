@@ -89,11 +89,6 @@ class AbandonableThreadPool(concurrent.futures.ThreadPoolExecutor):
                 return len(self._running)
             return sum(1 for submitted_from in self._loops.values() if submitted_from is loop)
 
-    def abandoned_calls(self) -> list[str]:
-        """The env methods whose worker threads are still running (those not waited for at shutdown)."""
-        with self._lock:
-            return [name for name in self._running.values() if name is not None]
-
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Wait (``wait=True``) for the running calls that were not made from env code; keep serving afterwards."""
         if not wait:

@@ -30,7 +30,8 @@ from trl import GRPOTrainer
 from ..core.renderer import Renderer
 from ..core.types import EnvContractError, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from ..registry.env_datasets import resolve_row_datasets
-from ..rollout.engine import RolloutBatchResult, run_sync
+from ..rollout.engine import RolloutBatchResult
+from ..rollout.event_loop import run_sync
 from ..rollout.metrics import rollout_metrics
 from ..samplers.base import Sampler
 from ..training_data.credit import first_turn_returns, row_token_advantages
