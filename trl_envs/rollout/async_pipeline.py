@@ -88,8 +88,8 @@ class ComputeTurn:
     """The device's compute, taken in turns by the trainer (a whole ``training_step``: scoring, forward, backward) and
     the sampler (one ``generate`` call), the sampler first: a waiting or announced (:meth:`reserve`) ``generate`` call
     goes before the trainer's next step. What overlaps is everything else: env time (tool calls, judges, env servers)
-    runs while the trainer computes. Both sides computing at once on one device made each slower than taking turns
-    (measured on CPU: bench/async_rollouts.py, docs/async.md). The sampler is at most ``max_staleness`` batches ahead,
+    runs while the trainer computes. Both sides computing at once on one device is slower than taking turns
+    (docs/async.md). The sampler is at most ``max_staleness`` batches ahead,
     so its priority cannot starve the trainer."""
 
     def __init__(self):
