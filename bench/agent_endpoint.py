@@ -52,7 +52,7 @@ def calculator_policy(prompt: str) -> str:
     if turn.startswith("tool"):
         return turn.split("\n", 1)[1]
     expression = turn.split("\n", 1)[1].removeprefix("What is ").rstrip("?")
-    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % expression
+    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "' + expression + '"}}\n</tool_call>'
 
 
 SLOW_AGENT_S = 0.0

@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         f"cookbook TextArena / our tic_tac_toe, time per move (step time / generation calls): {ratio:.2f}x "
         f"(target <= 2x); valve flushes {valves} (target 0): {'met' if met else 'NOT met'}. "
         "('quiet': calls sent because the loop was quiet; 'ended': players ended when their sibling stopped early; "
-        f"the cookbook's prompts are {results['cookbook']['tokens_per_move'] / results['ours']['tokens_per_move']:.1f}x "
+        "the cookbook's prompts are "
+        f"{results['cookbook']['tokens_per_move'] / results['ours']['tokens_per_move']:.1f}x "
         "as long per move)"
     )
     if args.check and not met:

@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> dict:
             out[label] = r
         print(
             f"headline: one OpenEnv step costs {p50:.2f} ms (median) on this machine; {args.groups * args.group_size} "
-            f"concurrent 2-turn episodes (session opened, reset, 2 steps, closed) take {out['unlimited']['env_s']:.2f} s "
+            "concurrent 2-turn episodes (session opened, reset, 2 steps, closed) take "
+            f"{out['unlimited']['env_s']:.2f} s "
             "of env time in all"
         )
         return out

@@ -372,7 +372,8 @@ def main(argv=None) -> dict:
             f"{_common.spread([r['tokens_per_s'] for r in side.runs], '{:.1f}')}"
         )
     print(
-        f"tokens/s ratio trl_envs/TRL (whole _generate_and_score_completions): {ratio:.2f}   (target >= {args.min_ratio:.2f})"
+        f"tokens/s ratio trl_envs/TRL (whole _generate_and_score_completions): {ratio:.2f}   "
+        f"(target >= {args.min_ratio:.2f})"
     )
     if not args.no_matched:
         matched_ratio = sides[2].median("tokens_per_s") / trl_side.median("tokens_per_s")

@@ -307,7 +307,7 @@ def run_sides(model_path: str, args, max_tokens: int, handicap: dict[str, float]
                     raise RuntimeError(
                         f"vs_trl_grpo: the {', '.join(dead)} process died without a result "
                         f"(exit codes {[p.exitcode for p in procs]})"
-                    )
+                    ) from None
                 continue
             if error is not None:
                 raise RuntimeError(f"vs_trl_grpo: the {side} side failed:\n{error}")

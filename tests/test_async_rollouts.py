@@ -280,7 +280,7 @@ def test_env_error_in_the_pipeline_reaches_the_trainer(tmp_path, tiny_model_path
     assert counts.cleaned == counts.made
 
 
-# -- what is refused, and the sampler copy ------------------------------------------------------------------------------
+# -- what is refused, and the sampler copy -----------------------------------------------------------------------------
 
 
 def test_bad_settings_are_refused_naming_the_option(tmp_path):

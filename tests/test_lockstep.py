@@ -56,7 +56,7 @@ class _FakeColocateGeneration:
         self.seen.append({"max": self.max_completion_length, "kwargs": dict(self.generation_kwargs)})
         stops = set(self.generation_kwargs.get("stop_token_ids", []))
         completions = []
-        for p in prompts:
+        for _ in prompts:
             tokens = []
             for t in range(100, 100 + self.max_completion_length):
                 tokens.append(t)

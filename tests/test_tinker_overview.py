@@ -202,7 +202,7 @@ def test_check_answer_out_of_range_is_a_clear_error(renderer, bad):
 def test_env_group_builder_snippet(renderer):
     MyEnv = snippet_env_with_question(renderer)
     # ---- snippet "EnvGroupBuilder" (ADAPTED IMPORT: trl_envs instead of tinker_cookbook.rl.types) ----
-    from trl_envs import EnvGroupBuilder
+    from trl_envs import Env, EnvGroupBuilder
 
     class MyGroupBuilder(EnvGroupBuilder):
         async def make_envs(self) -> list[Env]:

@@ -28,7 +28,7 @@ TOOLS = {"calculator": CALCULATOR}
 
 
 def call(expression: str) -> str:
-    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % expression
+    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "' + expression + '"}}\n</tool_call>'
 
 
 def test_tool_calls_parse_robustly():

@@ -66,7 +66,8 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 def stage_of(module: str) -> int:
     """The index in :data:`STAGES` of ``module`` (a dotted name inside ``trl_envs``): the stage of the longest prefix
-    that names it or a package above it (the entry ``"trl_envs"`` names the package's ``__init__`` only). Raises ``KeyError`` for a module no stage names."""
+    that names it or a package above it (the entry ``"trl_envs"`` names the package's ``__init__`` only). Raises
+    ``KeyError`` for a module no stage names."""
     best, best_len = -1, -1
     for index, (_, prefixes) in enumerate(STAGES):
         for prefix in prefixes:

@@ -21,7 +21,8 @@ ChatML chat template (``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per messag
 The build is cached: a finished directory holds a ``BUILD_COMPLETE`` marker (JSON: seed, build time, warm-start
 evaluation), written last, and later calls return it at once. Several processes may call :func:`build_tiny_model`
 at the same time (e.g. every rank of ``accelerate launch``): one builds, under an exclusive lock on a file next to the
-directory (``filelock``, on every platform), into a temporary sibling that is renamed into place; the others wait on the lock and reuse it.
+directory (``filelock``, on every platform), into a temporary sibling that is renamed into place; the others wait on the
+lock and reuse it.
 
 The warm start runs in a child Python process with a clean environment, so it never joins (or hangs) the caller's
 ``torch.distributed`` job, never touches the caller's ``accelerate`` state, and always runs on the CPU.

@@ -63,7 +63,8 @@ class OpenEnvDataset(RLDataset):
 
 @dataclass
 class OpenEnvDatasetBuilder(RLDatasetBuilder):
-    """An OpenEnv server (URL, Docker image or Hugging Face Space): its episodes, observation -> user message, reply -> action.
+    """An OpenEnv server (URL, Docker image or Hugging Face Space): its episodes, observation -> user message,
+    reply -> action.
 
     Give exactly one of ``url`` (a running server), ``image`` (a Docker image, started with OpenEnv's
     ``LocalDockerProvider``) or ``space`` (a Hugging Face Space id, its image run the same way); a started container

@@ -1,4 +1,5 @@
-"""Environments as Hugging Face datasets: a ``datasets.Dataset`` of row specs is an :class:`~trl_envs.core.types.RLDataset`.
+"""Environments as Hugging Face datasets: a ``datasets.Dataset`` of row specs is an
+:class:`~trl_envs.core.types.RLDataset`.
 
 * :class:`EnvRowDataset` — the ``RLDataset`` over rows such as ``{"env": "arithmetic", "a": 2, "b": 3}``: each row is
   one env group (built by its env kind's ``from_row``, see :mod:`trl_envs.registry.names`), ``groups_per_batch`` rows a
@@ -189,8 +190,8 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
 
 
 def data_file_builder(files: Sequence[str], what: str) -> str:
-    """The ``datasets`` builder (``"json"``, ``"parquet"``, ...) for data files of one kind (:data:`DATA_FILE_BUILDERS`);
-    ``ValueError`` naming ``what`` (an option, a dataset) for unknown or mixed kinds."""
+    """The ``datasets`` builder (``"json"``, ``"parquet"``, ...) for data files of one kind
+    (:data:`DATA_FILE_BUILDERS`); ``ValueError`` naming ``what`` (an option, a dataset) for unknown or mixed kinds."""
     kinds = {DATA_FILE_BUILDERS.get(os.path.splitext(f)[1].lower()) for f in files}
     if None in kinds or len(kinds) != 1:
         raise ValueError(f"{what}: give files of one kind among {sorted(DATA_FILE_BUILDERS)}, got {list(files)}")

@@ -1,9 +1,9 @@
 """Env row specs: one JSON-serializable row (``{"env": "arithmetic", "a": 2, "b": 3}``) -> the
 :class:`~trl_envs.core.types.EnvGroupBuilder` of one group, and the checks that name the row and field at fault.
 
-The row's fields are its env kind's ``from_row`` keyword parameters (:attr:`~trl_envs.registry.names.EnvKind.row_fields`):
-those without a default are required, annotations (``int``, ``float``, ``str``, ``bool``, ``list``, ``dict``) are
-checked. Row format, errors and design: docs/envs_as_datasets.md.
+The row's fields are its env kind's ``from_row`` keyword parameters
+(:attr:`~trl_envs.registry.names.EnvKind.row_fields`): those without a default are required, annotations (``int``,
+``float``, ``str``, ``bool``, ``list``, ``dict``) are checked. Row format, errors and design: docs/envs_as_datasets.md.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ of ``cpu_count + 4`` workers can fill up with such threads until nothing else (t
 
 :func:`use_abandonable_threads` makes the running loop's default executor :class:`AbandonableThreadPool`:
 
-* a call submitted from env code (an env or builder method on the submitting stack) is never waited for at shutdown: if its env was cancelled it finishes in the background, on a daemon thread that does not
-  keep the interpreter alive either;
+* a call submitted from env code (an env or builder method on the submitting stack) is never waited for at shutdown: if
+  its env was cancelled it finishes in the background, on a daemon thread that does not keep the interpreter alive
+  either;
 * every other call (the sampler's, a user's own ``to_thread`` outside env code) is waited for, as before;
 * a new worker starts whenever none is idle, so stuck threads never starve the others; idle workers exit after
   ``idle_exit_s``.

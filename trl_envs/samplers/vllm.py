@@ -8,11 +8,11 @@ In server mode ``generate`` is a collective: every rank's prompts are gathered t
 server with ITS sampling settings, and each rank keeps the slice ``process_index * len(prompts)`` of the answers.
 So, per call, (1) every rank must call (the trainer wraps this sampler in
 :class:`~trl_envs.samplers.lockstep.LockstepSampler`), (2) every rank must send equally many prompts
-(``LockstepSampler``'s ``equal_batch_sizes``), and (3) rank 0's settings must cover every rank's requests: this sampler agrees across ranks
-on the largest token budget and the union of stop tokens / strings before calling (otherwise a finished rank's
-one-token dummy call would cut every other rank's completions to one token). Colocated vLLM with tensor parallelism
-(``vllm_tensor_parallel_size > 1``) gathers the prompts of its TP group and runs one generation for them: the same
-three rules apply there.
+(``LockstepSampler``'s ``equal_batch_sizes``), and (3) rank 0's settings must cover every rank's requests: this sampler
+agrees across ranks on the largest token budget and the union of stop tokens / strings before calling (otherwise a
+finished rank's one-token dummy call would cut every other rank's completions to one token). Colocated vLLM with tensor
+parallelism (``vllm_tensor_parallel_size > 1``) gathers the prompts of its TP group and runs one generation for them:
+the same three rules apply there.
 """
 
 from __future__ import annotations
