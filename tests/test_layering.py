@@ -142,3 +142,19 @@ def test_the_checks_catch_a_circle_and_an_upward_import():
     assert "trl_envs.core.types (core) -> trl_envs.samplers.base (samplers)" in upward_imports(probed)
     circle = find_circle(probed)
     assert circle is not None and {"trl_envs.core.types", "trl_envs.samplers.base"} <= set(circle)
+
+
+def test_importing_the_package_imports_no_optional_package_and_no_adapter():
+    """``import trl_envs`` loads neither an optional extra's package nor an ecosystem adapter (the registry finds those
+    by name when asked)."""
+    import subprocess
+    import sys
+
+    optional = ["gymnasium", "tinker", "tinker_cookbook", "openenv", "reasoning_gym", "textarena", "pettingzoo"]
+    optional += ["fastapi", "uvicorn", "openai", "deepspeed", "vllm", "trackio", "wandb", "trl"]
+    adapters = ["trl_envs.tinker", "trl_envs.reasoning_gym", "trl_envs.textarena", "trl_envs.pettingzoo"]
+    code = "import sys, trl_envs; print(' '.join(sorted(sys.modules)))"
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert not [m for m in optional + adapters if m in loaded]
