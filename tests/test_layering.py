@@ -91,12 +91,19 @@ def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Every import of a module of a later stage, as ``"a (stage) -> b (stage)"``."""
+    """Every import of a module of a later stage, as ``"a (stage) -> b (stage)"``. Importing ``a.b.c`` first runs the
+    ``__init__`` of ``a.b``, so what a package's ``__init__`` imports counts as imported by each of its modules (the
+    package root ``trl_envs``, the public API that imports every stage, excepted)."""
     out = []
-    for module, imported in sorted(graph.items()):
-        for other in sorted(imported):
+    for module in sorted(graph):
+        imported = {(other, module) for other in graph[module]}
+        parent = module.rpartition(".")[0]
+        while parent.count("."):  # trl_envs.x.y's packages below the root
+            imported |= {(other, f"{parent} (its package)") for other in graph.get(parent, ()) if other != module}
+            parent = parent.rpartition(".")[0]
+        for other, via in sorted(imported):
             if stage_of(other) > stage_of(module):
-                out.append(f"{module} ({STAGES[stage_of(module)][0]}) -> {other} ({STAGES[stage_of(other)][0]})")
+                out.append(f"{via} ({STAGES[stage_of(module)][0]}) -> {other} ({STAGES[stage_of(other)][0]})")
     return out
 
 
@@ -137,9 +144,11 @@ def test_the_checks_catch_a_circle_and_an_upward_import():
         "trl_envs.core.types": (PACKAGE / "core" / "types.py").read_text()
         + "\n\ndef _probe():\n    from ..samplers.base import Sampler\n",
         "trl_envs.samplers.base": (PACKAGE / "samplers" / "base.py").read_text() + "\nimport trl_envs.core.types\n",
+        "trl_envs.cli": "from ..registry import names\n",  # runs before trl_envs.cli.errors (core) loads
     }
     probed = import_graph(PACKAGE, sources)
     assert "trl_envs.core.types (core) -> trl_envs.samplers.base (samplers)" in upward_imports(probed)
+    assert "trl_envs.cli (its package) (core) -> trl_envs.registry.names (registry)" in upward_imports(probed)
     circle = find_circle(probed)
     assert circle is not None and {"trl_envs.core.types", "trl_envs.samplers.base"} <= set(circle)
 
