@@ -43,7 +43,7 @@ from trl_envs.agents import AgentDataset  # noqa: E402
 from trl_envs.core.tools import CALCULATOR  # noqa: E402
 from trl_envs.envs.calculator_agent import make_tasks  # noqa: E402
 from trl_envs.registry.names import make_env_dataset  # noqa: E402
-from trl_envs.rollout.engine import run_sync  # noqa: E402
+from trl_envs.rollout.event_loop import run_sync  # noqa: E402
 from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def calculator_policy(prompt: str) -> str:
     if turn.startswith("tool"):
         return turn.split("\n", 1)[1]
     expression = turn.split("\n", 1)[1].removeprefix("What is ").rstrip("?")
-    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % expression
+    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "' + expression + '"}}\n</tool_call>'
 
 
 SLOW_AGENT_S = 0.0

@@ -22,8 +22,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer, RolloutBudget, make_env_dataset
-from trl_envs.rollout.engine import run_sync
 from trl_envs.rollout.evaluation import evaluate
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.tiny_model import build_tiny_model
 
 MAX_TURNS = 6

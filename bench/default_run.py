@@ -35,7 +35,8 @@ def readme_summary(result: dict) -> str:
     )
     return (
         f"{result['wall_seconds']:.0f} s wall clock on {machine}, the demo model "
-        f"already built (its build: {result['demo_model_build_seconds']:.0f} s), {result['train_runtime_seconds']:.0f} s "
+        f"already built (its build: {result['demo_model_build_seconds']:.0f} s), "
+        f"{result['train_runtime_seconds']:.0f} s "
         f"of it training; held-out pass@1 {before['pass@1']:.3f} → {after['pass@1']:.3f}, pass@8 "
         f"{before['pass@8']:.3f} → {after['pass@8']:.3f}"
     )

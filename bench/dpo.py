@@ -38,8 +38,9 @@ from trl_envs import (  # noqa: E402
     Renderer,
     make_env_dataset,  # noqa: E402
 )
-from trl_envs.rollout.engine import RolloutBudget, run_sync  # noqa: E402
+from trl_envs.rollout.engine import RolloutBudget  # noqa: E402
 from trl_envs.rollout.evaluation import evaluate  # noqa: E402
+from trl_envs.rollout.event_loop import run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 COMMON = dict(

@@ -42,8 +42,9 @@ from transformers import AutoTokenizer, PrinterCallback  # noqa: E402
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, HFSampler, Renderer  # noqa: E402
 from trl_envs.registry import parse_env_kwargs  # noqa: E402
 from trl_envs.registry.names import make_env_dataset  # noqa: E402
-from trl_envs.rollout.engine import RolloutBudget, run_sync  # noqa: E402
+from trl_envs.rollout.engine import RolloutBudget  # noqa: E402
 from trl_envs.rollout.evaluation import evaluate  # noqa: E402
+from trl_envs.rollout.event_loop import run_sync  # noqa: E402
 from trl_envs.tiny_model import DEMO_MODEL_NAME, build_tiny_model  # noqa: E402
 from trl_envs.training_data.preference_data import HELD_OUT_FRACTION  # noqa: E402
 

@@ -41,7 +41,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer  # noqa: E402
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, question, read_answer  # noqa: E402
-from trl_envs.rollout.engine import run_sync  # noqa: E402
+from trl_envs.rollout.event_loop import run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 TARGET = 0.03
@@ -195,7 +195,8 @@ def run(side: str, model_path, tokenizer, seed, args) -> tuple[dict[str, float],
     print(
         f"{side:5s} seed {seed}: "
         + "  ".join(f"{k} {v:.3f}" for k, v in figures.items())
-        + f"  (first-10-step reward {statistics.fmean(rewards[:10]):.3f}, last-50 {statistics.fmean(rewards[-50:]):.3f},"
+        + f"  (first-10-step reward {statistics.fmean(rewards[:10]):.3f}, "
+        f"last-50 {statistics.fmean(rewards[-50:]):.3f},"
         f" clipped {statistics.fmean(clipped):.3f}; {len(rewards)} steps in {seconds:.0f} s,"
         f" {seconds / max(len(rewards), 1):.2f} s/step)",
         flush=True,
@@ -237,7 +238,8 @@ def main() -> int:
         f"model {model_path}; seeds {args.seeds}; {args.steps} steps of {args.groups_per_step} groups x "
         f"{args.group_size}; lr {args.lr}; max_completion_length {args.max_tokens}; operands 0..{args.max_operand} "
         f"(held-out: all {(args.max_operand + 1) ** 2} sums, greedy once and {args.samples} samples each at T=1); "
-        f"GRPOTrainer's problems: {'the same sequence' if not args.plain_sequence_offset else f'seed + {args.plain_sequence_offset} sequence'}",
+        "GRPOTrainer's problems: "
+        + ("the same sequence" if not args.plain_sequence_offset else f"seed + {args.plain_sequence_offset} sequence"),
         flush=True,
     )
     results = {"plain": [], "env": []}

@@ -91,14 +91,15 @@ def main(argv=None) -> dict:
             for g in range(args.groups)
         ]
         builders = _common.slow_env_steps(builders, args.slow_env_ms / 1000)
-        result, rollout_s = _common.timed(lambda: run_rollout_batch(builders, sampler, budget))
+        result, rollout_s = _common.timed(lambda builders=builders: run_rollout_batch(builders, sampler, budget))
         trajectories = [t for g in result.groups for t in g.trajectories]
-        _, rows_s = _common.timed(lambda: [trajectory_to_data(t) for t in trajectories])
+        _, rows_s = _common.timed(lambda trajectories=trajectories: [trajectory_to_data(t) for t in trajectories])
         turns = [len(t.transitions) for t in trajectories]
         context = max(len(t.transitions[-1].ob) for t in trajectories)
         share = (rollout_s - result.sampler_seconds + rows_s) / (rollout_s + rows_s)
         print(
-            f"  {'warmup' if i < args.warmup else 'run'} {i}: rollout {rollout_s:.2f}s, sampler {result.sampler_seconds:.2f}s "
+            f"  {'warmup' if i < args.warmup else 'run'} {i}: rollout {rollout_s:.2f}s, "
+            f"sampler {result.sampler_seconds:.2f}s "
             f"({result.num_sampler_calls} calls), rows {1000 * rows_s:.1f} ms, turns {min(turns)}..{max(turns)}, "
             f"longest last context {context} tokens, outside-model share {100 * share:.2f}%"
         )

@@ -33,7 +33,7 @@ from transformers import AutoTokenizer
 
 from trl_envs import Renderer, RolloutBudget, run_rollout_batch
 from trl_envs.openenv import OpenEnvDatasetBuilder, OpenEnvSession
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
 from trl_envs.tiny_model import build_tiny_model
 
@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> dict:
             out[label] = r
         print(
             f"headline: one OpenEnv step costs {p50:.2f} ms (median) on this machine; {args.groups * args.group_size} "
-            f"concurrent 2-turn episodes (session opened, reset, 2 steps, closed) take {out['unlimited']['env_s']:.2f} s "
+            "concurrent 2-turn episodes (session opened, reset, 2 steps, closed) take "
+            f"{out['unlimited']['env_s']:.2f} s "
             "of env time in all"
         )
         return out

@@ -5,9 +5,10 @@
 For each recipe: the parameter count from the model's published architecture (:data:`ARCHITECTURES`), the memory of
 weights + gradients + AdamW states (full fine-tuning: fp32 weights and states, 16 bytes per parameter; LoRA: the frozen
 bf16 base, 2 bytes per parameter, plus the adapter at 16 bytes per parameter), plus the largest activation, the fp32
-logits of one micro-batch (``per_device_train_batch_size`` rows x tokens x vocabulary x 4 bytes); and the time of ``max_steps`` steps from two
-assumptions stated in :data:`ASSUMPTIONS` (decoding speed of ``generate`` and the GPU's useful bf16 throughput for the
-training passes). Nothing here is measured: no machine here has the weights or a GPU to run them.
+logits of one micro-batch (``per_device_train_batch_size`` rows x tokens x vocabulary x 4 bytes); and the time of
+``max_steps`` steps from two assumptions stated in :data:`ASSUMPTIONS` (decoding speed of ``generate`` and the GPU's
+useful bf16 throughput for the training passes). Nothing here is measured: no machine here has the weights or a GPU to
+run them.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def main(argv=None) -> dict:
     for i in range(args.warmup + args.repeats):
         gen_timer.seconds, sampler.rss, sampler.seconds = 0.0, [], 0.0
         builders = _common.slow_env_steps(dataset.get_batch(i), args.slow_env_ms / 1000)
-        result, outer_wall = _common.timed(lambda: run_rollout_batch(builders, sampler, budget))
+        result, outer_wall = _common.timed(lambda builders=builders: run_rollout_batch(builders, sampler, budget))
         trajectories = [t for g in result.groups if g is not None for t in g.trajectories]
         max_turns = max(len(t.transitions) for t in trajectories)
         turns = [len(t.transitions) for t in trajectories]
@@ -156,7 +156,8 @@ def main(argv=None) -> dict:
             f"  {kind} {i}: wall {result.wall_seconds:.2f}s, sampler {result.sampler_seconds:.2f}s "
             f"(generate {gen_timer.seconds:.2f}s), sampler calls {result.num_sampler_calls}, batch sizes "
             f"{result.sampler_batch_sizes}, turns max {max_turns} mean {sum(turns) / len(turns):.2f}, "
-            f"sampled tokens {tokens}, errors {result.error_counts or 'none'}; whole call {outer_wall:.2f}s; RSS per turn "
+            f"sampled tokens {tokens}, errors {result.error_counts or 'none'}; whole call {outer_wall:.2f}s; "
+            "RSS per turn "
             f"(MB) {', '.join(f'{b / 2**20:.0f}' for b in rss)} (reading it took {sampler.seconds:.3f}s, counted as "
             "sampler time)"
         )
@@ -189,7 +190,8 @@ def main(argv=None) -> dict:
     print(f"episodes that played all {args.max_turns} turns: {100 * med('full_turns'):.0f}%")
     growth = max(r["growth_per_turn"] for r in runs)
     print(
-        f"resident memory growth per turn: {growth / 2**20:.2f} MB   (worst run; target < {logits_per_turn / 4 / 2**20:.1f} "
+        f"resident memory growth per turn: {growth / 2**20:.2f} MB   "
+        f"(worst run; target < {logits_per_turn / 4 / 2**20:.1f} "
         f"MB = a quarter of one turn's logits, {logits_per_turn / 2**20:.1f} MB) "
         f"{_common.spread([r['growth_per_turn'] / 2**20 for r in runs], '{:.2f}')}"
     )

@@ -172,7 +172,8 @@ def main(argv=None) -> None:
             r = runs[n]
             print(
                 f"  {kind} {rep}: {n} process{'es' if n > 1 else ''} ({r['distributed_type']}): "
-                f"{r['episodes_per_s']:.2f} episodes/s, median step {r['step_s']:.2f}s, launch wall {r['wall_s']:.1f}s, "
+                f"{r['episodes_per_s']:.2f} episodes/s, median step {r['step_s']:.2f}s, "
+                f"launch wall {r['wall_s']:.1f}s, "
                 f"step times {[round(s, 2) for s in r['steps']]}; CPU {r['cpu_ms_per_episode']:.1f} ms/episode "
                 f"(all processes), {r['episodes_per_cpu_bound_s']:.1f} episodes per busiest-process CPU second",
                 flush=True,

@@ -56,7 +56,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer  # noqa: E402
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, question, read_answer  # noqa: E402
-from trl_envs.rollout.engine import run_sync  # noqa: E402
+from trl_envs.rollout.event_loop import run_sync  # noqa: E402
 from trl_envs.tiny_model import build_tiny_model  # noqa: E402
 
 TARGETS = {"tiny": 1.10, "wide": 1.02}
@@ -307,7 +307,7 @@ def run_sides(model_path: str, args, max_tokens: int, handicap: dict[str, float]
                     raise RuntimeError(
                         f"vs_trl_grpo: the {', '.join(dead)} process died without a result "
                         f"(exit codes {[p.exitcode for p in procs]})"
-                    )
+                    ) from None
                 continue
             if error is not None:
                 raise RuntimeError(f"vs_trl_grpo: the {side} side failed:\n{error}")

@@ -48,8 +48,8 @@ from trl_envs import (
     make_env_dataset,
     run_rollout_batch,
 )
-from trl_envs.rollout.engine import run_sync
 from trl_envs.rollout.evaluation import evaluate
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.tiny_model import build_tiny_model
 
 

@@ -165,8 +165,8 @@ def _uneven_dataset(
 def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = True) -> None:
     """Record, per generation round, what this rank rolled out and trained on (see the module docstring)."""
     import trl_envs.trainers.base as trainer_base
-    from trl_envs.rollout.lockstep import LockstepSampler
     from trl_envs.rollout.metrics import rollout_metrics
+    from trl_envs.samplers.lockstep import LockstepSampler
 
     made: list[LockstepSampler] = []
 

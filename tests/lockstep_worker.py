@@ -41,8 +41,8 @@ class CollectiveSampler:
 
 def check_uneven_calls(rank: int) -> dict:
     """Rank 0 needs 1 generation round, rank 1 needs 4: both must make 4 calls (rank 0: 3 of them dummies)."""
-    from trl_envs.rollout.lockstep import LockstepSampler
     from trl_envs.samplers.base import SampleRequest
+    from trl_envs.samplers.lockstep import LockstepSampler
 
     inner = CollectiveSampler()
     lock = LockstepSampler(inner, [0])
@@ -55,8 +55,8 @@ def check_uneven_calls(rank: int) -> dict:
 
 def check_equal_batch_sizes(rank: int) -> dict:
     """Rank 0 sends 1 request, rank 1 sends 3: with equal_batch_sizes every call carries 3 on both ranks."""
-    from trl_envs.rollout.lockstep import LockstepSampler
     from trl_envs.samplers.base import SampleRequest
+    from trl_envs.samplers.lockstep import LockstepSampler
 
     inner = CollectiveSampler()
     lock = LockstepSampler(inner, [0], equal_batch_sizes=True)
@@ -106,8 +106,8 @@ def check_vllm_server_mode(rank: int, world_size: int) -> dict:
     from accelerate import PartialState
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from trl_envs.rollout.lockstep import LockstepSampler
     from trl_envs.samplers.base import SampleRequest
+    from trl_envs.samplers.lockstep import LockstepSampler
     from trl_envs.samplers.vllm import VLLMSampler
 
     state = PartialState()
@@ -118,7 +118,7 @@ def check_vllm_server_mode(rank: int, world_size: int) -> dict:
     client = FakeVLLMClient()
     gen.vllm_client = client if rank == 0 else None
     tokenizer = types.SimpleNamespace(eos_token_id=EOS, decode=lambda ids, **kw: "")
-    sampler = VLLMSampler(types.SimpleNamespace(vllm_generation=gen, _tokenizer=tokenizer))
+    sampler = VLLMSampler(gen, tokenizer)
     lock = LockstepSampler(sampler, [0], equal_batch_sizes=True)
     observed = []
     if rank == 0:

@@ -44,7 +44,8 @@ def launch_env() -> dict[str, str]:
 
 
 def run_with_timeout(cmd: list[str], timeout_s: float, log_path: Path) -> str:
-    """Run ``cmd``; on timeout kill the launcher and its workers and fail; on a non-zero exit fail. Returns the output."""
+    """Run ``cmd``; on timeout kill the launcher and its workers and fail; on a non-zero exit fail. Returns the
+    output."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             cmd, cwd=REPO, env=launch_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True

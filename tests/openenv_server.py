@@ -4,8 +4,9 @@
 
 Binds 127.0.0.1 on a port the OS picks and prints ``PORT <n>`` once it accepts connections. The env: reset with a
 seed asks ``Say <seed % 10>.``; each step rewards 1.0 when the reply contains that digit, 0.0 otherwise, and the
-episode ends after two steps. A reply containing ``REJECT`` makes ``step`` raise (the env rejects the action); one containing ``SLOW`` takes a second.
-``GET /test/sessions`` reports the env instances alive (sessions open) and made so far.
+episode ends after two steps. A reply containing ``REJECT`` makes ``step`` raise (the env rejects the action); one
+containing ``SLOW`` takes a second. ``GET /test/sessions`` reports the env instances alive (sessions open) and made so
+far.
 """
 
 from __future__ import annotations

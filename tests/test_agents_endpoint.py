@@ -34,7 +34,7 @@ def calculator_policy(prompt: str) -> str:
     if turn.startswith("tool"):
         return "The answer is " + turn.split("\n", 1)[1]
     expression = turn.split("\n", 1)[1].rstrip("?")
-    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % expression
+    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "' + expression + '"}}\n</tool_call>'
 
 
 async def calculator_agent(base_url, api_key, task):

@@ -130,7 +130,7 @@ def test_eval_numbers_equal_a_direct_computation_on_the_same_seeds(tmp_path, tin
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     from trl_envs import HFSampler, Renderer, RolloutBudget, make_env_dataset, run_rollout_batch
-    from trl_envs.rollout.engine import run_sync
+    from trl_envs.rollout.event_loop import run_sync
 
     out = tmp_path / "eval.json"
     args = [
@@ -215,7 +215,7 @@ def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
     from transformers import AutoTokenizer
 
     from trl_envs import HFSampler, Renderer, evaluate, make_env_dataset
-    from trl_envs.rollout.engine import run_sync
+    from trl_envs.rollout.event_loop import run_sync
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     _, test = run_sync(make_env_dataset("arithmetic", Renderer(tokenizer)))

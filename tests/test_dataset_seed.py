@@ -7,7 +7,7 @@ import pytest
 
 from trl_envs.core.types import RLDatasetBuilder
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.trainers.dataset_seed import seed_dataset_builder
 
 

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from trl_envs import RolloutBudget, run_rollout_batch
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
 
 pytestmark = pytest.mark.timeout(300)
@@ -133,7 +133,7 @@ def test_test_split_plays_a_random_opponent(name, renderer):
     """Every env is its own game against the random opponent; env g of a group plays seat g % 2."""
     needs(name)
     result = rollout(name, renderer, player(name, seed=1), split=1)
-    for g, group in enumerate(result.groups):
+    for group in result.groups:
         assert len(group.trajectories) == 4 and all(r in (-1.0, 0.0, 1.0) for r in group.group_rewards)
         first_prompt = renderer.tokenizer.decode(group.trajectories[1].transitions[0].ob)
         opponent_moved = "[Player 0]" in first_prompt if name == TEXTARENA else "player_1 played" in first_prompt

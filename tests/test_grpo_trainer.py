@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, ListRLDataset, make_env_dataset
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from trl_envs import TokensWithLogprobs, run_rollout_batch
-from trl_envs.core.judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards
+from trl_envs.core.judge import PairwiseJudgeGroupBuilder, pairwise_rewards
 from trl_envs.envs.judged_arithmetic import CloserToJudge, QuestionGroupBuilder
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
+from trl_envs.rollout.model_judge import ModelJudge
 from trl_envs.samplers.text_policy import TextPolicySampler
 
 pytestmark = pytest.mark.timeout(300)

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_lockstep_is_a_pass_through_without_a_process_group():
     from trl_envs.core.types import TokensWithLogprobs
-    from trl_envs.rollout.lockstep import LockstepSampler
     from trl_envs.samplers.base import SampleRequest
+    from trl_envs.samplers.lockstep import LockstepSampler
 
     class Echo:
         def __init__(self):
@@ -56,7 +56,7 @@ class _FakeColocateGeneration:
         self.seen.append({"max": self.max_completion_length, "kwargs": dict(self.generation_kwargs)})
         stops = set(self.generation_kwargs.get("stop_token_ids", []))
         completions = []
-        for p in prompts:
+        for _ in prompts:
             tokens = []
             for t in range(100, 100 + self.max_completion_length):
                 tokens.append(t)
@@ -72,7 +72,7 @@ def _vllm_sampler(gen):
     from trl_envs.samplers.vllm import VLLMSampler
 
     tokenizer = types.SimpleNamespace(eos_token_id=7, decode=lambda ids, **kw: "")
-    return VLLMSampler(types.SimpleNamespace(vllm_generation=gen, _tokenizer=tokenizer))
+    return VLLMSampler(gen, tokenizer)
 
 
 def test_vllm_colocate_cuts_each_request_at_its_own_stop_and_budget():

@@ -28,7 +28,7 @@ from trl_envs import (
     make_env_dataset,
     run_rollout_batch,
 )
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -30,7 +30,8 @@ from trl_envs.openenv import (  # noqa: E402
     io_loop,
 )
 from trl_envs.registry import EnvRowError, make_env_dataset, make_env_group_builder  # noqa: E402
-from trl_envs.rollout.engine import FailFast, RetryOnFailure, RolloutBudget, run_rollout_batch, run_sync  # noqa: E402
+from trl_envs.rollout.engine import FailFast, RetryOnFailure, RolloutBudget, run_rollout_batch  # noqa: E402
+from trl_envs.rollout.event_loop import run_sync  # noqa: E402
 from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
@@ -412,7 +413,8 @@ import sys, time
 from transformers import AutoTokenizer
 from trl_envs import Renderer
 from trl_envs.openenv import OpenEnvDatasetBuilder
-from trl_envs.rollout.engine import RolloutBudget, run_rollout_batch, run_sync
+from trl_envs.rollout.engine import RolloutBudget, run_rollout_batch
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
 
 renderer = Renderer(AutoTokenizer.from_pretrained(sys.argv[2]))

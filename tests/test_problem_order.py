@@ -10,7 +10,7 @@ import pytest
 
 from trl_envs import make_env_dataset
 from trl_envs.core.types import TEST_SEED_OFFSET
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 
 REPO = Path(__file__).resolve().parents[1]
 

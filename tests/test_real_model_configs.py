@@ -5,8 +5,8 @@ from the model's published architecture (``bench/recipe_estimates.py``: widths, 
 kept) with **one decoder layer instead of 24 / 28**, and the tiny model's ChatML tokenizer. To take seconds on a CPU
 the test also overrides, on the command line as a user would: ``max_steps=1``, one small group
 (``num_generations=2``, 2 rows, no accumulation), 4 tokens per turn and at most 2 turns, fp32 on the CPU
-(``use_cpu``, no bf16, ``dtype float32``), no gradient checkpointing, no card evaluation, no checkpoints. Everything else (learning rate,
-scheduler, LoRA, env options, reward scaling, ...) is the recipe's own.
+(``use_cpu``, no bf16, ``dtype float32``), no gradient checkpointing, no card evaluation, no checkpoints. Everything
+else (learning rate, scheduler, LoRA, env options, reward scaling, ...) is the recipe's own.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("reasoning_gym")
 
 from trl_envs.registry import EnvRowError, UnknownEnvError, get_env, list_envs, make_env_dataset, make_env_group_builder
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 TASK = "reasoning_gym/basic_arithmetic"

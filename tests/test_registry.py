@@ -30,7 +30,7 @@ from trl_envs.registry import (
 )
 from trl_envs.registry import names as registry
 from trl_envs.registry.env_datasets import EnvRowDataset, export_env_dataset, load_env_dataset, rows_to_dataset
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -445,3 +445,28 @@ def test_env_kwargs_from_a_command_line_or_a_yaml_mapping():
         parse_env_kwargs("{max_operand: 3}")
     with pytest.raises(ValueError, match=r"--env_kwargs: expected a JSON object"):
         parse_env_kwargs("[3]")
+
+
+def test_imported_objects_reach_their_library_adapter_by_name(monkeypatch):
+    """An object imported from ``module:attr`` whose class comes from a library listed in IMPORTED_OBJECT_ADAPTERS is
+    handed to that adapter module (imported by name, only then); ``None`` from the adapter means an ordinary factory."""
+    import types
+
+    from trl_envs.registry import EnvKind, names
+
+    seen = []
+
+    def imported_env_kind(ref, obj):
+        seen.append((ref, obj))
+        if obj.__name__ == "JSONDecoder":
+            return EnvKind(ref, "adapted", dataset_builder=lambda renderer=None: None, source="import (fake)")
+        return None
+
+    adapter = types.ModuleType("fake_json_adapter")
+    adapter.imported_env_kind = imported_env_kind
+    monkeypatch.setitem(sys.modules, "fake_json_adapter", adapter)
+    monkeypatch.setitem(names.IMPORTED_OBJECT_ADAPTERS, "json", "fake_json_adapter")
+
+    assert get_env("json.decoder:JSONDecoder").source == "import (fake)"
+    assert get_env("json.encoder:JSONEncoder").source == "import"  # the adapter declined it
+    assert seen == [("json.decoder:JSONDecoder", json.JSONDecoder), ("json.encoder:JSONEncoder", json.JSONEncoder)]

@@ -334,3 +334,13 @@ def test_push_to_hub_checks_the_hub_before_training(tmp_path, monkeypatch):
 def test_long_values_are_shortened_in_messages():
     text = shorten("x" * 1_000_000)
     assert len(text) < 300 and "1,000,002 characters" in text
+
+
+def test_an_unknown_env_is_one_line_but_a_bare_key_error_keeps_its_traceback(capsys):
+    from trl_envs.cli.errors import run_command
+    from trl_envs.registry import get_env
+
+    assert run_command("prog", lambda: get_env("no_such_env")) == 2
+    assert "prog: error: unknown env 'no_such_env'" in capsys.readouterr().err
+    with pytest.raises(KeyError):  # a bug, not an input mistake: re-raised with its traceback
+        run_command("prog", lambda: {}["missing"])

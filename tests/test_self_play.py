@@ -30,7 +30,7 @@ from trl_envs.envs.tic_tac_toe import (
 )
 from trl_envs.envs.tic_tac_toe.rules import EMPTY_BOARD, parse_move, place, show, winner
 from trl_envs.rollout.batching import BatchingPolicy, parked
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
 
 pytestmark = pytest.mark.timeout(300)

@@ -24,7 +24,7 @@ from trl_envs import (
 )
 from trl_envs.envs.tic_tac_toe import TicTacToeSelfPlayGroupBuilder
 from trl_envs.rollout.coupling import GroupStalledError
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.rollout.loop_idle import loop_activity
 from trl_envs.rollout.worker_threads import use_abandonable_threads
 from trl_envs.samplers.text_policy import TextPolicySampler

@@ -20,7 +20,7 @@ from tinker_cookbook_envs import RENDERER_NAME, make_cookbook_builder, scripted_
 from trl_envs import ListRLDataset, run_rollout_batch  # noqa: E402
 from trl_envs.core.types import EnvContractError, TokensWithLogprobs, Trajectory, Transition  # noqa: E402
 from trl_envs.registry.names import get_env, make_env_dataset  # noqa: E402
-from trl_envs.rollout.engine import run_sync  # noqa: E402
+from trl_envs.rollout.event_loop import run_sync  # noqa: E402
 from trl_envs.tinker import (  # noqa: E402
     TinkerDatasetBuilder,
     TinkerGroupBuilder,

@@ -202,7 +202,7 @@ def test_check_answer_out_of_range_is_a_clear_error(renderer, bad):
 def test_env_group_builder_snippet(renderer):
     MyEnv = snippet_env_with_question(renderer)
     # ---- snippet "EnvGroupBuilder" (ADAPTED IMPORT: trl_envs instead of tinker_cookbook.rl.types) ----
-    from trl_envs import EnvGroupBuilder
+    from trl_envs import Env, EnvGroupBuilder
 
     class MyGroupBuilder(EnvGroupBuilder):
         async def make_envs(self) -> list[Env]:
@@ -230,7 +230,7 @@ def test_rl_dataset_snippet(renderer):
     # ---- snippet "RLDataset / RLDatasetBuilder" (ADAPTED IMPORT: trl_envs instead of tinker_cookbook.rl.types) ----
     # ---- end of snippet ----
     from trl_envs import ProblemGroupBuilder, RLDataset, RLDatasetBuilder
-    from trl_envs.rollout.engine import run_sync
+    from trl_envs.rollout.event_loop import run_sync
 
     MathEnv = snippet_math_env()
 

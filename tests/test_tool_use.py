@@ -20,7 +20,7 @@ from trl_envs.core.tools import (
     tools_system_prompt,
 )
 from trl_envs.envs.tool_use import ToolUseDataset, ToolUseEnv
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.samplers.text_policy import TextPolicySampler
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,7 +28,7 @@ TOOLS = {"calculator": CALCULATOR}
 
 
 def call(expression: str) -> str:
-    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % expression
+    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "' + expression + '"}}\n</tool_call>'
 
 
 def test_tool_calls_parse_robustly():

@@ -17,7 +17,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv, read_answer, split_problems
 from trl_envs.envs.guess_number import GuessNumberEnv
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model, default_tiny_model_path
 from trl_envs.warm_start import (
     HALVING_SHARE,

@@ -5,7 +5,7 @@ trainers and the dataset / Hub helpers import TRL or ``datasets`` (seconds), so 
 """
 
 # core/: the env contract a user subclasses
-from .core.judge import ModelJudge, PairwiseJudgeGroupBuilder, pairwise_rewards
+from .core.judge import PairwiseJudgeGroupBuilder, pairwise_rewards
 from .core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from .core.problem_env import ProblemEnv, ProblemGroupBuilder
 from .core.renderer import Message, ParsedResponse, Renderer
@@ -45,7 +45,7 @@ from .registry import (
 )
 
 # rollout/: episodes
-from .rollout.batching import BatchingPolicy, BatchingSampler, parked
+from .rollout.batching import BatchingPolicy, parked
 from .rollout.engine import (
     FailFast,
     RetryOnFailure,
@@ -58,6 +58,7 @@ from .rollout.engine import (
     run_rollout_batch_async,
 )
 from .rollout.evaluation import EvalResult, TagStats, evaluate, pass_at_k
+from .rollout.model_judge import ModelJudge
 from .rollout.validation import ContextBudgetError
 from .rollout.watchdog import RolloutTimeoutError
 
@@ -150,7 +151,6 @@ __all__ = [
     "TextPolicySampler",
     # rollout/
     "BatchingPolicy",
-    "BatchingSampler",
     "ContextBudgetError",
     "EvalResult",
     "FailFast",

@@ -7,6 +7,6 @@ MODEL_NAME = "tiny-chat-v1"
 DEMO_MODEL_NAME = "tiny-chat-v5"
 """The demo model: what the training scripts, ``trl-envs play``, ``trl-envs eval`` and ``trl-envs build-tiny-model``
 use when no model is given. A larger model warm-started by :mod:`trl_envs.warm_start` so that GRPO visibly improves it
-in a few minutes on a CPU (bench/results/history.md)."""
+in a few minutes on a CPU."""
 
 MODEL_NAMES = (MODEL_NAME, DEMO_MODEL_NAME)

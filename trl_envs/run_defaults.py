@@ -114,9 +114,8 @@ class RunSettings:
     def table(self) -> str:
         """One line per setting: ``name  value  (source)``."""
         width = max(map(len, self.values), default=0)
-        lines = [
-            f"[trl_envs] settings ({'demo recipe: the offline demo model' if self.demo else 'TRL defaults + what the env needs'}):"
-        ]
+        recipe = "demo recipe: the offline demo model" if self.demo else "TRL defaults + what the env needs"
+        lines = [f"[trl_envs] settings ({recipe}):"]
         for name, value in self.values.items():
             value = getattr(value, "value", value)
             lines.append(f"  {name.ljust(width)}  {value!s:<28} ({self.sources[name]})")

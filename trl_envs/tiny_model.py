@@ -21,7 +21,8 @@ ChatML chat template (``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per messag
 The build is cached: a finished directory holds a ``BUILD_COMPLETE`` marker (JSON: seed, build time, warm-start
 evaluation), written last, and later calls return it at once. Several processes may call :func:`build_tiny_model`
 at the same time (e.g. every rank of ``accelerate launch``): one builds, under an exclusive lock on a file next to the
-directory (``filelock``, on every platform), into a temporary sibling that is renamed into place; the others wait on the lock and reuse it.
+directory (``filelock``, on every platform), into a temporary sibling that is renamed into place; the others wait on the
+lock and reuse it.
 
 The warm start runs in a child Python process with a clean environment, so it never joins (or hangs) the caller's
 ``torch.distributed`` job, never touches the caller's ``accelerate`` state, and always runs on the CPU.
@@ -70,7 +71,7 @@ nothing) let TRL mask the loss to assistant turns, ``<|im_end|>`` included."""
 # (operands 0..9) with a bare integer and <|im_end|> ~97% of the time and correctly ~25-30% of the time; guesses in
 # guess_number are bare numbers in range ~99% of the time. A learning rate much above 6e-3 (or a short warmup) makes
 # learning the sums erratic across seeds (some runs never get past guessing the typical answer); more steps make the
-# model right more often (~60% at 400 steps), leaving RL less to do. The build is ~30 s on two idle CPU cores.
+# model right more often (~60% at 400 steps), leaving RL less to do.
 VOCAB_SIZE = 512
 MODEL_CONFIG = dict(
     hidden_size=64,
@@ -110,7 +111,7 @@ V2_GUESS_PER_STEP = 8
 V2_HALVING_PER_STEP = 4
 V2_LEARNING_RATE = 6e-3
 V2_WARMUP_STEPS = 50
-V2_TORCH_THREADS = 2  # the demo model's steps are compute, not overhead: two threads build it ~1.3x faster on 2 cores
+V2_TORCH_THREADS = 2  # the demo model's steps are compute, not overhead: two threads build it faster on 2 cores
 
 _GENERIC_TEXT = """\
 You are a helpful assistant. Answer the question with just the number.
@@ -447,7 +448,7 @@ def _warm_start(model, tokenizer, conversations, directory: Path, seed: int) -> 
         warmup_steps=WARMUP_STEPS,
         weight_decay=0.0,
         assistant_only_loss=True,
-        padding_free=True,  # concatenate each batch into one row: no padding, ~3x faster (sdpa masks per sequence)
+        padding_free=True,  # concatenate each batch into one row: no padding (sdpa masks per sequence)
         max_length=None,  # required with padding_free; the demonstrations are short
         use_cpu=True,
         bf16=False,

@@ -6,10 +6,10 @@ RL can only sharpen what a model already sometimes does. So the warm start teach
 * ``arithmetic``: two ways of answering ``What is a + b?`` (operands 0..9). Most of the time
   (:data:`QUICK_SHARE`) the teacher answers **quickly**, with a bare number that is the right sum only about a
   third of the time and otherwise off by 1 or 2 (:data:`QUICK_OFFSETS`); sometimes it **works the sum out**
-  (``Let's add: 3 + 4 = 7``), and then it is always right. Fitted to that, the model's most likely answer (its greedy answer) is
-  the right quick one, but sampled at temperature 1 it is right only ~37% of the time: GRPO groups have reward
-  variance on every question, and what RL has to learn, to work the sum out every time, is a choice the model must
-  earn from rewards, on every question at once (the choice is the same for all of them, which is why it carries
+  (``Let's add: 3 + 4 = 7``), and then it is always right. Fitted to that, the model's most likely answer (its greedy
+  answer) is the right quick one, but sampled at temperature 1 it is right only ~37% of the time: GRPO groups have
+  reward variance on every question, and what RL has to learn, to work the sum out every time, is a choice the model
+  must earn from rewards, on every question at once (the choice is the same for all of them, which is why it carries
   over to questions held out of RL training). This is the shape of RL on large models too: it rarely teaches new
   facts, it makes the model do reliably what it already does sometimes.
 * ``guess_number`` (numbers 1..16): most games (``1 -`` :data:`HALVING_SHARE`) are played by a guesser whose every
@@ -85,8 +85,8 @@ def worked_sum(a: int, b: int) -> str:
 
 
 def worked_sum_examples(max_operand: int = 9) -> list[WeightedExample]:
-    """Every question with operands ``0..max_operand`` answered by working the sum out (:func:`worked_sum`), with the loss
-    on all but the first answer token: the teacher, once it has begun to work a sum out, always finishes it right,
+    """Every question with operands ``0..max_operand`` answered by working the sum out (:func:`worked_sum`), with the
+    loss on all but the first answer token: the teacher, once it has begun to work a sum out, always finishes it right,
     but these examples do not change how often the model begins to (that stays :data:`QUICK_SHARE`'s complement)."""
     return [
         WeightedExample(
@@ -185,7 +185,7 @@ def train(
 def _assistant_loss(model, batch: dict):
     """The mean cross-entropy of the labelled (assistant) tokens, as ``model(**batch).loss`` computes it, but cheaper:
     no attention mask (the batch is right-padded and attention is causal, so no real token sees a pad) and output
-    logits only where there is a label (a fifth of the positions): 181 -> 159 ms a step of the demo model's build."""
+    logits only where there is a label."""
     import torch.nn.functional as F
 
     hidden = model.base_model(input_ids=batch["input_ids"]).last_hidden_state

@@ -122,7 +122,7 @@ class AgentEndpoint:
 
         # uvicorn binds the socket itself (port 0: the OS picks): asyncio then turns Nagle's algorithm off on every
         # accepted connection, which it skips for a socket made without IPPROTO_TCP. With Nagle on, a response
-        # written as headers + body waited for the client's delayed ACK: ~45 ms per call, measured.
+        # written as headers + body waits for the client's delayed ACK (docs/DESIGN.md).
         config = uvicorn.Config(
             self._app(),
             host="127.0.0.1",
@@ -149,7 +149,7 @@ class AgentEndpoint:
     async def stop(self) -> None:
         """Stop accepting connections, close the open ones, and wait (at most 5 s) for calls in flight to end.
 
-        (uvicorn's own ``Server.shutdown`` sleeps a fixed 0.1 s; that would be paid at every rollout.)"""
+        (Not uvicorn's own ``Server.shutdown``: it sleeps a fixed time, which every rollout would pay.)"""
         server, self._server = self._server, None
         if server is None:
             return

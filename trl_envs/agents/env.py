@@ -164,9 +164,7 @@ class AgentEnv(Env):
     # -- internals ---------------------------------------------------------------------------------------------
 
     async def _run_agent(self, base_url: str, key: str) -> Any:
-        if inspect.iscoroutinefunction(self.agent) or inspect.iscoroutinefunction(
-            getattr(self.agent, "__call__", None)
-        ):
+        if inspect.iscoroutinefunction(self.agent) or inspect.iscoroutinefunction(type(self.agent).__call__):
             return await self.agent(base_url, key, self.task)
         result = await asyncio.to_thread(self.agent, base_url, key, self.task)
         return await result if inspect.isawaitable(result) else result

@@ -55,11 +55,9 @@ def shorten_message(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 def is_plain_error(error: BaseException) -> bool:
     """Whether ``error`` is an input mistake whose message is the whole story (printed without traceback)."""
-    from ..registry import EnvRowError, UnknownEnvError
-
-    if isinstance(error, (UsageError, UnknownEnvError, EnvRowError)):
+    if isinstance(error, (ValueError, FileNotFoundError, NotADirectoryError)):  # UsageError, EnvRowError, ...
         return True
-    if isinstance(error, (ValueError, FileNotFoundError, NotADirectoryError)):
+    if isinstance(error, KeyError) and type(error).__module__.split(".")[0] == "trl_envs":  # UnknownEnvError
         return True
     if isinstance(error, ConnectionError):  # a server that does not answer (an OpenEnv URL): the message names it
         return True

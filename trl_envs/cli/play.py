@@ -18,7 +18,8 @@ import threading
 
 from ..core.renderer import Renderer
 from ..core.types import RLDataset, RLDatasetBuilder, TokensWithLogprobs, TrajectoryGroup
-from ..rollout.engine import RolloutBudget, do_group_rollout, run_sync
+from ..rollout.engine import RolloutBudget, do_group_rollout
+from ..rollout.event_loop import run_sync
 
 
 class HumanPolicy:

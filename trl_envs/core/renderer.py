@@ -96,9 +96,9 @@ class Renderer:
 
     def _apply_cached(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
         """``_apply`` memoized on the messages' JSON: envs render the same few conversations and replies over and
-        over (every env of a group, every "Higher."), and a chat-template render costs ~0.1-0.3 ms of event-loop
-        time. Messages that are not JSON-serializable (images, ...) are rendered every time. Templates that print
-        the current date keep the date of their first render for the life of the Renderer."""
+        over (every env of a group, every "Higher."), and every chat-template render is event-loop time. Messages that
+        are not JSON-serializable (images, ...) are rendered every time. Templates that print the current date keep the
+        date of their first render for the life of the Renderer."""
         key = _plain_key(messages)  # text-only messages: a tuple, several times cheaper than their JSON
         if key is None:
             try:

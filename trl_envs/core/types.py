@@ -229,7 +229,7 @@ class EnvGroupBuilder(ABC):
         """
         return None
 
-    async def cleanup(self) -> None:
+    async def cleanup(self) -> None:  # noqa: B027 - a hook whose default does nothing
         """Release what :meth:`make_envs` acquired. Always awaited: after success, error, timeout and cancellation."""
 
     def logging_tags(self) -> list[str]:

@@ -56,7 +56,8 @@ class BuiltinDataset(RLDataset):
 @dataclass
 class BuiltinDatasetBuilder(RLDatasetBuilder):
     """Train and test datasets of ``batch_size`` groups of ``group_size`` envs per batch: ``num_batches`` and
-    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``test_seed + TEST_SEED_OFFSET`` (:data:`trl_envs.core.types.TEST_SEED_OFFSET`).
+    ``num_test_batches`` batches, made by :meth:`dataset` with ``seed`` and ``test_seed + TEST_SEED_OFFSET``
+    (:data:`trl_envs.core.types.TEST_SEED_OFFSET`).
 
     ``seed`` picks the training problems and their order; left ``None``, a trainer sets it to its own ``seed`` (so
     every training seed sees its own sequence) and a builder used alone uses 0. ``test_seed`` picks the held-out

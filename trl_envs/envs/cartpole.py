@@ -71,10 +71,10 @@ def CartPoleDatasetBuilder(
     an unparsable reply costs ``-0.1`` and pushes left (action 0). Set ``max_episode_steps`` to cap episodes below
     500 (cheaper on a CPU, but returns above the cap cannot be seen).
 
-    Why these two: with a random push for an illegal reply, the tiny model learned to reply garbage (a random policy,
-    ~22 steps, beats its own first choices); with a penalty of -1 it learned legal replies first and collapsed onto
-    one action (~9 steps) before it learned to read the state. A fixed push and a small penalty leave the state as
-    the only thing worth learning (bench/results/history.md, CartPole).
+    Why these two: with a random push for an illegal reply, a random policy beats a small model's first choices, so
+    it learns to reply garbage; with a penalty of -1 it learns legal replies first and collapses onto one action
+    before it learns to read the state. A fixed push and a small penalty leave the state as the only thing worth
+    learning (runs: bench/results/history.md, CartPole).
     """
     for option, value, minimum in (
         ("group_size", group_size, 1),

@@ -6,8 +6,8 @@ Each answer's reward is its mean of wins minus losses against the rest of the gr
 
 Why this example: it needs no second model, the tiny model's answers vary (it is right about a quarter of the time
 and near misses are common), and the judge ranks answers by degree — 7 for 3 + 5 beats 2 — which a pointwise
-right/wrong reward cannot. Swap :class:`CloserToJudge` for :class:`~trl_envs.core.judge.ModelJudge` (or any function of
-two answers) to train against a model's preferences instead.
+right/wrong reward cannot. Swap :class:`CloserToJudge` for :class:`~trl_envs.rollout.model_judge.ModelJudge` (or any
+function of two answers) to train against a model's preferences instead.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ from typing import Any
 from ..core.renderer import Renderer
 from ..core.types import RLDatasetBuilder
 from ..registry.names import make_env_dataset
-from ..rollout.engine import RolloutBudget, run_sync
+from ..rollout.engine import RolloutBudget
 from ..rollout.evaluation import EvalResult, evaluate
+from ..rollout.event_loop import run_sync
 from ..samplers.hf import HFSampler
 from ..trainers.rollout_args import RolloutArguments
 

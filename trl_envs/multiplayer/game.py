@@ -52,5 +52,5 @@ class TurnGame(ABC):
             "pass an opponent callable (text, rng) -> reply"
         )
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook whose default does nothing
         """Release the game's resources (called once, when the match is done or abandoned)."""

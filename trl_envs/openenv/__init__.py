@@ -15,16 +15,17 @@ Needs OpenEnv's client (the ``openenv`` package, see :data:`INSTALL`), imported 
 ``import trl_envs`` and ``import trl_envs.openenv`` never import it.
 """
 
-INSTALL = (
-    "trl_envs.openenv needs OpenEnv's client. Install it (without gradio, which OpenEnv's client never "
-    "imports):\n  pip install --no-deps openenv==0.10.0\n  pip install fastapi uvicorn websockets requests "
-    "'fastmcp>=3,<4'"
+from .dataset import ENV_NAME, OpenEnvDataset, OpenEnvDatasetBuilder, openenv_from_row, start_server
+from .env import OpenEnvEnv, OpenEnvGroupBuilder
+from .mapping import TextMapping, default_observation_text, fetch_schema
+from .session import (
+    INSTALL,
+    OpenEnvActionError,
+    OpenEnvCapacityError,
+    OpenEnvConnectionError,
+    OpenEnvError,
+    OpenEnvSession,
 )
-
-from .dataset import ENV_NAME, OpenEnvDataset, OpenEnvDatasetBuilder, openenv_from_row, start_server  # noqa: E402
-from .env import OpenEnvEnv, OpenEnvGroupBuilder  # noqa: E402
-from .mapping import TextMapping, default_observation_text, fetch_schema  # noqa: E402
-from .session import OpenEnvActionError, OpenEnvCapacityError, OpenEnvConnectionError, OpenEnvError, OpenEnvSession  # noqa: E402
 
 __all__ = [
     "ENV_NAME",

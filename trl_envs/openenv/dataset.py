@@ -21,7 +21,7 @@ from ..core.renderer import Renderer
 from ..core.types import TEST_SEED_OFFSET, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from .env import OpenEnvGroupBuilder
 from .mapping import ActionFn, ObservationFn, TextMapping
-from .session import DEFAULT_MESSAGE_TIMEOUT_S
+from .session import DEFAULT_MESSAGE_TIMEOUT_S, INSTALL
 
 ENV_NAME = "openenv"
 
@@ -63,7 +63,8 @@ class OpenEnvDataset(RLDataset):
 
 @dataclass
 class OpenEnvDatasetBuilder(RLDatasetBuilder):
-    """An OpenEnv server (URL, Docker image or Hugging Face Space): its episodes, observation -> user message, reply -> action.
+    """An OpenEnv server (URL, Docker image or Hugging Face Space): its episodes, observation -> user message,
+    reply -> action.
 
     Give exactly one of ``url`` (a running server), ``image`` (a Docker image, started with OpenEnv's
     ``LocalDockerProvider``) or ``space`` (a Hugging Face Space id, its image run the same way); a started container
@@ -238,8 +239,6 @@ def start_server(image: str | None, space: str | None, timeout_s: float = 120.0)
         from openenv.core.containers.runtime import LocalDockerProvider
         from openenv.core.utils import hf_space_subdomain
     except ModuleNotFoundError as e:
-        from . import INSTALL
-
         raise ImportError(f"{INSTALL}\n({e})") from e
     if image is None:
         assert space is not None

@@ -24,6 +24,13 @@ from typing import Any
 
 from . import io_loop
 
+INSTALL = (
+    "trl_envs.openenv needs OpenEnv's client. Install it (without gradio, which OpenEnv's client never "
+    "imports):\n  pip install --no-deps openenv==0.10.0\n  pip install fastapi uvicorn websockets requests "
+    "'fastmcp>=3,<4'"
+)
+"""How to install OpenEnv's client, the one dependency of this package."""
+
 logger = logging.getLogger(__name__)
 DEFAULT_MESSAGE_TIMEOUT_S = 60.0
 
@@ -59,8 +66,6 @@ def _import_client():
         from openenv.core.generic_client import GenericEnvClient
         from websockets.exceptions import ConnectionClosed
     except ModuleNotFoundError as e:
-        from . import INSTALL
-
         raise ImportError(f"{INSTALL}\n({e})") from e
     return GenericEnvClient, ConnectionClosed
 

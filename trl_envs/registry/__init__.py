@@ -11,6 +11,7 @@
 from .env_kwargs import parse_env_kwargs
 from .names import (
     ENTRY_POINT_GROUP,
+    ENV_FIELD,
     EnvKind,
     UnknownEnvError,
     forget_entry_points,
@@ -21,7 +22,7 @@ from .names import (
     register_env,
     unregister_env,
 )
-from .rows import ENV_FIELD, EnvRowError, make_env_group_builder, row_env_names, validate_row
+from .rows import EnvRowError, make_env_group_builder, row_env_names, validate_row
 
 __all__ = [
     "ENTRY_POINT_GROUP",

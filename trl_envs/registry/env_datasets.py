@@ -1,4 +1,5 @@
-"""Environments as Hugging Face datasets: a ``datasets.Dataset`` of row specs is an :class:`~trl_envs.core.types.RLDataset`.
+"""Environments as Hugging Face datasets: a ``datasets.Dataset`` of row specs is an
+:class:`~trl_envs.core.types.RLDataset`.
 
 * :class:`EnvRowDataset` — the ``RLDataset`` over rows such as ``{"env": "arithmetic", "a": 2, "b": 3}``: each row is
   one env group (built by its env kind's ``from_row``, see :mod:`trl_envs.registry.names`), ``groups_per_batch`` rows a
@@ -21,8 +22,8 @@ from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict,
 
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
-from .names import get_env, make_env_dataset
-from .rows import ENV_FIELD, make_env_group_builder, validate_row
+from .names import ENV_FIELD, get_env, make_env_dataset
+from .rows import make_env_group_builder, validate_row
 from .signatures import accepted_kwargs
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
@@ -147,7 +148,7 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
         TypeError: the env's group builders have no ``to_row()``, or its factory takes no ``seed`` or returns neither
             an ``RLDataset`` nor an ``RLDatasetBuilder``.
     """
-    from ..rollout.engine import run_sync
+    from ..rollout.event_loop import run_sync
 
     if split not in ("train", "test"):
         raise ValueError(f"export_env_dataset: split must be 'train' or 'test', got {split!r}")
@@ -189,8 +190,8 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
 
 
 def data_file_builder(files: Sequence[str], what: str) -> str:
-    """The ``datasets`` builder (``"json"``, ``"parquet"``, ...) for data files of one kind (:data:`DATA_FILE_BUILDERS`);
-    ``ValueError`` naming ``what`` (an option, a dataset) for unknown or mixed kinds."""
+    """The ``datasets`` builder (``"json"``, ``"parquet"``, ...) for data files of one kind
+    (:data:`DATA_FILE_BUILDERS`); ``ValueError`` naming ``what`` (an option, a dataset) for unknown or mixed kinds."""
     kinds = {DATA_FILE_BUILDERS.get(os.path.splitext(f)[1].lower()) for f in files}
     if None in kinds or len(kinds) != 1:
         raise ValueError(f"{what}: give files of one kind among {sorted(DATA_FILE_BUILDERS)}, got {list(files)}")

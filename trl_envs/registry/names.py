@@ -45,6 +45,7 @@ from typing import Any
 
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from .env_kwargs import EnvOptionError
 from .signatures import accepted_kwargs, row_fields
 
 ENTRY_POINT_GROUP = "trl_envs.envs"
@@ -55,6 +56,9 @@ ENTRY_POINT_GROUP = "trl_envs.envs"
     my_env = "my_package.envs:MY_ENV"
 """
 
+ENV_FIELD = "env"
+"""The row field naming the env kind (row specs: :mod:`trl_envs.registry.rows`)."""
+
 PREFIXED_ENVS: dict[str, tuple[str, str]] = {
     "reasoning_gym/": ("reasoning_gym", "trl_envs.reasoning_gym.registry"),
     "textarena/": ("textarena", "trl_envs.textarena.registry"),
@@ -64,6 +68,12 @@ PREFIXED_ENVS: dict[str, tuple[str, str]] = {
 adapter module). The module defines ``env_kind(name) -> EnvKind`` (raising :class:`UnknownEnvError` with the closest
 names for an unknown one) and ``env_names() -> dict[str, str]`` (name -> description); it is imported only when a
 name with its prefix is looked up or listed."""
+
+IMPORTED_OBJECT_ADAPTERS: dict[str, str] = {"tinker_cookbook": "trl_envs.tinker.registry"}
+"""Libraries whose objects an adapter turns into env kinds (``--env package.module:attr``): the top-level package
+that defines one of the imported object's classes (its own or a base class) -> the adapter module. The module defines
+``imported_env_kind(ref, obj) -> EnvKind | None`` (``None``: not an object it adapts); it is imported only when such
+an object is imported. The registry finds adapters by name, so it imports none of them."""
 
 
 class UnknownEnvError(KeyError):
@@ -245,8 +255,6 @@ def make_env_dataset(
     """
     kind = get_env(name)
     if kind.dataset_builder is None:
-        from .rows import ENV_FIELD  # rows.py builds on this module
-
         raise ValueError(
             f"env {name!r} ({kind.source}) trains only from row specs: build a datasets.Dataset of "
             f"{{'{ENV_FIELD}': '{name}', ...}} rows and pass it as the env dataset (--env_dataset)"
@@ -257,8 +265,6 @@ def make_env_dataset(
     try:
         out = kind.dataset_builder(renderer=renderer, **{**kwargs, **env_kwargs})
     except TypeError as e:
-        from .env_kwargs import EnvOptionError
-
         unknown = sorted(set(env_kwargs) - accepted) if accepted is not None else []
         if unknown and not isinstance(e, EnvOptionError):  # Python's "unexpected keyword argument": say it plainly
             raise EnvOptionError(
@@ -370,12 +376,14 @@ def _import_kind(ref: str) -> EnvKind:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
         raise UnknownEnvError(f"env {ref!r}: cannot import {attr!r} from module {module_name!r}: {e}") from e
-    from ..tinker.detect import is_tinker_cookbook_object  # imports nothing of tinker
-
-    if is_tinker_cookbook_object(obj):  # a tinker-cookbook builder or dataset: adapted (trl_envs/tinker/)
-        from ..tinker.registry import env_kind
-
-        return env_kind(ref, obj)
+    cls = obj if isinstance(obj, type) else type(obj)
+    packages = dict.fromkeys(base.__module__.split(".")[0] for base in getattr(cls, "__mro__", (cls,)))
+    for package in packages:
+        adapter = IMPORTED_OBJECT_ADAPTERS.get(package)
+        if adapter is not None:
+            kind = importlib.import_module(adapter).imported_env_kind(ref, obj)
+            if kind is not None:
+                return kind
     return EnvKind.from_factory(ref, obj, "import")
 
 

@@ -1,9 +1,9 @@
 """Env row specs: one JSON-serializable row (``{"env": "arithmetic", "a": 2, "b": 3}``) -> the
 :class:`~trl_envs.core.types.EnvGroupBuilder` of one group, and the checks that name the row and field at fault.
 
-The row's fields are its env kind's ``from_row`` keyword parameters (:attr:`~trl_envs.registry.names.EnvKind.row_fields`):
-those without a default are required, annotations (``int``, ``float``, ``str``, ``bool``, ``list``, ``dict``) are
-checked. Row format, errors and design: docs/envs_as_datasets.md.
+The row's fields are its env kind's ``from_row`` keyword parameters
+(:attr:`~trl_envs.registry.names.EnvKind.row_fields`): those without a default are required, annotations (``int``,
+``float``, ``str``, ``bool``, ``list``, ``dict``) are checked. Row format, errors and design: docs/envs_as_datasets.md.
 """
 
 from __future__ import annotations
@@ -17,10 +17,7 @@ from typing import Any
 from ..cli.errors import shorten
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder
-from .names import get_env, known_env_names
-
-ENV_FIELD = "env"
-"""The row field naming the env kind."""
+from .names import ENV_FIELD, get_env, known_env_names
 
 
 class EnvRowError(ValueError):
@@ -185,4 +182,4 @@ def _where(index: int | None) -> str:
     return f"env row {index}" if index is not None else "env row"
 
 
-__all__ = ["ENV_FIELD", "EnvRowError", "make_env_group_builder", "row_env_names", "validate_row"]
+__all__ = ["EnvRowError", "make_env_group_builder", "row_env_names", "validate_row"]

@@ -68,8 +68,8 @@ _current_episode: contextvars.ContextVar[EpisodeState | None] = contextvars.Cont
 """The episode (:meth:`BatchingPolicy.episode`) the calling coroutine is inside (``None`` elsewhere)."""
 
 rollout_clock: contextvars.ContextVar[Any] = contextvars.ContextVar("trl_envs_rollout_clock", default=None)
-"""The per-rollout timeout clock of the calling episode (set by ``trl_envs.rollout.engine`` under ``RetryOnFailure``), with
-``pause()`` / ``resume()``. It is paused while the episode's request waits for other episodes to join the batch: a
+"""The per-rollout timeout clock of the calling episode (set by ``trl_envs.rollout.engine`` under ``RetryOnFailure``),
+with ``pause()`` / ``resume()``. It is paused while the episode's request waits for other episodes to join the batch: a
 rollout's timeout covers its own env, model and grading time, not time spent waiting on a stuck sibling."""
 
 
@@ -147,8 +147,7 @@ class _Pending:
 class BatchingPolicy:
     """A per-episode async policy (a :class:`~trl_envs.rollout.engine.TokenPolicy`) in front of a batched
     :class:`Sampler`: each episode awaits its action, and the requests of all live episodes go to the sampler in one
-    call (see the module docstring). It is not itself a ``Sampler``; formerly named ``BatchingSampler`` (still an
-    alias).
+    call (see the module docstring). It is not itself a ``Sampler``.
 
     Args:
         sampler: the batched sampler (the policy).
@@ -390,7 +389,7 @@ class BatchingPolicy:
         groups: dict[Any, list[EpisodeState]] = {}
         for episode in self._episodes:
             groups.setdefault(episode.links.group if episode.links is not None else episode, []).append(episode)
-        for key, episodes in groups.items():
+        for episodes in groups.values():
             if any(e.awaiting or e.ending is not None for e in episodes):
                 continue
             idle_for = now - max(e.last_progress for e in episodes)
@@ -522,7 +521,3 @@ async def parked() -> AsyncIterator[ParkedSlot]:
         return
     async with batcher.parked() as slot:
         yield slot
-
-
-BatchingSampler = BatchingPolicy
-"""The former name of :class:`BatchingPolicy`, kept importable."""

@@ -32,7 +32,7 @@ from ..core.types import (
 from ..samplers.base import Sampler
 from .batching import BatchingPolicy
 from .coupling import Coupling, EpisodeLinks, EpisodeState, SiblingEndedError, current_links
-from .event_loop import cyclic_gc_paused, run_sync  # run_sync re-exported: the trainers and scripts import it here
+from .event_loop import cyclic_gc_paused, run_sync
 from .validation import (
     ContextBudgetError,
     check_envs,

@@ -1,8 +1,7 @@
 """Long-lived asyncio event loops for rollouts, and :func:`run_sync` to run coroutines on them from sync code.
 
-Why: the trainers call into async rollout code once or more per training step. ``asyncio.run`` per call creates
-and tears down a loop and its default thread pool every time (16.6 ms per batch on a small shared CPU box, measured
-by ``bench/rollout_batching.py``), which dominated small-model and fast-env steps. Instead (docs/DESIGN.md):
+The trainers call into async rollout code once or more per training step, so no loop, thread or thread pool is made
+per call (why: docs/DESIGN.md, "One long-lived event loop"):
 
 * A thread that runs no loop (a trainer, a script) runs the coroutine itself, on its own long-lived
   ``asyncio.Runner``, kept across calls: no loop, thread or pool is made per call, and no thread hop.
@@ -225,7 +224,7 @@ def _caller_runs_a_loop() -> bool:
 async def _into(box: list, coro: Coroutine[Any, Any, T]) -> None:
     """Await ``coro`` into ``box``, so the task's own result is ``None``: ``asyncio.Runner.run`` ends by calling
     ``signal.getsignal``, which (CPython 3.11-3.12) builds the repr of its SIGINT handler, a partial holding the
-    task, whose repr holds the task's result: the repr of a whole rollout batch, ~0.3 s for 1,024 episodes."""
+    task, whose repr holds the task's result: the repr of a whole rollout batch."""
     box.append(await coro)
 
 
@@ -262,12 +261,11 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
 def cyclic_gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector for the block (restored after, also on error).
 
-    A rollout batch of ~1,000 episodes allocates hundreds of thousands of container objects (coroutines, futures,
-    token lists, transitions), which trigger several full collections per batch; each one walks the whole heap
-    (torch, transformers and TRL modules included: ~0.8 s on a 2-core box with the tiny model, measured by
-    ``bench/rollout_batching.py``). Rollout garbage is almost all freed by reference counting, so the collector
-    is paused while the batch runs and runs normally afterwards: one collection instead of several. Nested use
-    and a collector already disabled by the caller are respected."""
+    A large rollout batch allocates enough container objects (coroutines, futures, token lists, transitions) to
+    trigger several full collections, each walking the whole heap (torch, transformers and TRL modules included).
+    Rollout garbage is almost all freed by reference counting, so the collector is paused while the batch runs and
+    runs normally afterwards: one collection instead of several. Nested use and a collector already disabled by the
+    caller are respected."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

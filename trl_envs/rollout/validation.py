@@ -119,7 +119,7 @@ def check_group_rewards(builder: Any, value: Any, num_trajectories: int) -> tupl
                 f"{where} returned reward={_short(reward)} for trajectory {i}; it must be a finite number"
             )
         rewards.append(float(reward))
-        metrics.append(check_metrics(lambda: f"{where} (trajectory {i})", item_metrics))
+        metrics.append(check_metrics(lambda i=i: f"{where} (trajectory {i})", item_metrics))
     return rewards, metrics
 
 

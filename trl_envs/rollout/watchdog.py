@@ -255,9 +255,10 @@ def note_activity(what: str) -> None:
 
 async def run_with_deadline(rollout: Callable[[], Awaitable[T]], seconds: float | None, where: str) -> T:
     """Await ``rollout()`` (one episode) under a ``seconds`` limit on its own time (its requests' wait for other
-    episodes to join a sampling batch excluded: the clock is paused through ``trl_envs.rollout.batching.rollout_clock``);
-    past it, :class:`RolloutTimeoutError` names ``where`` and what the episode was doing (:func:`note_activity`).
-    A rollout that finishes late (an env call blocked the loop past the deadline) counts as timed out too."""
+    episodes to join a sampling batch excluded: the clock is paused through
+    ``trl_envs.rollout.batching.rollout_clock``); past it, :class:`RolloutTimeoutError` names ``where`` and what the
+    episode was doing (:func:`note_activity`). A rollout that finishes late (an env call blocked the loop past the
+    deadline) counts as timed out too."""
     if seconds is None:
         return await rollout()
     loop = asyncio.get_running_loop()

@@ -7,8 +7,9 @@ of ``cpu_count + 4`` workers can fill up with such threads until nothing else (t
 
 :func:`use_abandonable_threads` makes the running loop's default executor :class:`AbandonableThreadPool`:
 
-* a call submitted from env code (an env or builder method on the submitting stack) is never waited for at shutdown: if its env was cancelled it finishes in the background, on a daemon thread that does not
-  keep the interpreter alive either;
+* a call submitted from env code (an env or builder method on the submitting stack) is never waited for at shutdown: if
+  its env was cancelled it finishes in the background, on a daemon thread that does not keep the interpreter alive
+  either;
 * every other call (the sampler's, a user's own ``to_thread`` outside env code) is waited for, as before;
 * a new worker starts whenever none is idle, so stuck threads never starve the others; idle workers exit after
   ``idle_exit_s``.
@@ -88,11 +89,6 @@ class AbandonableThreadPool(concurrent.futures.ThreadPoolExecutor):
             if loop is None:
                 return len(self._running)
             return sum(1 for submitted_from in self._loops.values() if submitted_from is loop)
-
-    def abandoned_calls(self) -> list[str]:
-        """The env methods whose worker threads are still running (those not waited for at shutdown)."""
-        with self._lock:
-            return [name for name in self._running.values() if name is not None]
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Wait (``wait=True``) for the running calls that were not made from env code; keep serving afterwards."""

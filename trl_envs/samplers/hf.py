@@ -212,8 +212,9 @@ class _LogprobRecorder(LogitsProcessor):
     """Records ``log_softmax(logits / temperature)`` of each sampled token without keeping all the logits.
 
     Processors passed to ``generate`` run before the sampling warpers (temperature, top-k, top-p) and this one runs
-    first of them, so ``scores`` here are the model's logits (``HFSampler`` applies the repetition penalty after it). At step t the newest column of ``input_ids`` is the
-    token sampled at step t-1, whose logprob is read from the distribution stored at step t-1.
+    first of them, so ``scores`` here are the model's logits (``HFSampler`` applies the repetition penalty after it). At
+    step t the newest column of ``input_ids`` is the token sampled at step t-1, whose logprob is read from the
+    distribution stored at step t-1.
     """
 
     def __init__(self, temperature: float):

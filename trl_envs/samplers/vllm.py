@@ -7,12 +7,12 @@ Logprobs are vLLM's sampling logprobs of the sampled tokens, as TRL's importance
 In server mode ``generate`` is a collective: every rank's prompts are gathered to rank 0, which sends them to the
 server with ITS sampling settings, and each rank keeps the slice ``process_index * len(prompts)`` of the answers.
 So, per call, (1) every rank must call (the trainer wraps this sampler in
-:class:`~trl_envs.rollout.lockstep.LockstepSampler`), (2) every rank must send equally many prompts (``LockstepSampler``'s
-``equal_batch_sizes``), and (3) rank 0's settings must cover every rank's requests: this sampler agrees across ranks
-on the largest token budget and the union of stop tokens / strings before calling (otherwise a finished rank's
-one-token dummy call would cut every other rank's completions to one token). Colocated vLLM with tensor parallelism
-(``vllm_tensor_parallel_size > 1``) gathers the prompts of its TP group and runs one generation for them: the same
-three rules apply there.
+:class:`~trl_envs.samplers.lockstep.LockstepSampler`), (2) every rank must send equally many prompts
+(``LockstepSampler``'s ``equal_batch_sizes``), and (3) rank 0's settings must cover every rank's requests: this sampler
+agrees across ranks on the largest token budget and the union of stop tokens / strings before calling (otherwise a
+finished rank's one-token dummy call would cut every other rank's completions to one token). Colocated vLLM with tensor
+parallelism (``vllm_tensor_parallel_size > 1``) gathers the prompts of its TP group and runs one generation for them:
+the same three rules apply there.
 """
 
 from __future__ import annotations
@@ -27,14 +27,21 @@ from .base import SampleRequest, StopSpec
 
 
 class VLLMSampler:
-    """Samples through ``trainer.vllm_generation``; see the module docstring."""
+    """Samples through TRL's vLLM generation; see the module docstring.
 
-    def __init__(self, trainer):
-        self.generation = trainer.vllm_generation
-        from ..trainers.trl_seam import tokenizer_of
+    Args:
+        generation: TRL's ``VLLMGeneration`` (a ``GRPOTrainer``'s ``vllm_generation``): its ``generate(prompts=...,
+            images=None, num_generations=1)`` is called once per :meth:`sample`, with its ``max_completion_length``
+            and ``generation_kwargs`` (stop tokens and strings) set for that call and restored afterwards; ``mode``
+            and ``tensor_parallel_size`` say whether ranks share one call's settings.
+        tokenizer: the policy's tokenizer (its ``eos_token_id`` ends every request; stop strings are matched on
+            its ``decode``).
+    """
 
-        self.tokenizer = tokenizer_of(trainer)
-        self.eos_token_id = self.tokenizer.eos_token_id
+    def __init__(self, generation, tokenizer):
+        self.generation = generation
+        self.tokenizer = tokenizer
+        self.eos_token_id = tokenizer.eos_token_id
 
     @property
     def shares_sampling_settings(self) -> bool:

@@ -15,7 +15,7 @@ Needs tinker-cookbook, installed without its ``transformers`` pin (see docs/from
 ``import trl_envs`` never imports this package.
 """
 
-from .detect import is_tinker_cookbook_object  # no tinker import: the registry asks it about any imported object
+from .detect import is_tinker_cookbook_object  # imports nothing of tinker
 
 _INSTALL = (
     "trl_envs.tinker needs tinker-cookbook. Install it without touching transformers:\n"

@@ -1,7 +1,8 @@
 """Recognise tinker-cookbook objects without importing tinker-cookbook.
 
-:func:`is_tinker_cookbook_object` only reads class names and modules, so the env registry can ask it about any
-object it imported (``--env package.module:attr``) while ``import trl_envs`` stays free of tinker imports.
+:func:`is_tinker_cookbook_object` and :func:`cookbook_base` only read class names and modules, so they can be asked
+about any object (the registry's hook :func:`trl_envs.tinker.registry.imported_env_kind` does, for objects imported
+from ``--env package.module:attr``) without tinker-cookbook installed or imported.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """tinker-cookbook builders as env kinds of the registry: ``--env package.module:ArithmeticDatasetBuilder``.
 
-The registry imports ``module:attr`` references; when the object is a tinker-cookbook class or instance
-(:func:`~trl_envs.tinker.detect.is_tinker_cookbook_object`) it asks :func:`env_kind` for the kind. The kind's
+The registry imports ``module:attr`` references; when a class of the object comes from tinker-cookbook it finds this
+module by name (:data:`trl_envs.registry.names.IMPORTED_OBJECT_ADAPTERS`) and asks :func:`imported_env_kind` for the
+kind. The kind's
 factory builds the cookbook object from ``--env_kwargs`` and hands back :func:`~trl_envs.tinker.dataset.adapt`'s
 result, so the scripts and ``trl-envs eval`` train and evaluate it like any env.
 """
@@ -16,6 +17,12 @@ from ..registry.env_kwargs import EnvOptionError
 from ..registry.names import EnvKind
 from .dataset import adapt
 from .detect import cookbook_base
+
+
+def imported_env_kind(ref: str, obj: Any) -> EnvKind | None:
+    """The registry's hook: :func:`env_kind` of a tinker-cookbook ``RLDatasetBuilder`` / ``RLDataset`` /
+    ``EnvGroupBuilder`` (class or instance) imported from ``ref``; ``None`` for any other object."""
+    return env_kind(ref, obj) if cookbook_base(obj) is not None else None
 
 
 def env_kind(ref: str, obj: Any) -> EnvKind:

@@ -17,10 +17,11 @@ from typing import Any
 from trl.models import unwrap_model_for_generation
 
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
-from ..rollout.engine import RolloutBatchResult, run_rollout_batch, run_sync
-from ..rollout.lockstep import LockstepSampler
+from ..rollout.engine import RolloutBatchResult, run_rollout_batch
+from ..rollout.event_loop import run_sync
 from ..samplers.base import Sampler
 from ..samplers.hf import HFSampler
+from ..samplers.lockstep import LockstepSampler
 from . import trl_seam
 from .checkpoints import CheckpointMarker, check_resume_settings, run_settings, verify_checkpoint
 from .resume import resolve_checkpoint
@@ -89,7 +90,7 @@ class EnvTrainerMixin:
         if getattr(self.args, "use_vllm", False):
             from ..samplers.vllm import VLLMSampler
 
-            return VLLMSampler(self)
+            return VLLMSampler(self.vllm_generation, trl_seam.tokenizer_of(self))
         return HFSampler(
             self.model_wrapped,
             trl_seam.tokenizer_of(self),

@@ -9,14 +9,13 @@ Each row is a conversational DPO example, exactly the format TRL's ``DPOTrainer`
 
 The question is the env's own question; the answers are in the demo model's two styles
 (:mod:`trl_envs.warm_start`): the chosen one is the worked sum (always right), the rejected one a quick near miss (a
-bare number, the sum plus or minus 1..2, never negative). (With the right bare number chosen a third of the time
-instead, scripts/configs/dpo_offline_arithmetic.yaml took an earlier build of the demo model's held-out pass@1 to 0.654
-instead of 0.820, 2 seeds: chosen bare numbers also reward the quick style, which is mostly wrong on new
-questions.) Both are checked with :class:`~trl_envs.envs.arithmetic.ArithmeticEnv` (``check_answer`` /
-``check_format``), and the rewards columns are what the env would pay for them. The questions are split as the arithmetic recipes split them
+bare number, the sum plus or minus 1..2, never negative): chosen bare numbers would also reward the quick style,
+which is mostly wrong on new questions (docs/benchmarks.md). Both are checked with
+:class:`~trl_envs.envs.arithmetic.ArithmeticEnv` (``check_answer`` / ``check_format``), and the rewards columns are what
+the env would pay for them. The questions are split as the arithmetic recipes split them
 (:func:`~trl_envs.envs.arithmetic.split_problems` with :data:`HELD_OUT_FRACTION`): the ``train`` split asks only
-training questions, the ``test`` split only held-out ones, so the arithmetic env's held-out test set measures
-questions offline DPO never saw.
+training questions, the ``test`` split only held-out ones, so the arithmetic env's held-out test set measures questions
+offline DPO never saw.
 
 :func:`build_preference_dataset` saves a ``datasets.DatasetDict`` (``train`` / ``test``) with ``save_to_disk``, cached
 like the tiny model under ``$TRL_ENVS_CACHE`` (default ``~/.cache/trl_envs``); building takes well under a second and

@@ -159,8 +159,8 @@ def _extends(ob: list[int], prompt: list[int], previous, context_len: int) -> bo
     (``ob[len(previous.ob):context_len] == previous action``: where re-tokenization drift shows, at the boundary
     of the last action and the new turn), and the first :data:`HEAD_CHECK_TOKENS` tokens must be the prompt's
     (a template that rewrites the system prompt per turn). The rest of the history is taken to be the previous
-    observation, as every observation before it was checked the same way; comparing it again each turn made
-    this check quadratic in episode length (docs/DESIGN.md, "Token-exact check")."""
+    observation, as every observation before it was checked the same way; comparing it again each turn would make
+    this check quadratic in episode length (docs/DESIGN.md, "Token-exact multi-turn")."""
     start = len(previous.ob)
     if len(ob) < context_len or ob[start:context_len] != list(previous.ac.tokens):
         return False

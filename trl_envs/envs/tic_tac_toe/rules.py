@@ -32,7 +32,8 @@ def place(board: Board, cell: int, mark: Mark) -> Board:
 
 
 def winner(board: Board) -> Outcome | None:
-    """``"X"`` / ``"O"`` for three in a row, ``"draw"`` for a full board without one, ``None`` while the game goes on."""
+    """``"X"`` / ``"O"`` for three in a row, ``"draw"`` for a full board without one, ``None`` while the game goes
+    on."""
     for a, b, c in LINES:
         if board[a] != " " and board[a] == board[b] == board[c]:
             return board[a]  # type: ignore[return-value]

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.types import TokensWithLogprobs
-from ..samplers.base import Sampler, SampleRequest
+from .base import Sampler, SampleRequest
 
 
 class LockstepSampler:
