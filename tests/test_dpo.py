@@ -221,7 +221,7 @@ def test_env_tokens_are_excluded_from_the_dpo_loss(tmp_path, tiny_model_path, to
     torch.manual_seed(0)
     builder = make_env_dataset("guess_number", renderer, group_size=4, batch_size=8, num_batches=2)
     trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path), env_dataset=builder, processing_class=tokenizer)
-    rows, stats, _ = trainer._sample_pairs(0)
+    rows, stats, _ = trainer.rounds.sample_pairs(0)
     rows = [r for r in rows if 0 in r["chosen_mask"] and 0 in r["rejected_mask"]][:4]
     assert rows, f"no multi-turn pair on both sides ({stats})"
     batch = trainer.data_collator(rows)
@@ -242,12 +242,12 @@ def test_env_tokens_are_excluded_from_the_dpo_loss(tmp_path, tiny_model_path, to
     assert torch.all((expected - with_env_tokens).abs() > 0.1)  # the env tokens do weigh in if included
 
     model.train()
-    trainer._metrics["train"].clear()
     loss = trainer.compute_loss(model, batch)
-    logged = trainer._metrics["train"]
+    trainer.log({})  # DPOTrainer logs the mean of what its loss computed since the last log: this batch only
+    logged = trainer.state.log_history[-1]
     n = len(rows)
-    assert logged["logps/chosen"][-1] == pytest.approx(expected[:n].mean().item(), abs=1e-3)
-    assert logged["logps/rejected"][-1] == pytest.approx(expected[n:].mean().item(), abs=1e-3)
+    assert logged["logps/chosen"] == pytest.approx(expected[:n].mean().item(), abs=1e-3)
+    assert logged["logps/rejected"] == pytest.approx(expected[n:].mean().item(), abs=1e-3)
     loss.backward()  # and the loss is differentiable through exactly those tokens
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
 
