@@ -182,7 +182,7 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "trl.GRPOTrainer",
         "(see above) the async rollouts mixin scores a batch sampled by the policy's sampler copy under "
         "sampler_importance_sampling",
-    "save_checkpoint",
+        "save_checkpoint",
         overridden_in="trl_envs/trainers/async_rollouts.py",
     ),
     PrivateName(
