@@ -192,6 +192,21 @@ def test_one_round_of_env_driven_dpo(env, tmp_path, tiny_model_path, tokenizer, 
         assert any(0 in p.chosen_mask or 0 in p.rejected_mask for p in pairs)  # multi-turn: env tokens in pairs
 
 
+def test_a_dataset_of_env_rows_is_grouped_by_the_config(tmp_path, tiny_model_path):
+    from trl_envs import export_env_dataset
+
+    rows = export_env_dataset("arithmetic", n=6, max_operand=3)  # a datasets.Dataset, one problem per row
+    args = config(tmp_path, group_size=3, groups_per_round=2, num_rounds=2)
+    trainer = EnvDPOTrainer(tiny_model_path, args=args, env_dataset=rows)  # the tokenizer comes from the model path
+    trainer.train()
+    assert [h["pairs/groups"] for h in trainer.round_history] == [2.0, 2.0]
+    assert all(len(g.trajectories) == 3 for g in trainer.last_rollout.groups)
+    questions = {
+        t.logs.get("question") for g in trainer.last_rollout.groups for tr in g.trajectories for t in tr.transitions
+    }
+    assert len(questions) == 2  # round 2 played rows 2 and 3
+
+
 def test_rounds_continue_steps_logs_and_learning_rate(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
     builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=8, num_batches=4, num_test_batches=1)
     args = config(tmp_path, num_rounds=2, eval_envs_each_round=True, lr_scheduler_type="linear")

@@ -100,7 +100,7 @@ class DPORounds:
                     f"{logs.get('pairs/too_long', 0):.0f} longer than max_length); no training this round. More "
                     "envs per group, a higher temperature, or a finer-grained reward give more pairs.",
                     EmptyPairsWarning,
-                    stacklevel=4,
+                    stacklevel=3,
                 )
             if self.eval_envs is not None and args.eval_envs_each_round:
                 logs.update(self.evaluate_envs())
