@@ -158,11 +158,18 @@ class EnvTrainerMixin:
             max_wait_s=args.sampler_max_wait_s,
         )
 
-    def _rollout_step(self, step: Callable[..., Any], builders: Sequence[EnvGroupBuilder], **options) -> Any:
+    def _rollout_step(
+        self,
+        step: Callable[..., Any],
+        builders: Sequence[EnvGroupBuilder],
+        *,
+        equal_batch_sizes: bool = False,
+        **options,
+    ) -> Any:
         """A training rollout step on this rank: ``step(builders, sampler, budget=..., error_strategy=...,
         max_wait_s=..., **options)`` (e.g. :func:`~trl_envs.training_data.pairs_step.rollout_pairs`) with the policy's
         sampler (:meth:`_rollout_sampler`); the step's ``rollout`` becomes :attr:`last_rollout`."""
-        with self._rollout_sampler() as sampler:
+        with self._rollout_sampler(equal_batch_sizes=equal_batch_sizes) as sampler:
             out = step(builders, sampler, **self._rollout_options(), **options)
         self.last_rollout = out.rollout
         return out
