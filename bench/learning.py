@@ -292,7 +292,7 @@ def run_dpo_seed(
             if script.env_mode
             else ("arithmetic", {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION})
         )
-        _, test = test_set(env, env_kwargs, tokenizer, script.group_size, script.groups_per_round, seed, eval_batches)
+        _, test = test_set(env, env_kwargs, tokenizer, args.group_size, args.groups_per_round, seed, eval_batches)
         trainer, _, _ = train_dpo.make_trainer(script, args, model_args)
         budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn)
         return before_after(trainer, tokenizer, test, row, env, budget, seed)

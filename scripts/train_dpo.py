@@ -23,48 +23,38 @@ the worst of each group, and trains DPO on the pairs; one line per round shows t
 Every ``EnvDPOConfig`` (i.e. TRL ``DPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config`` (LoRA: ``--use_peft --lora_r 16``; with LoRA the reference model is the base model, adapter off).
 After training the output directory also gets the training curves, an env evaluation before/after training (on the
-training env, on the held-out ``arithmetic`` questions for the built-in preference data, or ``--card_eval_env``) and a model card;
-``--push_to_hub --hub_model_id you/name`` uploads it (docs/hub_and_eval.md).
+training env, on the held-out ``arithmetic`` questions for the built-in preference data, or ``--card_eval_env``) and a
+model card; ``--push_to_hub --hub_model_id you/name`` uploads it (docs/hub_and_eval.md).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 
-import torch
-from transformers import AutoTokenizer, PrinterCallback
-from trl import ModelConfig, TrlParser, get_peft_config
+from transformers import PrinterCallback
+from trl import ModelConfig, get_peft_config
 
-from trl_envs import EnvDPOConfig, EnvDPOTrainer, Renderer, RLDataset, RLDatasetBuilder
-from trl_envs.cli.scripts import run_training_script
-from trl_envs.envs import BUILTIN_ENVS
+from trl_envs import EnvDPOConfig, EnvDPOTrainer
+from trl_envs.cli import training_script
+from trl_envs.cli.training_script import EnvArguments, load_tokenizer, make_envs
 from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_over_push
-from trl_envs.registry import ENV_FIELD, parse_env_kwargs
-from trl_envs.registry import make_env_dataset as make_named_env_dataset
-from trl_envs.registry.env_datasets import EnvRowDataset, data_file_builder, is_saved_to_disk, load_env_dataset
-from trl_envs.run_defaults import parse_run_args
-from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model
+from trl_envs.registry import parse_env_kwargs
+from trl_envs.registry.env_datasets import data_file_builder, is_saved_to_disk
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.trainers.resume import resume_option
 from trl_envs.training_data.preference_data import HELD_OUT_ENV_KWARGS, load_preference_dataset
 
 
 @dataclass
-class ScriptArguments:
-    """What to train on (the model comes from ``ModelConfig``, the training from ``EnvDPOConfig``).
+class ScriptArguments(EnvArguments):
+    """What to train on (the model comes from ``ModelConfig``, the training from ``EnvDPOConfig``, whose
+    ``group_size`` / ``groups_per_round`` group the envs): a preference dataset, or the env options of
+    :class:`~trl_envs.cli.training_script.EnvArguments` for env-driven DPO.
 
     Args:
         dataset_name, dataset_config, data_files, dataset_train_split, dataset_test_split: offline DPO on a preference
             dataset (default: the built-in arithmetic preference dataset).
-        env_name: env-driven DPO on an env by name (``--env`` for short): built in, registered, installed, or
-            ``package.module:factory``.
-        env_dataset, env_dataset_split: env-driven DPO on a dataset of env rows instead.
-        env_kwargs: options of the env by name, a JSON object (a mapping in YAML).
-        group_size, groups_per_round, num_env_batches: env mode: trajectories per group, groups sampled per round,
-            batches of the training ``RLDataset``.
-        tiny_model: the offline model used without ``--model_name_or_path``.
     """
 
     dataset_name: str | None = field(
@@ -80,36 +70,6 @@ class ScriptArguments:
     )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_test_split: str = field(default="test", metadata={"help": "Split to evaluate on (with --eval_strategy)."})
-    env_name: str | None = field(
-        default=None,
-        metadata={
-            "aliases": ["--env"],
-            "help": f"Env-driven DPO on this env: a built-in env "
-            f"{sorted(BUILTIN_ENVS)}, a registered or installed env, or 'package.module:factory'. "
-            "(YAML key: env_name.)",
-        },
-    )
-    env_dataset: str | None = field(
-        default=None,
-        metadata={
-            "help": "Env-driven DPO on a dataset of env rows (one group per row): Hub id, "
-            "save_to_disk folder, json/jsonl/parquet/csv file or a folder of them."
-        },
-    )
-    env_dataset_split: str = field(default="train", metadata={"help": "Split of --env_dataset to use."})
-    env_kwargs: str | None = field(  # a YAML mapping arrives as a dict default; parse_env_kwargs takes both
-        default=None, metadata={"help": "Extra env dataset options, a JSON object (a mapping in YAML)."}
-    )
-    group_size: int = field(default=8, metadata={"help": "Env mode: trajectories per env group (best vs worst)."})
-    groups_per_round: int = field(default=16, metadata={"help": "Env mode: env groups sampled per round."})
-    num_env_batches: int = field(default=1000, metadata={"help": "Env mode: batches in the training RLDataset."})
-    tiny_model: str = field(
-        default=DEMO_MODEL_NAME,
-        metadata={
-            "help": f"The offline model built and used when --model_name_or_path is not given: {MODEL_NAME} (small, built "
-            f"fast; the tests' model) or {DEMO_MODEL_NAME} (the demo model, bench/results/history.md)."
-        },
-    )
 
     @property
     def env_mode(self) -> bool:
@@ -118,17 +78,12 @@ class ScriptArguments:
 
     def check(self) -> None:
         """Raise ``ValueError`` for options that do not go together or a bad ``--env_kwargs``."""
-        if self.env_dataset and (self.env_name or self.env_kwargs):
-            raise ValueError(
-                "give either --env / --env_kwargs (an env by name) or --env_dataset (a dataset of env "
-                "rows, whose rows hold the env options)"
-            )
+        super().check()
         if self.env_mode and (self.dataset_name or self.data_files):
             raise ValueError(
                 "give either --env / --env_dataset (env-driven DPO) or a preference dataset "
                 "(--dataset_name / --data_files)"
             )
-        parse_env_kwargs(self.env_kwargs)
 
 
 # Defaults that make `python scripts/train_dpo.py` a short, visible CPU run. Any of them can be overridden.
@@ -187,8 +142,7 @@ def main(
     publish_args = publish_args or PublishArguments()
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
     checkpoint = resume_option(training_args)
-    env_mode = script_args.env_mode
-    trainer, model_path, datasets = make_trainer(script_args, training_args, model_args)
+    trainer, model_path, env_names = make_trainer(script_args, training_args, model_args)
     tokenizer = trainer.processing_class
     trainer.train(resume_from_checkpoint=checkpoint)
 
@@ -196,17 +150,14 @@ def main(
     save_run(trainer, tokenizer)
 
     # 5. Training curves, evaluation before/after, model card; push to the Hub with --push_to_hub.
-    builtin_data = not (env_mode or script_args.dataset_name or script_args.data_files)
-    envs = [script_args.env_name] if script_args.env_name else []
-    if script_args.env_dataset:  # the card names (and evaluates) the env kinds of the rows, as train_grpo.py's
-        envs = sorted(set(datasets["env_dataset"].rows[ENV_FIELD]))
+    builtin_data = not (script_args.env_mode or script_args.dataset_name or script_args.data_files)
     publish_run(
         trainer,
         base_model=model_path,
         algorithm="dpo",
         push=push,
         publish_args=publish_args,
-        envs=envs,
+        envs=env_names,
         env_kwargs=parse_env_kwargs(script_args.env_kwargs),
         eval_env="arithmetic" if builtin_data else None,
         # the built-in data asks only the training questions: the card scores the held-out ones
@@ -221,14 +172,11 @@ def main(
 
 def make_trainer(
     script_args: ScriptArguments, training_args: EnvDPOConfig, model_args: ModelConfig
-) -> tuple[EnvDPOTrainer, str, dict]:
-    """``(trainer, model path, datasets)``: the model, the data and the ``EnvDPOTrainer`` of a run, ready to train
+) -> tuple[EnvDPOTrainer, str, list[str]]:
+    """``(trainer, model path, env names)``: the model, the data and the ``EnvDPOTrainer`` of a run, ready to train
     (also used by bench/learning.py)."""
-    env_mode = script_args.env_mode
-
     # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
-    model_path = model_args.model_name_or_path or build_tiny_model(name=script_args.tiny_model)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    model_path, tokenizer = load_tokenizer(model_args, script_args.tiny_model)
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
         "dtype": model_args.dtype,
@@ -236,10 +184,19 @@ def make_trainer(
         **(training_args.model_init_kwargs or {}),
     }
 
-    # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round.
-    datasets = {}
-    if env_mode:
-        datasets["env_dataset"] = make_env_dataset(script_args, Renderer(tokenizer), training_args.seed)
+    # 2. The data: preference pairs from a dataset, or envs whose rollouts are paired each round (an env by name, or
+    #    a dataset of env rows the trainer groups), in groups of group_size, groups_per_round groups per batch.
+    datasets, env_names = {}, []
+    if script_args.env_mode:
+        datasets["env_dataset"], env_names = make_envs(
+            script_args,
+            tokenizer,
+            env_name=script_args.env_name,
+            env_kwargs=parse_env_kwargs(script_args.env_kwargs),
+            group_size=training_args.group_size,
+            groups_per_batch=training_args.groups_per_round,
+            seed=training_args.seed,
+        )
     else:
         data = load_preference_splits(script_args)
         datasets["train_dataset"] = pick_split(data, script_args.dataset_train_split, "training")
@@ -252,11 +209,11 @@ def make_trainer(
         args=training_args,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
-        callbacks=[DPOProgressCallback(PROGRESS_KEYS, env_mode=env_mode)],
+        callbacks=[DPOProgressCallback(PROGRESS_KEYS, env_mode=script_args.env_mode)],
         **datasets,
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per log instead of the full metrics dict
-    return trainer, model_path, datasets
+    return trainer, model_path, env_names
 
 
 def load_preference_splits(args: ScriptArguments):
@@ -278,7 +235,7 @@ def load_preference_splits(args: ScriptArguments):
 
 
 def pick_split(data, split: str, role: str):
-    """The ``split`` of the preference data for ``role`` (training / evaluation); a single ``Dataset`` is every split."""
+    """The ``split`` of the preference data for ``role`` (training / evaluation); a ``Dataset`` is every split."""
     if not hasattr(data, "keys"):  # a single Dataset
         return data
     if split not in data:
@@ -289,59 +246,35 @@ def pick_split(data, split: str, role: str):
     return data[split]
 
 
-def make_env_dataset(args: ScriptArguments, renderer: Renderer, seed: int = 0) -> RLDataset | RLDatasetBuilder:
-    """The envs of env-driven DPO: the rows of ``--env_dataset``, or the env by name (registry); ``seed`` (the
-    trainer's) picks the training problems of envs that take one."""
-    if args.env_dataset:
-        rows = load_env_dataset(args.env_dataset, args.env_dataset_split)
-        return EnvRowDataset(rows, renderer, group_size=args.group_size, groups_per_batch=args.groups_per_round)
-    # An env option named group_size (a tinker-cookbook builder's field) is the env's to set.
-    return make_named_env_dataset(
-        args.env_name,
-        renderer,
-        **{"group_size": args.group_size, **parse_env_kwargs(args.env_kwargs)},
-        groups_per_batch=args.groups_per_round,
-        num_batches=args.num_env_batches,
-        defaults={"seed": seed},
-    )
-
-
-def make_parser(subparsers=None, demo_defaults: bool = True) -> TrlParser:
+def make_parser(subparsers=None, demo_defaults: bool = True):
     """The command line and YAML ``--config`` parser (script, training, model and publishing arguments), with the CPU
     defaults above (``demo_defaults=False``: without them; ``parse_args`` adds them for the demo model only)."""
-    dataclass_types = (ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments)
-    if subparsers is not None:
-        parser = subparsers.add_parser(
-            "dpo", help="Train with DPO on preferences or an env", dataclass_types=dataclass_types
-        )
-    else:
-        parser = TrlParser(dataclass_types)
-    parser.set_defaults_with_config(
-        **(CPU_FRIENDLY_DEFAULTS if demo_defaults else {}),
-        use_cpu=not torch.cuda.is_available(),
-        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+    return training_script.make_parser(
+        (ScriptArguments, EnvDPOConfig, ModelConfig, PublishArguments),
+        CPU_FRIENDLY_DEFAULTS,
+        subparsers=subparsers,
+        command="dpo",
+        help="Train with DPO on preferences or an env",
+        demo_defaults=demo_defaults,
     )
-    return parser
 
 
-def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None, report: bool = True):
+def parse_args(argv: list[str] | None = None, parser=None, report: bool = True):
     """Parse the command line (``argv``, default ``sys.argv[1:]``) and ``--config``: the demo model gets the CPU
     defaults above, any other model TRL's defaults plus, in env mode, the env's token budgets
     (``trl_envs.run_defaults``). Prints the settings chosen and where each came from (``report``); returns
     ``(parser, (script, training, model, publish args), settings)``."""
     parser = parser or make_parser(demo_defaults=False)
-    parsed, settings = parse_run_args(
+    return training_script.parse_args(
         parser,
         CPU_FRIENDLY_DEFAULTS,
         argv,
+        report=report,
+        algorithm="dpo",
+        env_label="preferences",
         per_turn_key="max_tokens_per_turn",
-        script_defaults=lambda env: {"output_dir": f"outputs/dpo-{(env or 'preferences').replace('_', '-')}"},
     )
-    if report:
-        settings.report()
-    return parser, parsed, settings
 
 
 if __name__ == "__main__":  # checks before any model loads; mistakes and signals end in one line, exit != 0
-    if status := run_training_script("train_dpo.py", lambda argv: parse_args(argv, report=False)[1:], main):
-        sys.exit(status)
+    training_script.main_entry("train_dpo.py", parse_args, main)

@@ -192,6 +192,21 @@ def test_one_round_of_env_driven_dpo(env, tmp_path, tiny_model_path, tokenizer, 
         assert any(0 in p.chosen_mask or 0 in p.rejected_mask for p in pairs)  # multi-turn: env tokens in pairs
 
 
+def test_a_dataset_of_env_rows_is_grouped_by_the_config(tmp_path, tiny_model_path):
+    from trl_envs import export_env_dataset
+
+    rows = export_env_dataset("arithmetic", n=6, max_operand=3)  # a datasets.Dataset, one problem per row
+    args = config(tmp_path, group_size=3, groups_per_round=2, num_rounds=2)
+    trainer = EnvDPOTrainer(tiny_model_path, args=args, env_dataset=rows)  # the tokenizer comes from the model path
+    trainer.train()
+    assert [h["pairs/groups"] for h in trainer.round_history] == [2.0, 2.0]
+    assert all(len(g.trajectories) == 3 for g in trainer.last_rollout.groups)
+    questions = {
+        t.logs.get("question") for g in trainer.last_rollout.groups for tr in g.trajectories for t in tr.transitions
+    }
+    assert len(questions) == 2  # round 2 played rows 2 and 3
+
+
 def test_rounds_continue_steps_logs_and_learning_rate(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
     builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=8, num_batches=4, num_test_batches=1)
     args = config(tmp_path, num_rounds=2, eval_envs_each_round=True, lr_scheduler_type="linear")
@@ -221,7 +236,7 @@ def test_env_tokens_are_excluded_from_the_dpo_loss(tmp_path, tiny_model_path, to
     torch.manual_seed(0)
     builder = make_env_dataset("guess_number", renderer, group_size=4, batch_size=8, num_batches=2)
     trainer = EnvDPOTrainer(tiny_model_path, args=config(tmp_path), env_dataset=builder, processing_class=tokenizer)
-    rows, stats, _ = trainer._sample_pairs(0)
+    rows, stats, _ = trainer.rounds.sample_pairs(0)
     rows = [r for r in rows if 0 in r["chosen_mask"] and 0 in r["rejected_mask"]][:4]
     assert rows, f"no multi-turn pair on both sides ({stats})"
     batch = trainer.data_collator(rows)
@@ -242,12 +257,12 @@ def test_env_tokens_are_excluded_from_the_dpo_loss(tmp_path, tiny_model_path, to
     assert torch.all((expected - with_env_tokens).abs() > 0.1)  # the env tokens do weigh in if included
 
     model.train()
-    trainer._metrics["train"].clear()
     loss = trainer.compute_loss(model, batch)
-    logged = trainer._metrics["train"]
+    trainer.log({})  # DPOTrainer logs the mean of what its loss computed since the last log: this batch only
+    logged = trainer.state.log_history[-1]
     n = len(rows)
-    assert logged["logps/chosen"][-1] == pytest.approx(expected[:n].mean().item(), abs=1e-3)
-    assert logged["logps/rejected"][-1] == pytest.approx(expected[n:].mean().item(), abs=1e-3)
+    assert logged["logps/chosen"] == pytest.approx(expected[:n].mean().item(), abs=1e-3)
+    assert logged["logps/rejected"] == pytest.approx(expected[n:].mean().item(), abs=1e-3)
     loss.backward()  # and the loss is differentiable through exactly those tokens
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
 

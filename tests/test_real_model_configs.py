@@ -90,7 +90,9 @@ def test_recipe_trains_one_step(recipe, shrunk_models, tmp_path, monkeypatch, ca
     config = yaml.safe_load((REPO / recipe).read_text())
     dpo = recipe.stem.startswith("dpo")
     script = _load("train_dpo" if dpo else "train_grpo")
-    monkeypatch.setattr(script, "build_tiny_model", lambda *a, **k: pytest.fail("the demo model was built"))
+    import trl_envs.tiny_model
+
+    monkeypatch.setattr(trl_envs.tiny_model, "build_tiny_model", lambda *a, **k: pytest.fail("demo model built"))
     out = tmp_path / "run"
     argv = [
         "--config",

@@ -16,7 +16,7 @@ import pytest
 import torch
 from datasets import Dataset, DatasetDict, load_dataset
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer
+from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticGroupBuilder
 from trl_envs.registry import (
@@ -428,10 +428,21 @@ def test_train_dpo_script_on_an_env_dataset_and_a_module_factory(tmp_path, tiny_
     script.main(*script.make_parser().parse_args_and_config())
     assert "round  1/1 | env reward" in capsys.readouterr().out
     assert "env:arithmetic" in (tmp_path / "a" / "README.md").read_text()  # the card names the rows' env kind
-    args = script.ScriptArguments(
-        env_name="trl_envs.envs.guess_number:GuessNumberDatasetBuilder", group_size=2, groups_per_round=3
+    from transformers import AutoTokenizer
+
+    from trl_envs.cli.training_script import make_envs
+
+    factory = "trl_envs.envs.guess_number:GuessNumberDatasetBuilder"
+    envs, names = make_envs(
+        script.ScriptArguments(env_name=factory),
+        AutoTokenizer.from_pretrained(tiny_model_path),
+        env_name=factory,
+        env_kwargs={},
+        group_size=2,
+        groups_per_batch=3,
+        seed=0,
     )
-    envs = script.make_env_dataset(args, Renderer(script.AutoTokenizer.from_pretrained(tiny_model_path)))
+    assert names == [factory]
     train, _ = run_sync(envs)
     assert len(train.get_batch(0)) == 3 and len(first_observation(train.get_batch(0)[0])) == 2
 

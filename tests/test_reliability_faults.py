@@ -216,7 +216,7 @@ def test_a_non_finite_loss_stops_the_run():
 def test_dpo_pairs_with_identical_answers_are_dropped_with_a_count_or_refused():
     from datasets import Dataset
 
-    from trl_envs.trainers.dpo import drop_identical_pairs
+    from trl_envs.training_data.preference_checks import drop_identical_pairs
 
     data = Dataset.from_dict({"prompt": ["p"] * 3, "chosen": ["a", "b", "c"], "rejected": ["x", "b", "c"]})
     with pytest.warns(UserWarning, match="dropped 2 of 3 rows .* whose 'chosen' equals 'rejected'"):

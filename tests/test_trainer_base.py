@@ -57,9 +57,8 @@ def test_one_rollout_budget_for_both_configs(tmp_path):
 
 
 def test_env_dataset_of_the_wrong_type_names_the_trainer_and_what_it_accepts():
-    with pytest.raises(
-        TypeError, match="EnvDPOTrainer: env_dataset must be an RLDataset or RLDatasetBuilder, got list"
-    ):
+    accepted = "an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows"
+    with pytest.raises(TypeError, match=f"EnvDPOTrainer: env_dataset must be {accepted}, got list"):
         base.resolve_env_datasets([], None, "EnvDPOTrainer")
 
 

@@ -68,6 +68,7 @@ from .samplers.hf import HFSampler
 from .samplers.text_policy import TextPolicySampler
 
 # training_data/: trajectories -> what is trained
+from .training_data.pairs_step import PairsStep, rollout_pairs
 from .training_data.preference import PairStats, PreferencePair, make_preference_pairs
 from .training_data.rows import (
     NonExtendingObservationError,
@@ -170,6 +171,7 @@ __all__ = [
     # training_data/
     "NonExtendingObservationError",
     "PairStats",
+    "PairsStep",
     "PreferencePair",
     "RowsStep",
     "TrainingRow",
@@ -178,6 +180,7 @@ __all__ = [
     "make_preference_pairs",
     "remove_constant_reward_groups",
     "rollout_rows",
+    "rollout_pairs",
     "trajectory_to_data",
     # trainers/ (lazy)
     "DataCollatorForMaskedPreference",

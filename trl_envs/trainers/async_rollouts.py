@@ -176,7 +176,6 @@ class AsyncRolloutsMixin:
                 "async/rerolled_groups": [len(builders) if rerolled else 0],
             },
         )
-        self.last_rollout = result
         return result
 
     def _submit_next(self, state: _AsyncState) -> None:

@@ -1,9 +1,11 @@
-"""What every env-driven trainer shares: rollouts, the sampler, the generation model, env datasets and the checks made
-when it is built.
+"""What every env trainer shares: its setup (env datasets, checks, reference model), rollouts, the sampler and the
+model it generates with.
 
 :class:`EnvTrainerMixin` is mixed in before a TRL trainer class (``class EnvGRPOTrainer(EnvTrainerMixin,
 GRPOTrainer)``); the trainer keeps only its algorithm (how rollouts become training data). Its config mixes in
-:class:`~trl_envs.trainers.rollout_args.RolloutArguments` (budgets, error strategy, ``rollout_budget()``). What a new
+:class:`~trl_envs.trainers.rollout_args.RolloutArguments` (budgets, error strategy, ``rollout_budget()``). Setting up an
+env trainer, in order: :func:`load_env_datasets` and :func:`frozen_reference` before the TRL ``__init__``,
+:meth:`EnvTrainerMixin._init_env_trainer` just before it, :meth:`EnvTrainerMixin._check_env_launch` after it. What a new
 env trainer adds is written down in docs/DESIGN.md ("A third env trainer").
 """
 
@@ -11,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trl.models import unwrap_model_for_generation
 
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..registry.env_datasets import resolve_row_datasets
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch
 from ..rollout.event_loop import run_sync
 from ..samplers.base import Sampler
@@ -26,16 +30,18 @@ from . import trl_seam
 from .checkpoints import CheckpointMarker, check_resume_settings, run_settings, verify_checkpoint
 from .resume import resolve_checkpoint
 
+ENV_DATASET_KINDS = "an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows"
+
 
 class EnvTrainerMixin:
     """Rollouts for a TRL trainer whose ``args`` mix in ``RolloutArguments``.
 
     Attributes:
-        last_rollout: the :class:`RolloutBatchResult` of this rank's latest training rollout (for inspection).
+        last_rollout: the :class:`RolloutBatchResult` of this rank's latest training rollout (for inspection); set by
+            :meth:`_rollout_step`.
 
-    A trainer sets ``self.custom_sampler`` (a :class:`~trl_envs.samplers.base.Sampler` or ``None``) and
-    ``self.last_rollout = None`` before calling the TRL trainer's ``__init__`` (:meth:`_init_env_trainer`), and
-    implements :meth:`sampling_settings`.
+    A trainer calls :meth:`_init_env_trainer` before the TRL trainer's ``__init__`` and :meth:`_check_env_launch`
+    after it.
     """
 
     custom_sampler: Sampler | None = None
@@ -47,6 +53,14 @@ class EnvTrainerMixin:
         trl_seam.check_trl_compatibility()
         self.custom_sampler = sampler
         self.last_rollout = None
+
+    def _check_env_launch(self, owner: str, *, chat_template: bool = True) -> None:
+        """After the TRL ``__init__``: refuse a launch that would train one model per process
+        (:func:`check_single_process_launch`) and, with ``chat_template``, a tokenizer without chat template (env
+        renderers render chat messages)."""
+        check_single_process_launch(self.accelerator.num_processes, os.environ, owner)
+        if chat_template:
+            require_chat_template(trl_seam.tokenizer_of(self), owner)
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
@@ -119,13 +133,12 @@ class EnvTrainerMixin:
 
     # -- rollouts ------------------------------------------------------------------------------------------------
 
-    def _rollout_groups(
-        self, builders: Sequence[EnvGroupBuilder], *, equal_batch_sizes: bool = False
-    ) -> RolloutBatchResult:
-        """Roll out ``builders`` on this rank with one batched generation call per turn. Every rank makes the same
-        number of calls (they may be collectives: ZeRO-3, FSDP, vLLM server); ``equal_batch_sizes`` also pads every
-        call to the same number of prompts on every rank (vLLM server mode and tensor-parallel colocate)."""
-        args = self.args
+    @contextlib.contextmanager
+    def _rollout_sampler(self, *, equal_batch_sizes: bool = False) -> Iterator[Sampler]:
+        """The sampler of one rollout on this rank. Every rank makes the same number of generation calls (they may be
+        collectives: ZeRO-3, FSDP, vLLM server): on exit, a rank whose episodes ended early keeps generating until all
+        are done. ``equal_batch_sizes`` also pads every call to the same number of prompts on every rank (vLLM server
+        mode and tensor-parallel colocate)."""
         sampler = LockstepSampler(
             self._sampler(),
             [trl_seam.tokenizer_of(self).pad_token_id],
@@ -133,21 +146,88 @@ class EnvTrainerMixin:
             equal_batch_sizes=equal_batch_sizes,
         )
         try:
-            return run_rollout_batch(
-                builders, sampler, args.rollout_budget(self.model), args.error_strategy(), args.sampler_max_wait_s
-            )
+            yield sampler
         finally:
-            sampler.drain()  # ranks whose episodes ended early keep generating until all are done (collectives)
+            sampler.drain()
+
+    def _rollout_options(self) -> dict[str, Any]:
+        """The config's budget, error strategy and sampler wait, as keyword arguments of a rollout."""
+        args = self.args
+        return dict(
+            budget=args.rollout_budget(self.model),
+            error_strategy=args.error_strategy(),
+            max_wait_s=args.sampler_max_wait_s,
+        )
+
+    def _rollout_step(
+        self,
+        step: Callable[..., Any],
+        builders: Sequence[EnvGroupBuilder],
+        *,
+        equal_batch_sizes: bool = False,
+        **options,
+    ) -> Any:
+        """A training rollout step on this rank: ``step(builders, sampler, budget=..., error_strategy=...,
+        max_wait_s=..., **options)`` (e.g. :func:`~trl_envs.training_data.pairs_step.rollout_pairs`) with the policy's
+        sampler (:meth:`_rollout_sampler`); the step's ``rollout`` becomes :attr:`last_rollout`."""
+        with self._rollout_sampler(equal_batch_sizes=equal_batch_sizes) as sampler:
+            out = step(builders, sampler, **self._rollout_options(), **options)
+        self.last_rollout = out.rollout
+        return out
+
+    def _rollout_groups(
+        self, builders: Sequence[EnvGroupBuilder], *, equal_batch_sizes: bool = False
+    ) -> RolloutBatchResult:
+        """Roll out ``builders`` on this rank, one batched generation call per turn (see :meth:`_rollout_sampler`)."""
+        options = self._rollout_options()
+        with self._rollout_sampler(equal_batch_sizes=equal_batch_sizes) as sampler:
+            return run_rollout_batch(
+                builders, sampler, options["budget"], options["error_strategy"], options["max_wait_s"]
+            )
 
 
-# -- construction-time helpers ----------------------------------------------------------------------------------------
+# -- setup ---------------------------------------------------------------------------------------------------------
+
+
+def load_env_datasets(
+    env_dataset,
+    eval_env_dataset,
+    *,
+    owner: str,
+    model,
+    processing_class,
+    group_size: int,
+    eval_group_size: int,
+    groups_per_batch: int,
+    seed: int | None,
+) -> tuple[RLDataset, RLDataset | None, Any]:
+    """The training and evaluation envs of an env trainer, and its processing class.
+
+    ``env_dataset`` is an :class:`RLDataset`, an :class:`RLDatasetBuilder` (built; its test split becomes the evaluation
+    envs unless ``eval_env_dataset`` is given) or a ``datasets.Dataset`` / ``IterableDataset`` of env rows (an
+    :class:`~trl_envs.registry.env_datasets.EnvRowDataset` of ``groups_per_batch`` groups of ``group_size`` envs per
+    batch; ``eval_group_size`` for rows of ``eval_env_dataset``). Rows need the tokenizer: without
+    ``processing_class`` it is loaded from ``model`` and returned. See :func:`resolve_env_datasets` for ``seed``.
+    """
+    env_dataset, eval_env_dataset, processing_class = resolve_row_datasets(
+        env_dataset,
+        eval_env_dataset,
+        model=model,
+        processing_class=processing_class,
+        group_size=group_size,
+        eval_group_size=eval_group_size,
+        groups_per_batch=groups_per_batch,
+        owner=owner,
+    )
+    train, evaluation = resolve_env_datasets(env_dataset, eval_env_dataset, owner, seed=seed)
+    return train, evaluation, processing_class
 
 
 def resolve_env_datasets(
     env_dataset,
     eval_env_dataset,
     owner: str,
-    accepted: str = "an RLDataset or RLDatasetBuilder",
+    accepted: str = ENV_DATASET_KINDS,
     seed: int | None = None,
 ) -> tuple[RLDataset, RLDataset | None]:
     """The training and evaluation :class:`RLDataset`: an ``RLDatasetBuilder`` is built (its test split becomes the
@@ -166,6 +246,28 @@ def resolve_env_datasets(
             raise ValueError(f"{owner}: env_dataset has no batches")
         return env_dataset, eval_env_dataset
     raise TypeError(f"{owner}: env_dataset must be {accepted}, got {type(env_dataset).__name__}")
+
+
+def frozen_reference(model, peft_config, *, needed: bool = True):
+    """The reference model to hand to the TRL trainer, or ``None`` where TRL's own choice is right.
+
+    The reference is the policy as passed. TRL would reload a model object's weights from
+    ``model.config._name_or_path``: empty for a model built in memory, stale for one changed since it was loaded; so a
+    model object gets a frozen copy of itself (``eval()``, no gradients). ``None`` (TRL's own reference) for a model id
+    or path (loaded from there), under PEFT (the adapter switched off), and when no reference is ``needed`` (GRPO with
+    ``beta == 0``, DPO with precomputed reference log-probabilities).
+    """
+    if not needed or peft_config is not None or isinstance(model, str):
+        return None
+    with contextlib.suppress(ImportError):
+        from peft import PeftModel
+
+        if isinstance(model, PeftModel):
+            return None
+    reference = copy.deepcopy(model)
+    reference.eval()
+    reference.requires_grad_(False)
+    return reference
 
 
 def require_chat_template(tokenizer, owner: str) -> None:
@@ -190,22 +292,11 @@ def check_single_process_launch(num_processes: int, environ, owner: str) -> None
         )
 
 
-__all__ = ["EnvTrainerMixin", "check_single_process_launch", "require_chat_template", "resolve_env_datasets"]
-
-
-def frozen_reference_copy(model, peft_config):
-    """A frozen copy of a policy given as a model object, to serve as the reference model (TRL would reload
-    ``model.config._name_or_path`` from disk: empty for a model built in memory, stale for one changed since it was
-    loaded). ``None`` where TRL's own reference is the model as passed: a model id or path (loaded from there) or PEFT
-    (the adapter switched off)."""
-    if peft_config is not None or isinstance(model, str):
-        return None
-    with contextlib.suppress(ImportError):
-        from peft import PeftModel
-
-        if isinstance(model, PeftModel):
-            return None
-    reference = copy.deepcopy(model)
-    reference.eval()
-    reference.requires_grad_(False)
-    return reference
+__all__ = [
+    "EnvTrainerMixin",
+    "check_single_process_launch",
+    "frozen_reference",
+    "load_env_datasets",
+    "require_chat_template",
+    "resolve_env_datasets",
+]

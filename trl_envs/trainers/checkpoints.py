@@ -50,8 +50,8 @@ class ResumeArguments:
     resume_allow_changes: bool = field(
         default=False,
         metadata={
-            "help": "Resume from a checkpoint even though the group size, batch geometry, number of processes, model or "
-            "env differ from the run that wrote it (refused by default, with the differences listed)."
+            "help": "Resume from a checkpoint even though the group size, batch geometry, number of processes, model "
+            "or env differ from the run that wrote it (refused by default, with the differences listed)."
         },
     )
 

@@ -22,6 +22,20 @@ class EnvDPOConfig(RolloutArguments, ResumeArguments, DPOConfig):
     """
 
     num_rounds: int = field(default=4, metadata={"help": "Env mode: rounds of sampling then DPO training."})
+    group_size: int = field(
+        default=8,
+        metadata={
+            "help": "Env mode: trajectories per env group (best vs worst) for envs made from env rows or by name; an "
+            "RLDataset's groups keep their own size."
+        },
+    )
+    groups_per_round: int = field(
+        default=16,
+        metadata={
+            "help": "Env mode: env groups per batch for envs made from env rows or by name (a round samples "
+            "batches_per_round batches); an RLDataset's batches keep their own size."
+        },
+    )
     batches_per_round: int = field(
         default=1,
         metadata={
@@ -64,6 +78,8 @@ class EnvDPOConfig(RolloutArguments, ResumeArguments, DPOConfig):
         check_sampling(self.temperature, self.top_p)
         super().__post_init__()  # TRL's config, then RolloutArguments' checks
         check_count(self, "max_tokens_per_turn", minimum=1)
+        check_count(self, "group_size", minimum=1)
+        check_count(self, "groups_per_round", minimum=1)
         if self.num_rounds < 1:
             raise ValueError(f"EnvDPOConfig.num_rounds must be >= 1, got {self.num_rounds}")
         if self.batches_per_round < 1:

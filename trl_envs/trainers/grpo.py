@@ -20,7 +20,6 @@ How an env batch maps onto TRL (see docs/DESIGN.md):
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +30,6 @@ from trl import GRPOTrainer
 
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
-from ..registry.env_datasets import resolve_row_datasets
 from ..rollout.engine import RolloutBatchResult
 from ..samplers.base import Sampler
 from ..training_data.credit import first_turn_returns, row_token_advantages
@@ -39,13 +37,7 @@ from ..training_data.row_layout import RowPlan
 from ..training_data.rows_step import RowsStep
 from . import trl_seam
 from .async_rollouts import AsyncRolloutsMixin
-from .base import (
-    EnvTrainerMixin,
-    check_single_process_launch,
-    frozen_reference_copy,
-    require_chat_template,
-    resolve_env_datasets,
-)
+from .base import EnvTrainerMixin, frozen_reference, load_env_datasets
 from .checkpoints import hold_output_dir
 from .group_index import GroupIndex, GroupKey, keys_of_rows
 from .grpo_config import EnvGRPOConfig
@@ -108,21 +100,15 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
     ):
         if not isinstance(args, EnvGRPOConfig):
             raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
-        env_dataset, eval_env_dataset, processing_class = resolve_row_datasets(  # datasets of env rows -> RLDatasets
+        train_envs, eval_envs, processing_class = load_env_datasets(
             env_dataset,
             eval_env_dataset,
+            owner="EnvGRPOTrainer",
             model=model,
             processing_class=processing_class,
             group_size=args.num_generations,
             eval_group_size=args.num_generations_eval or args.num_generations,
             groups_per_batch=max(args.generation_batch_size // args.num_generations, 1),
-            owner="EnvGRPOTrainer",
-        )
-        train_envs, eval_envs = resolve_env_datasets(
-            env_dataset,
-            eval_env_dataset,
-            "EnvGRPOTrainer",
-            accepted="an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows",
             seed=args.seed,
         )
         _check_batch_geometry(args, eval_envs is not None)
@@ -130,7 +116,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         self.train_groups = GroupIndex("train", train_envs)
         self.eval_groups = GroupIndex("eval", eval_envs) if eval_envs is not None else None
         self._init_env_trainer(sampler)
-        reference = _frozen_reference(model, args, peft_config)
+        reference = frozen_reference(model, peft_config, needed=args.beta != 0.0)
         with (
             trl_seam.rollout_func_warning_silenced(),
             trl_seam.grpo_reference_model(reference) if reference is not None else contextlib.nullcontext(),
@@ -147,8 +133,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
                 peft_config=peft_config,
                 rollout_func=planned_rows,
             )
-        check_single_process_launch(self.accelerator.num_processes, os.environ, "EnvGRPOTrainer")
-        require_chat_template(trl_seam.tokenizer_of(self), "EnvGRPOTrainer")
+        self._check_env_launch("EnvGRPOTrainer")
         self.eos_token_ids = with_turn_stops(self.eos_token_ids, Renderer(trl_seam.tokenizer_of(self)))
         env_label = type(self.train_groups.builder(self.train_groups.key(0))).__name__
         self._mark_checkpoints(model, env_label)
@@ -214,6 +199,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             result = self._async_rollout(keys, builders)
         else:
             result = self._rollout(builders)
+        self.last_rollout = result
         names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
         check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"), self.accelerator)
         step = RowsStep.from_rollout(result, group_size=group_size, training_rows=self.args.training_rows, names=names)
@@ -237,9 +223,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
     def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
         # vLLM server mode and tensor-parallel colocate need equally many prompts per call on every rank.
         equal_batches = self.use_vllm and (self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1)
-        result = self._rollout_groups(builders, equal_batch_sizes=equal_batches)
-        self.last_rollout = result
-        return result
+        return self._rollout_groups(builders, equal_batch_sizes=equal_batches)
 
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
         """Pad with unscorable blocks so every rank has as many rows (TRL gathers rewards across ranks) and, in
@@ -329,11 +313,3 @@ def _warn_biased_logprob_comparison(args: EnvGRPOConfig) -> None:
             "or turn the comparison off.",
             stacklevel=3,
         )
-
-
-def _frozen_reference(model, args, peft_config):
-    """The reference model for ``beta > 0`` when the policy is given as a model object without PEFT: a frozen copy of
-    it as passed. (TRL would reload ``model.config._name_or_path`` from disk: empty for a model built in memory, stale
-    for one changed since it was loaded.) ``None`` where TRL's own reference is the model as passed: a model id or
-    path (loaded from there), PEFT (the adapter switched off), or ``beta == 0`` (no reference)."""
-    return None if args.beta == 0.0 else frozen_reference_copy(model, peft_config)

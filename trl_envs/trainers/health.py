@@ -40,8 +40,8 @@ def bad_reward(groups: Sequence, names: Sequence[str], step: int) -> str | None:
                     "is not finite"
                     if not math.isfinite(total)
                     else (
-                        f"overflows the group statistics (|reward| > {MAX_ABS_REWARD:g}: the reward std would be inf and "
-                        "every advantage 0)"
+                        f"overflows the group statistics (|reward| > {MAX_ABS_REWARD:g}: the reward std would be "
+                        "inf and every advantage 0)"
                     )
                 )
                 return (

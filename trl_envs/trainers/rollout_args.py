@@ -106,7 +106,8 @@ class RolloutArguments:
             )
 
     def default_max_tokens_per_turn(self) -> int | None:
-        """The per-turn token budget when ``max_tokens_per_turn`` is unset (``EnvGRPOConfig``: ``max_completion_length``)."""
+        """The per-turn token budget when ``max_tokens_per_turn`` is unset (``EnvGRPOConfig``:
+        ``max_completion_length``)."""
         return None
 
     def rollout_budget(self, model=None) -> RolloutBudget:

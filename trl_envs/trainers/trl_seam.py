@@ -20,6 +20,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import torch
 import transformers
 import trl
 from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 SEAM_MODULE = "trl_envs/trainers/trl_seam.py"
 
@@ -152,16 +154,30 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName(
         "_init_training_state",
         "transformers.Trainer",
-        "(max_steps, ...) makes the fresh TrainerState of one train() call; EnvDPOTrainer keeps counting "
-        "steps, logs and FLOPs across its rounds",
-        overridden_in="trl_envs/trainers/dpo.py",
+        "(max_steps, ...) makes the fresh TrainerState of one train() call, before the loop reads its global "
+        "step; continued_training_state wraps it so env-driven DPO rounds keep counting steps, logs and FLOPs",
     ),
     PrivateName(
         "_finalize_training",
         "transformers.Trainer",
         "(trial, num_train_samples, start_time) computes the speed metrics of one train() call from "
-        "state.max_steps; EnvDPOTrainer scales them to the round",
-        overridden_in="trl_envs/trainers/dpo.py",
+        "state.max_steps; continued_training_state scales them to the call's own steps",
+    ),
+    PrivateName(
+        "_save_checkpoint",
+        "transformers.Trainer",
+        "(model, trial) writes checkpoint-<global_step> (weights, optimizer, scheduler, trainer_state.json, RNG) "
+        "and rotates old ones; save_checkpoint calls it at the end of an env-driven DPO round",
+    ),
+    PrivateName(
+        "_get_output_dir",
+        "transformers.Trainer",
+        "(trial) -> the folder _save_checkpoint writes checkpoint-<global_step> into",
+    ),
+    PrivateName(
+        "_load_from_checkpoint",
+        "transformers.Trainer",
+        "(checkpoint) loads a checkpoint's weights (full model, sharded or PEFT adapter) into the model",
     ),
     PrivateName("_tag_names", "trl.DPOTrainer", "class attribute: the tags DPOTrainer adds to the model (card)"),
     PrivateName("DataCollatorForPreference", "trl.trainer.dpo_trainer", "DPOTrainer's default collator (see above)"),
@@ -183,6 +199,7 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "trl.GRPOTrainer",
         "(see above) the async rollouts mixin scores a batch sampled by the policy's sampler copy under "
         "sampler_importance_sampling",
+        "save_checkpoint",
         overridden_in="trl_envs/trainers/async_rollouts.py",
     ),
     PrivateName(
@@ -461,6 +478,62 @@ def set_dpo_tokens_seen(trainer, value: int) -> None:
     trainer._total_train_tokens = int(value)
 
 
+@contextlib.contextmanager
+def continued_training_state(trainer) -> Iterator[None]:
+    """While active, ``trainer.train()`` continues the trainer's ``TrainerState`` instead of starting a fresh one:
+    ``global_step``, ``log_history``, ``total_flos`` and ``num_input_tokens_seen`` go on from where they are (so
+    loggers see one run), the call trains its own ``max_steps`` / epochs (``state.max_steps`` becomes the current step
+    plus that), and its speed metrics count only its own steps. The optimizer, learning-rate schedule and dataloader
+    are the ``Trainer``'s as in any ``train()`` call.
+
+    transformers 5.24 behaviour relied on: ``Trainer._inner_training_loop`` makes the state in
+    ``_init_training_state(max_steps, ...)`` and only afterwards reads ``state.global_step`` (first step, last logged
+    step, steps of this call); the stop test compares ``global_step`` with ``state.max_steps``;
+    ``_finalize_training`` scales the samples of the speed metrics by ``steps of this call / state.max_steps``.
+    """
+    previous = trainer.state
+    start = previous.global_step
+    init_state, finalize = trainer._init_training_state, trainer._finalize_training
+
+    def init_continued(max_steps, *args, **kwargs):
+        result = init_state(max_steps, *args, **kwargs)
+        state = trainer.state
+        state.global_step = start
+        state.max_steps = start + max_steps
+        state.log_history = previous.log_history
+        state.total_flos = previous.total_flos
+        state.num_input_tokens_seen = previous.num_input_tokens_seen
+        return result
+
+    def finalize_own_steps(*args, **kwargs):
+        total = trainer.state.max_steps
+        trainer.state.max_steps = total - start
+        try:
+            return finalize(*args, **kwargs)
+        finally:
+            trainer.state.max_steps = total
+
+    trainer._init_training_state, trainer._finalize_training = init_continued, finalize_own_steps
+    try:
+        yield
+    finally:
+        del trainer._init_training_state, trainer._finalize_training  # the class's methods again
+
+
+def save_checkpoint(trainer, trial=None) -> str:
+    """Write the ``Trainer``'s checkpoint of the current state (weights, optimizer, scheduler, ``trainer_state.json``,
+    RNG; old checkpoints rotated by ``save_total_limit``) and return its folder. Relies on:
+    ``Trainer._save_checkpoint(model, trial)`` writes ``<_get_output_dir(trial)>/checkpoint-<global_step>``."""
+    trainer._save_checkpoint(trainer.model, trial)
+    return os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+
+
+def load_model_checkpoint(trainer, checkpoint: str) -> None:
+    """Load the weights of ``checkpoint`` into the trainer's model as ``Trainer.train(resume_from_checkpoint=...)``
+    does (full model, sharded, or PEFT adapter). Relies on: ``Trainer._load_from_checkpoint(checkpoint)``."""
+    trainer._load_from_checkpoint(checkpoint)
+
+
 def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float]]) -> None:
     """Append, for each metric, the mean of its samples over all processes to the values TRL logs, with ONE
     gather for all metrics (TRL's own metric queue gathers once per metric name).
@@ -492,11 +565,13 @@ __all__ = [
     "TRLCompatibilityError",
     "TRL_PRIVATE_NAMES",
     "check_trl_compatibility",
+    "continued_training_state",
     "distributed_backend",
     "dpo_tokens_seen",
     "grpo_reference_model",
     "keep_columns",
     "logged_completions",
+    "load_model_checkpoint",
     "logged_metrics",
     "per_token_logprobs",
     "ratio_from_loss_logprobs",
@@ -505,6 +580,7 @@ __all__ = [
     "rollout_func_warning_silenced",
     "sampler_importance_sampling",
     "score_generation_batch",
+    "save_checkpoint",
     "set_dpo_tokens_seen",
     "tokenizer_of",
 ]

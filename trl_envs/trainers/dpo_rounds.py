@@ -1,0 +1,310 @@
+"""Env-driven (iterative) DPO: the loop over rounds of *sample pairs with the current policy → train DPO on them*.
+
+:class:`DPORounds` drives one :class:`~trl_envs.trainers.dpo.EnvDPOTrainer` (``EnvDPOTrainer.train()`` hands over to it
+when the trainer was given envs). Each round:
+
+1. rolls out ``batches_per_round`` batches of env groups (shared out over ranks) with the pairs step
+   (:func:`~trl_envs.training_data.pairs_step.rollout_pairs`) and gathers the pairs to every rank;
+2. trains on them with one ``Trainer.train`` call over the trainer's own optimizer, collator and loss. The
+   ``TrainerState`` keeps counting across rounds (``global_step``, ``log_history``, FLOPs, tokens: loggers see one
+   run); ``num_train_epochs`` / ``max_steps`` and the learning-rate schedule (rebuilt by ``Trainer``) are per round;
+   the optimizer and its moments carry over; the reference model stays the initial policy;
+3. plays the evaluation envs (``eval_envs_each_round``), logs one entry and prints one line;
+4. writes a round checkpoint when ``save_strategy`` asks for one (``"steps"``: the round crossed a multiple of
+   ``save_steps``; ``"epoch"`` / ``"best"``: every round). The ``Trainer``'s own saves inside a round are turned off:
+   a round's pairs come from the weights at its start, so only a round's end can be resumed exactly.
+
+A round checkpoint is the ``Trainer``'s (weights, optimizer, scheduler, ``trainer_state.json``) plus
+:data:`ROUND_STATE_FILE` (rounds done, their logs, the DPO token count) and every process's random state
+(:data:`ROUND_RNG_FILE`). Resuming from it restores all of that and continues with the next round, which samples the
+same batches with the same weights and random state, so the run goes on exactly as if it had not stopped (same number
+of processes; not under DeepSpeed / FSDP).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+import warnings
+from collections import defaultdict
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback, TrainerState
+from transformers.trainer_utils import TrainOutput
+from trl import DPOTrainer
+
+from ..core.types import RLDataset
+from ..rollout.metrics import rollout_metrics, summarize
+from ..training_data.pairs_step import rollout_pairs
+from ..training_data.preference import PairStats
+from . import trl_seam
+from .resume import rng_state, set_rng_state
+
+ROUND_STATE_FILE = "env_dpo_rounds.json"
+"""In a round checkpoint: the rounds done, their logged values and the DPO token count."""
+ROUND_RNG_FILE = "env_dpo_rng_{rank}.pt"
+"""In a round checkpoint: each process's random state at the end of the round."""
+ROUND_METRICS = ("rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected")
+
+
+class EmptyPairsWarning(UserWarning):
+    """A round of env-driven DPO produced no preference pair (every group tied, or was skipped)."""
+
+
+class DPORounds:
+    """The rounds of env-driven DPO on ``trainer`` (an ``EnvDPOTrainer`` whose ``args`` is an ``EnvDPOConfig``).
+
+    Attributes:
+        history: one dict per finished round, the values logged for it.
+        last_pair_stats: the :class:`PairStats` of the latest round (all ranks).
+    """
+
+    def __init__(self, trainer, train_envs: RLDataset, eval_envs: RLDataset | None):
+        self.trainer, self.train_envs, self.eval_envs = trainer, train_envs, eval_envs
+        self.history: list[dict[str, float]] = []
+        self.last_pair_stats: PairStats | None = None
+        trainer.add_callback(_NoCheckpointsInsideRounds())
+
+    def run(self, checkpoint: str | None = None, trial=None, ignore_keys_for_eval=None) -> TrainOutput:
+        """Every round from the first (or, with ``checkpoint``, from the one after it); returns the last global step,
+        the mean of the rounds' losses and the last round's logs."""
+        trainer, args = self.trainer, self.trainer.args
+        first_round = self._load(checkpoint) if checkpoint is not None else 0
+        losses: list[float] = []
+        last: dict[str, float] = {}
+        if self.eval_envs is not None and args.eval_envs_each_round and first_round == 0:
+            self._log_round({"round": 0.0, **self.evaluate_envs()}, 0)
+        for r in range(first_round, args.num_rounds):
+            start, steps_before = time.perf_counter(), trainer.state.global_step
+            rows, stats, env_logs = self.sample_pairs(r)
+            self.last_pair_stats = stats
+            logs: dict[str, float] = {"round": float(r + 1), **env_logs, **stats.as_metrics()}
+            if args.max_length is not None and args.truncation_mode == "keep_start":  # as TRL: nothing left to train
+                kept = [row for row in rows if len(row["prompt_ids"]) < args.max_length]
+                if len(kept) < len(rows):
+                    logs["pairs/too_long"] = float(len(rows) - len(kept))
+                rows = kept
+            if rows:
+                logs.update(self.train_round(Dataset.from_list(rows), trial, ignore_keys_for_eval))
+                losses.append(logs["round/loss"])
+            else:
+                warnings.warn(
+                    f"EnvDPOTrainer: round {r + 1} made no preference pair from {stats.num_groups} env groups "
+                    f"({stats.ties} all ties, {stats.skipped} skipped after errors, {stats.prompt_mismatch} with "
+                    f"different prompts, {stats.too_small} with < 2 trajectories, {stats.identical} identical, "
+                    f"{logs.get('pairs/too_long', 0):.0f} longer than max_length); no training this round. More "
+                    "envs per group, a higher temperature, or a finer-grained reward give more pairs.",
+                    EmptyPairsWarning,
+                    stacklevel=3,
+                )
+            if self.eval_envs is not None and args.eval_envs_each_round:
+                logs.update(self.evaluate_envs())
+            logs["round/seconds"] = time.perf_counter() - start
+            self._log_round(logs, r + 1)
+            last = logs
+            if self._checkpoint_due(steps_before, trainer.state.global_step):
+                self._save(r + 1, trial)
+        train_loss = sum(losses) / len(losses) if losses else float("nan")
+        return TrainOutput(trainer.state.global_step, train_loss, {"train_loss": train_loss, **last})
+
+    # -- one round ---------------------------------------------------------------------------------------------
+
+    def sample_pairs(self, round_index: int) -> tuple[list[dict[str, Any]], PairStats, dict[str, float]]:
+        """Roll out round ``round_index``'s groups (every ``num_processes``-th on this rank), pair them, and gather the
+        pair rows, their counts and the env metrics to every rank (all ranks then train on the same pairs, which the
+        Trainer shards)."""
+        trainer, args = self.trainer, self.trainer.args
+        n = len(self.train_envs)
+        builders = [
+            b
+            for k in range(args.batches_per_round)
+            for b in self.train_envs.get_batch((round_index * args.batches_per_round + k) % n)
+        ]
+        local = builders[trainer.accelerator.process_index :: trainer.accelerator.num_processes]
+        pairs, stats, rollout = trainer._rollout_step(rollout_pairs, local, min_reward_gap=args.min_reward_gap)
+        rows = [p.as_row() for p in pairs]
+        metrics = rollout_metrics(rollout.groups, rollout.error_counts)
+        if trainer.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            gathered = gather_object([(rows, stats, metrics)])
+            rows = [row for part in gathered for row in part[0]]
+            stats = functools.reduce(lambda a, b: a + b, (part[1] for part in gathered))
+            metrics = _merge_metrics(part[2] for part in gathered)
+        return rows, stats, summarize(metrics)
+
+    def train_round(self, pairs: Dataset, trial=None, ignore_keys_for_eval=None) -> dict[str, float]:
+        """One ``Trainer.train`` call on ``pairs``, continuing the run's state; returns the round's ``round/...`` logs:
+        its steps, its mean loss and the mean of each DPO reward metric over its training steps (all ranks)."""
+        from accelerate.optimizer import AcceleratedOptimizer
+
+        trainer = self.trainer
+        trainer.train_dataset = pairs
+        if isinstance(trainer.optimizer, AcceleratedOptimizer):  # else accelerate wraps the wrapper again
+            trainer.optimizer = trainer.optimizer.optimizer
+        steps_before = trainer.state.global_step
+        collected = _RoundMetrics(trainer)
+        trainer.add_callback(collected)
+        try:
+            with trl_seam.continued_training_state(trainer):
+                out = DPOTrainer.train(trainer, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
+        finally:
+            trainer.remove_callback(collected)
+        logs = {"round/steps": float(trainer.state.global_step - steps_before)}
+        if logs["round/steps"]:
+            loss = torch.tensor([out.training_loss], device=trainer.accelerator.device)
+            logs["round/loss"] = trainer.accelerator.gather(loss).mean().item()
+        for key, values in collected.values.items():  # already gathered across ranks by DPOTrainer
+            if values:
+                logs[f"round/{key}"] = sum(values) / len(values)
+        return logs
+
+    def evaluate_envs(self) -> dict[str, float]:
+        """Play every batch of the evaluation envs (shared out over ranks) with the current policy: ``eval_env/...``."""
+        trainer = self.trainer
+        builders = [b for i in range(len(self.eval_envs)) for b in self.eval_envs.get_batch(i)]
+        local = builders[trainer.accelerator.process_index :: trainer.accelerator.num_processes]
+        result = trainer._rollout_groups(local)
+        metrics = rollout_metrics(result.groups, result.error_counts, prefix="eval_env")
+        if trainer.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            metrics = _merge_metrics(gather_object([metrics]))
+        return summarize(metrics)
+
+    def _log_round(self, logs: dict[str, float], round_index: int) -> None:
+        self.trainer.log(dict(logs))
+        if round_index > 0:
+            self.history.append(dict(logs))
+        if self.trainer.accelerator.is_main_process:
+            print(round_line(logs, round_index, self.trainer.args.num_rounds), flush=True)
+
+    # -- round checkpoints -------------------------------------------------------------------------------------
+
+    def _checkpoint_due(self, steps_before: int, steps_after: int) -> bool:
+        args = self.trainer.args
+        strategy = getattr(args.save_strategy, "value", args.save_strategy)
+        if strategy == "no":
+            return False
+        if strategy == "steps" and args.save_steps >= 1:
+            every = int(args.save_steps)
+            return steps_after // every > steps_before // every
+        return True  # "epoch", "best", or save_steps given as a fraction: every round
+
+    def _save(self, rounds_done: int, trial) -> None:
+        trainer = self.trainer
+        folder = trl_seam.save_checkpoint(trainer, trial)
+        os.makedirs(folder, exist_ok=True)
+        torch.save(rng_state(), os.path.join(folder, ROUND_RNG_FILE.format(rank=trainer.accelerator.process_index)))
+        if trainer.accelerator.is_main_process:
+            with open(os.path.join(folder, ROUND_STATE_FILE), "w") as f:
+                state = {
+                    "rounds_done": rounds_done,
+                    "num_processes": trainer.accelerator.num_processes,
+                    "tokens_seen": trl_seam.dpo_tokens_seen(trainer),
+                    "round_history": self.history,
+                }
+                json.dump(state, f, indent=1)
+        trainer.accelerator.wait_for_everyone()
+
+    def _load(self, checkpoint: str) -> int:
+        """Restore what a round checkpoint holds (weights, optimizer moments, ``TrainerState``, round logs, token
+        count, random state); return the index of the next round to run."""
+        trainer = self.trainer
+        where = f"EnvDPOTrainer: resume_from_checkpoint={checkpoint!r}"
+        state_path = os.path.join(checkpoint, ROUND_STATE_FILE)
+        if not os.path.isfile(state_path):
+            raise ValueError(
+                f"{where} is not a checkpoint of env-driven DPO (it has no {ROUND_STATE_FILE}); env-driven "
+                "DPO writes its checkpoints at the end of rounds (see save_strategy in docs/dpo.md)"
+            )
+        if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+            raise ValueError(
+                f"{where}: resuming env-driven DPO under DeepSpeed or FSDP is not supported; resume "
+                "without them, or start a new run from the checkpoint's weights"
+            )
+        with open(state_path) as f:
+            saved = json.load(f)
+        if saved["num_processes"] != trainer.accelerator.num_processes:
+            raise ValueError(
+                f"{where} was written by {saved['num_processes']} processes, this run has "
+                f"{trainer.accelerator.num_processes}; each process's rollouts continue from its own random "
+                "state, so resume with the same number of processes"
+            )
+        optimizer_path = os.path.join(checkpoint, "optimizer.pt")
+        if not os.path.isfile(optimizer_path):
+            raise ValueError(
+                f"{where} holds no optimizer state (written with save_only_model=True?); the run cannot "
+                "continue exactly without it"
+            )
+        trl_seam.load_model_checkpoint(trainer, checkpoint)
+        trainer.state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+        self.history = saved["round_history"]
+        trl_seam.set_dpo_tokens_seen(trainer, saved["tokens_seen"])
+        # the optimizer the rounds carry over, made now with the checkpoint's moments (its scheduler is per round)
+        trainer.create_optimizer().load_state_dict(torch.load(optimizer_path, map_location="cpu", weights_only=True))
+        rng_path = os.path.join(checkpoint, ROUND_RNG_FILE.format(rank=trainer.accelerator.process_index))
+        set_rng_state(torch.load(rng_path, weights_only=False))  # our own file: Python / NumPy states are tuples
+        return saved["rounds_done"]
+
+
+class _RoundMetrics(TrainerCallback):
+    """Collects, at every training log of a round, the DPO reward metrics ``DPOTrainer`` gathered since the last
+    log (every value, so their round mean weighs each training batch the same)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.values: dict[str, list[float]] = defaultdict(list)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.trainer.model.training:
+            logged = trl_seam.logged_metrics(self.trainer, "train")
+            for key in ROUND_METRICS:
+                self.values[key].extend(logged.get(key, []))
+
+
+class _NoCheckpointsInsideRounds(TrainerCallback):
+    """The Trainer's saves inside a round are dropped (see the module docstring); rounds are checkpointed at their
+    end."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_save = False
+        return control
+
+    on_epoch_end = on_step_end
+
+
+def round_line(logs: dict[str, float], round_index: int, num_rounds: int) -> str:
+    """The line printed for a round: env reward, pairs, loss, margin, accuracy, evaluation reward, seconds."""
+    parts = [f"[trl_envs] round {round_index:>2}/{num_rounds}"]
+    if "env/all/reward/total" in logs:
+        parts.append(f"env reward {logs['env/all/reward/total']:.3f}")
+    if "pairs/pairs" in logs:
+        parts.append(f"pairs {logs['pairs/pairs']:.0f}/{logs['pairs/groups']:.0f} (ties {logs['pairs/ties']:.0f})")
+    for label, key, fmt in (
+        ("loss", "round/loss", ".4f"),
+        ("margin", "round/rewards/margins", "+.4f"),
+        ("acc", "round/rewards/accuracies", ".2f"),
+        ("eval reward", "eval_env/all/reward/total", ".3f"),
+    ):
+        if key in logs and not (isinstance(logs[key], float) and math.isnan(logs[key])):
+            parts.append(f"{label} {logs[key]:{fmt}}")
+    if "round/seconds" in logs:
+        parts.append(f"{logs['round/seconds']:.1f} s")
+    return " | ".join(parts)
+
+
+def _merge_metrics(parts) -> dict[str, list[float]]:
+    merged: dict[str, list[float]] = defaultdict(list)
+    for part in parts:
+        for name, values in part.items():
+            merged[name].extend(values)
+    return dict(merged)
+
+
+__all__ = ["DPORounds", "EmptyPairsWarning", "ROUND_RNG_FILE", "ROUND_STATE_FILE", "round_line"]
