@@ -34,7 +34,7 @@ def test_generation_model_honours_ds3_gather_for_generation(monkeypatch, tmp_pat
     monkeypatch.setattr(base, "unwrap_model_for_generation", fake_unwrap)
     args = config_class(output_dir=str(tmp_path), use_cpu=True, report_to="none", ds3_gather_for_generation=gather)
     trainer = _Trainer(args)
-    with trainer._generation_model() as model:
+    with trainer.generation_model() as model:
         assert model is trainer.model_wrapped
     assert seen == {"gather": gather}
 

@@ -108,12 +108,12 @@ class EnvTrainerMixin:
         return HFSampler(
             self.model_wrapped,
             trl_seam.tokenizer_of(self),
-            model_context=self._generation_model,
+            model_context=self.generation_model,
             **self.sampling_settings(),
         )
 
     @contextlib.contextmanager
-    def _generation_model(self) -> Iterator:
+    def generation_model(self) -> Iterator:
         """The policy, ready to ``generate``: unwrapped from DDP / DeepSpeed (ZeRO-3 parameters gathered unless
         ``args.ds3_gather_for_generation`` is False), FSDP v1 parameters materialised, under the autocast TRL computes
         the training logprobs in (``accelerator.autocast()``: with bf16 mixed precision over fp32 weights, e.g. PEFT,

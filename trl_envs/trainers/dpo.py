@@ -97,10 +97,10 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
                 "and env_dataset (an RLDataset, RLDatasetBuilder or Dataset of env rows: env-driven DPO)"
             )
         if args is None:
-            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "") or "model"
+            name = model if isinstance(model, str) else getattr(model.config, "name_or_path", "") or "model"
             args = EnvDPOConfig(output_dir=f"{name.rstrip('/').split('/')[-1]}-DPO")
         if processing_class is None:
-            path = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "")
+            path = model if isinstance(model, str) else getattr(model.config, "name_or_path", "")
             processing_class = AutoTokenizer.from_pretrained(path)
         envs = None
         if env_dataset is not None:

@@ -108,7 +108,7 @@ class DPORounds:
             self._log_round(logs, r + 1)
             last = logs
             if self._checkpoint_due(steps_before, trainer.state.global_step):
-                self._save(r + 1, trial)
+                self._save_round_checkpoint(r + 1, trial)
         train_loss = sum(losses) / len(losses) if losses else float("nan")
         return TrainOutput(trainer.state.global_step, train_loss, {"train_loss": train_loss, **last})
 
@@ -196,7 +196,7 @@ class DPORounds:
             return steps_after // every > steps_before // every
         return True  # "epoch", "best", or save_steps given as a fraction: every round
 
-    def _save(self, rounds_done: int, trial) -> None:
+    def _save_round_checkpoint(self, rounds_done: int, trial) -> None:
         trainer = self.trainer
         folder = trl_seam.save_checkpoint(trainer, trial)
         os.makedirs(folder, exist_ok=True)
