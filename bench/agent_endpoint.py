@@ -52,7 +52,8 @@ def calculator_policy(prompt: str) -> str:
     if turn.startswith("tool"):
         return turn.split("\n", 1)[1]
     expression = turn.split("\n", 1)[1].removeprefix("What is ").rstrip("?")
-    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % expression
+    call = {"name": "calculator", "arguments": {"expression": expression}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
 SLOW_AGENT_S = 0.0
@@ -78,11 +79,47 @@ async def httpx_agent(base_url: str, api_key: str, task: dict) -> float:
     return 0.0
 
 
+async def raw_agent(base_url: str, api_key: str, task: dict) -> float:
+    """The calculator agent over a bare HTTP/1.1 keep-alive connection (asyncio streams, no client library): what
+    the endpoint alone costs, with next to nothing spent on the client's side."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base_url)
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    head = (
+        f"POST {url.path}/chat/completions HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {api_key}\r\n"
+        "Content-Type: application/json\r\nContent-Length: "
+    ).encode()
+    tools = [CALCULATOR.schema()]
+    try:
+        messages = [{"role": "user", "content": task["question"]}]
+        for _ in range(task["max_tool_calls"] + 1):
+            body = json.dumps({"model": "p", "messages": messages, "tools": tools}).encode()
+            writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+            headers = await reader.readuntil(b"\r\n\r\n")
+            length = int(headers.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            message = json.loads(await reader.readexactly(length))["choices"][0]["message"]
+            _common.busy_wait(SLOW_AGENT_S)
+            if not message.get("tool_calls"):
+                return float((message["content"] or "").strip() == str(task["answer"]))
+            messages.append(message)
+            for call in message["tool_calls"]:
+                args = json.loads(call["function"]["arguments"])
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": CALCULATOR.fn(**args)})
+    finally:
+        writer.close()
+    return 0.0
+
+
+AGENTS = {"httpx_agent": httpx_agent, "raw_agent": raw_agent}
+
+
 def builders(env: str, renderer: Renderer, args) -> list:
-    if env == "httpx_agent":
+    if env in AGENTS:
         tasks = make_tasks(1, args.groups, args.seed, "mul_add", 30, 4)
         return list(
-            AgentDataset(httpx_agent, tasks, renderer, batch_size=args.groups, group_size=args.group_size).get_batch(0)
+            AgentDataset(AGENTS[env], tasks, renderer, batch_size=args.groups, group_size=args.group_size).get_batch(0)
         )
     dataset = run_sync(
         make_env_dataset(
@@ -182,12 +219,14 @@ def main(argv: list[str] | None = None) -> dict:
 def compare(renderer: Renderer, sampler_factory, args) -> tuple[dict, dict, dict]:
     """MessageEnv, plain-HTTP agent, openai-client agent: one line each, then the overheads."""
     base = run("tool_use", renderer, sampler_factory, args)
+    raw = run("raw_agent", renderer, sampler_factory, args)
     plain = run("httpx_agent", renderer, sampler_factory, args)
     client = run("calculator_agent", renderer, sampler_factory, args)
     show("message_env", base)
+    show("raw agent", raw)
     show("httpx agent", plain)
     show("openai agent", client)
-    for label, r in (("httpx agent", plain), ("openai agent", client)):
+    for label, r in (("raw agent", raw), ("httpx agent", plain), ("openai agent", client)):
         extra = r["outside"] - base["outside"]
         r["overhead_share"], r["overhead_per_call"] = extra / base["wall"], extra / r["turns"]
         print(
@@ -195,7 +234,7 @@ def compare(renderer: Renderer, sampler_factory, args) -> tuple[dict, dict, dict
             f"{extra / r['turns'] * 1e3:+.2f} ms per call ({r['turns']} calls; same episodes as the MessageEnv: "
             f"{r['turns'] == base['turns']})"
         )
-    return base, plain, client
+    return base, raw, plain, client
 
 
 if __name__ == "__main__":
