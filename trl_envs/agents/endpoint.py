@@ -120,6 +120,7 @@ class AgentEndpoint:
         """Bind ``127.0.0.1`` on a port the OS picks and serve in the running event loop."""
         import uvicorn
 
+        _quiet_uvicorn_logs()
         # uvicorn binds the socket itself (port 0: the OS picks): asyncio then turns Nagle's algorithm off on every
         # accepted connection, which it skips for a socket made without IPPROTO_TCP. With Nagle on, a response
         # written as headers + body waited for the client's delayed ACK: ~45 ms per call, measured.
@@ -127,7 +128,7 @@ class AgentEndpoint:
             self._app(),
             host="127.0.0.1",
             port=0,
-            log_level="warning",
+            log_level=None,  # set once below: at every start, each setLevel clears every logger's cache (~1 ms)
             log_config=None,  # uvicorn's default re-runs logging.config.dictConfig at every start (~2 ms)
             access_log=False,
             lifespan="off",
@@ -275,6 +276,20 @@ class AgentEndpoint:
             type="authentication_error",
             code="invalid_api_key",
         )
+
+
+_LOGS_SET = False
+
+
+def _quiet_uvicorn_logs() -> None:
+    """uvicorn's loggers at WARNING (its per-start INFO lines are noise at one start per rollout), once per process,
+    and only those a user has not set."""
+    global _LOGS_SET
+    if not _LOGS_SET:
+        _LOGS_SET = True
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.asgi"):
+            if logging.getLogger(name).level == logging.NOTSET:
+                logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _authorization(scope) -> str:

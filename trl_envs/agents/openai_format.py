@@ -24,6 +24,11 @@ from typing import Any
 
 from ..core.tools import parse_tool_calls
 
+try:  # faster canonical JSON where installed
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _TOOL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.S)
 
@@ -58,6 +63,7 @@ class ChatRequest:
         stream: whether the reply goes back as server-sent events.
         include_usage: ``stream_options.include_usage``.
         model: the ``model`` field, echoed in the reply.
+        tools_key: :func:`tools_key` of ``tools`` (computed once per request: the prompt builder compares it).
     """
 
     messages: list[dict[str, Any]]
@@ -66,6 +72,17 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     model: str = "policy"
+    tools_key: str = "[]"
+
+
+def tools_key(tools: list[dict[str, Any]]) -> str:
+    """A canonical string of a ``tools`` list (keys sorted): equal for equal tool sets."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(tools, option=_orjson.OPT_SORT_KEYS).decode()
+        except TypeError:  # a value orjson does not take (an int beyond 64 bits): the stdlib's form
+            pass
+    return json.dumps(tools, sort_keys=True, separators=(",", ":"))
 
 
 def parse_request(body: Any) -> ChatRequest:
@@ -109,6 +126,7 @@ def parse_request(body: Any) -> ChatRequest:
         stream,
         bool(isinstance(options, dict) and options.get("include_usage")),
         model if isinstance(model, str) else "policy",
+        tools_key(tools),
     )
 
 
