@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")

@@ -14,13 +14,12 @@ calls into one sampler call per turn.
 
 :func:`acquire_endpoint` / :meth:`AgentEndpoint.release` share one endpoint per event loop between the episodes
 that use it: it starts with the first and stops (socket closed, connections shut) when the last releases it.
-uvicorn is imported only here (extra ``agents``); ``orjson`` is used for JSON where it is installed.
+uvicorn is imported only here (extra ``agents``); JSON goes through ``orjson`` where it is installed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import weakref
@@ -28,7 +27,7 @@ from collections import deque
 from typing import Any
 
 from ..rollout.loop_idle import register_quiet_timer
-from .openai_format import APIError, ChatRequest, parse_request
+from .openai_format import APIError, ChatRequest, dumps, loads, parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +221,7 @@ class AgentEndpoint:
                         if not message.get("more_body"):
                             break
                     try:
-                        parsed = _loads(body)
+                        parsed = loads(body)
                     except ValueError:
                         raise APIError(400, "the request body is not valid JSON") from None
                     call = Call(parse_request(parsed), asyncio.get_running_loop().create_future())
@@ -249,7 +248,7 @@ class AgentEndpoint:
             if isinstance(reply, bytes):
                 content, kind = reply, b"text/event-stream"
             else:
-                content, kind = _dumps(reply), b"application/json"
+                content, kind = dumps(reply), b"application/json"
             await send(
                 {
                     "type": "http.response.start",
@@ -297,18 +296,6 @@ def _authorization(scope) -> str:
         if name == b"authorization":
             return value.decode("latin-1")
     return ""
-
-
-try:  # orjson is faster; stdlib json when it is not installed (same output, compact)
-    import orjson
-
-    _loads, _dumps = orjson.loads, orjson.dumps
-except ImportError:  # pragma: no cover - depends on the environment
-
-    def _dumps(value: Any) -> bytes:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-    _loads = json.loads
 
 
 _ENDPOINTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AgentEndpoint] = weakref.WeakKeyDictionary()

@@ -24,11 +24,6 @@ from typing import Any
 
 from ..core.tools import parse_tool_calls
 
-try:  # faster canonical JSON where installed
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
-
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _TOOL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.S)
 
@@ -77,12 +72,44 @@ class ChatRequest:
 
 def tools_key(tools: list[dict[str, Any]]) -> str:
     """A canonical string of a ``tools`` list (keys sorted): equal for equal tool sets."""
-    if _orjson is not None:
+    orjson = _orjson()
+    if orjson is not None:
         try:
-            return _orjson.dumps(tools, option=_orjson.OPT_SORT_KEYS).decode()
+            return orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode()
         except TypeError:  # a value orjson does not take (an int beyond 64 bits): the stdlib's form
             pass
     return json.dumps(tools, sort_keys=True, separators=(",", ":"))
+
+
+_ORJSON: list = []
+
+
+def _orjson():
+    """The ``orjson`` module (faster JSON) if installed, else ``None``; imported on first use."""
+    if not _ORJSON:
+        try:
+            import orjson
+        except ImportError:  # pragma: no cover - depends on the environment
+            orjson = None
+        _ORJSON.append(orjson)
+    return _ORJSON[0]
+
+
+def loads(data: bytes | bytearray) -> Any:
+    """Parse a JSON request body (``ValueError`` when it is not JSON)."""
+    orjson = _orjson()
+    return orjson.loads(data) if orjson is not None else json.loads(data)
+
+
+def dumps(value: Any) -> bytes:
+    """A response body: compact JSON bytes."""
+    orjson = _orjson()
+    if orjson is not None:
+        try:
+            return orjson.dumps(value)
+        except TypeError:  # a value orjson does not take: the stdlib's form
+            pass
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def parse_request(body: Any) -> ChatRequest:
