@@ -1,36 +1,44 @@
 """Agent endpoint overhead: an agent program behind the OpenAI-compatible endpoint vs the same task as a MessageEnv.
 
-The task: ``What is a * b + c?`` with a calculator tool. Two ways to write it, rolled out on the same problems:
+The task: ``What is a * b + c?`` with a calculator tool, rolled out on the same problems four ways:
 
 * ``message_env``: the built-in ``tool_use`` env (a :class:`~trl_envs.core.message_env.MessageEnv`, no HTTP);
-* ``agent``: the built-in ``calculator_agent`` (an ``openai``-client loop, each call an HTTP request to the endpoint).
+* ``raw agent``: the agent loop over a bare HTTP/1.1 keep-alive connection (asyncio streams, no client library):
+  the endpoint's own cost, with next to nothing spent on the client's side;
+* ``httpx agent``: the same loop with an ``httpx.AsyncClient`` per agent run;
+* ``openai agent``: the built-in ``calculator_agent`` (an ``openai``-client loop).
 
-Both render the same prompt (the tools' system prompt + the question) and parse the same ``<tool_call>`` format, so
+All render the same prompt (the tools' system prompt + the question) and parse the same ``<tool_call>`` format, so
 with the same sampler they play the same episodes. ``--groups`` x ``--group_size`` episodes (default 16 x 4 = 64
-concurrent agents) per rollout, :func:`trl_envs.run_rollout_batch`, median of ``--repeats`` runs after ``--warmup``:
+concurrent agents) per rollout, :func:`trl_envs.run_rollout_batch`. Each round runs every side once, rounds
+interleaved (``--warmup`` unmeasured rounds, then ``--repeats``), with a garbage collection before each run:
 
-1. **tiny model**: the offline tiny chat model through :class:`~trl_envs.HFSampler`, greedy (so both ways sample
+1. **tiny model**: the offline tiny chat model through :class:`~trl_envs.HFSampler`, greedy (so all ways sample
    the same tokens whatever the order of the rows).
 2. **scripted**: :class:`~trl_envs.samplers.text_policy.TextPolicySampler` that calls the calculator once, then
    answers (two calls per agent, no model).
 
-Overhead = the time outside the sampler (``wall_seconds - sampler_seconds``: env, endpoint and agent code), agent
-minus MessageEnv, as a share of the MessageEnv rollout's wall time and per call. The sampler's own time is left out
-of the difference: both ways sample the same prompts, and on a shared machine its run-to-run noise is larger than
-the overhead measured.
+Overhead = the time outside the sampler (env, endpoint and agent code), agent minus the MessageEnv of the same
+round, as a share of that MessageEnv rollout and per call; the median over rounds, with every round's value. Timed
+two ways: wall clock (``wall_seconds - sampler_seconds``) and process CPU time (``time.process_time`` around the
+rollout minus the sampler calls' thread CPU time; torch runs single-threaded, everything else runs on the loop's
+thread). On a dedicated machine the two agree; on a shared one the CPU figure is the steadier. The sampler's own
+time is left out of the difference: all ways sample the same prompts.
 
-Printed per line: wall seconds, sampler seconds, seconds outside the sampler, generate calls per wave (sampler calls
-/ the longest episode's turns: 1.00 means every wave of concurrent calls went out as one batch), valve flushes,
-calls, episodes done.
-Targets: generate calls per wave = 1.00, tiny-model endpoint overhead <= 5% of the rollout, all agents complete.
-``--check`` exits 1 on a miss.
+Printed per line: wall ms (every round), sampler ms, ms outside it, CPU ms and CPU ms outside the sampler, generate
+calls per wave (sampler calls / the longest episode's turns: 1.00 means every wave of concurrent calls went out as
+one batch), valve flushes, calls, episodes done.
+Targets: generate calls per wave = 1.00; endpoint overhead (the raw agent, CPU) <= 5% of the tiny-model rollout;
+all agents complete. The httpx and openai agents are checked against the same 5% and printed: the endpoint plus that
+client library's own per-request cost. ``--check`` exits 1 on a miss.
 
-    python bench/agent_endpoint.py
+    python bench/agent_endpoint.py --repeats 5 --out bench/results/agent_endpoint.json
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -164,6 +172,7 @@ def run_once(env: str, renderer: Renderer, sampler_factory, args) -> dict:
     torch.manual_seed(args.seed)
     sampler = _CPUTimed(sampler_factory())
     built = builders(env, renderer, args)
+    gc.collect()  # garbage left by the previous run is collected here, not inside whichever side runs next
     cpu = time.process_time()
     result = run_rollout_batch(built, sampler, RolloutBudget(max_turns=6, max_tokens_per_turn=args.max_tokens))
     cpu = time.process_time() - cpu
