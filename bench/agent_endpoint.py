@@ -74,7 +74,7 @@ async def httpx_agent(base_url: str, api_key: str, task: dict) -> float:
     """The calculator agent over plain HTTP (no client library): what the endpoint alone costs."""
     tools = [CALCULATOR.schema()]
     async with httpx.AsyncClient(
-        base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, verify=False, timeout=600
+        base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, verify=False, trust_env=False, timeout=600
     ) as client:
         messages = [{"role": "user", "content": task["question"]}]
         for _ in range(task["max_tool_calls"] + 1):
