@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
@@ -34,7 +33,8 @@ def calculator_policy(prompt: str) -> str:
     if turn.startswith("tool"):
         return "The answer is " + turn.split("\n", 1)[1]
     expression = turn.split("\n", 1)[1].rstrip("?")
-    return '<tool_call>\n{"name": "calculator", "arguments": {"expression": "' + expression + '"}}\n</tool_call>'
+    call = {"name": "calculator", "arguments": {"expression": expression}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
 async def calculator_agent(base_url, api_key, task):
@@ -65,7 +65,8 @@ class CountingSampler(TextPolicySampler):
         return super().sample(requests)
 
 
-def rollout(renderer, agent, tasks, group_size=1, policy=calculator_policy, budget=None, strategy=FailFast(), **kwargs):
+def rollout(renderer, agent, tasks, group_size=1, policy=calculator_policy, budget=None, strategy=None, **kwargs):
+    strategy = strategy or FailFast()
     sampler = CountingSampler(renderer, policy)
     builders = [AgentGroupBuilder(agent, task, renderer, group_size, **kwargs) for task in tasks]
     return run_rollout_batch(builders, sampler, budget or RolloutBudget(max_turns=8), strategy), sampler
@@ -382,3 +383,28 @@ def test_a_timed_out_agent_is_retried_and_cancelled(renderer):
     assert result.groups[0].trajectories[0].transitions[-1].reward == 1.0
     assert len(set(calls)) == 2 and result.error_counts == {"TimeoutError": 1}
     assert cancelled == calls[:1]  # the stuck run did not outlive its rollout
+
+
+async def raw_http_agent(base_url, api_key, task):
+    """Requests no client library would send: an unknown route, a body in chunks, a body that is not JSON."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=base_url, headers=headers) as client:
+        r = await client.post("/completions", json={"prompt": "Hi"})
+        assert r.status_code == 404 and "POST /v1/chat/completions" in r.json()["error"]["message"], r.text
+        r = await client.post("/chat/completions", content=b"{not json")
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"], r.text
+        body = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "Hi"}]}).encode()
+
+        async def chunks():  # chunked transfer encoding: the body arrives in several ASGI messages
+            for i in range(0, len(body), 7):
+                yield body[i : i + 7]
+
+        r = await client.post("/chat/completions", content=chunks())
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json", r.text
+        return float(r.json()["choices"][0]["message"]["content"] == "ok")
+
+
+def test_unknown_routes_bad_bodies_and_chunked_bodies(renderer):
+    result, sampler = rollout(renderer, raw_http_agent, [None], policy=lambda p: "ok")
+    traj = result.groups[0].trajectories[0]
+    assert [len(c) for c in sampler.calls] == [1] and traj.transitions[-1].reward == 1.0

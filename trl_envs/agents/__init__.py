@@ -1,5 +1,5 @@
 """Agents that own their loop, trained as they are: an OpenAI-compatible endpoint served during rollouts
-(docs/agents.md). Needs the ``agents`` extra (FastAPI, uvicorn) once an agent env runs; importing this package
+(docs/agents.md). Needs the ``agents`` extra (uvicorn, httptools, orjson) once an agent env runs; importing this package
 does not import them."""
 
 from .dataset import AgentDataset, AgentDatasetBuilder

@@ -1,6 +1,6 @@
 """The rollout-time OpenAI-compatible endpoint that agent programs call.
 
-An :class:`AgentEndpoint` is an HTTP server (FastAPI app served by uvicorn) on ``127.0.0.1`` at a port the OS picks,
+An :class:`AgentEndpoint` is an HTTP server (a bare ASGI app served by uvicorn) on ``127.0.0.1`` at a port the OS picks,
 running in the rollout's own event loop. It serves:
 
 * ``POST /v1/chat/completions`` — the call is checked (:func:`~trl_envs.agents.openai_format.parse_request`),
@@ -14,13 +14,12 @@ calls into one sampler call per turn.
 
 :func:`acquire_endpoint` / :meth:`AgentEndpoint.release` share one endpoint per event loop between the episodes
 that use it: it starts with the first and stops (socket closed, connections shut) when the last releases it.
-FastAPI and uvicorn are imported only here (extra ``agents``).
+uvicorn is imported only here (extra ``agents``); JSON goes through ``orjson`` where it is installed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import weakref
@@ -28,7 +27,7 @@ from collections import deque
 from typing import Any
 
 from ..rollout.loop_idle import register_quiet_timer
-from .openai_format import APIError, ChatRequest, parse_request
+from .openai_format import APIError, ChatRequest, dumps, loads, parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +119,7 @@ class AgentEndpoint:
         """Bind ``127.0.0.1`` on a port the OS picks and serve in the running event loop."""
         import uvicorn
 
+        _quiet_uvicorn_logs()
         # uvicorn binds the socket itself (port 0: the OS picks): asyncio then turns Nagle's algorithm off on every
         # accepted connection, which it skips for a socket made without IPPROTO_TCP. With Nagle on, a response
         # written as headers + body waits for the client's delayed ACK (docs/DESIGN.md).
@@ -127,10 +127,14 @@ class AgentEndpoint:
             self._app(),
             host="127.0.0.1",
             port=0,
-            log_level="warning",
+            log_level=None,  # set once below: at every start, each setLevel clears every logger's cache (~1 ms)
+            log_config=None,  # uvicorn's default re-runs logging.config.dictConfig at every start (~2 ms)
             access_log=False,
             lifespan="off",
             timeout_keep_alive=60,
+            proxy_headers=False,  # 127.0.0.1 only: no proxy in between; saves a middleware per call
+            server_header=False,
+            date_header=False,
         )
         config.load()
         # A connection's keep-alive timer only closes an idle connection (it may outlive the server by up to
@@ -199,49 +203,66 @@ class AgentEndpoint:
     # -- HTTP --------------------------------------------------------------------------------------------------
 
     def _app(self):
-        from fastapi import FastAPI
-        from fastapi.responses import JSONResponse, Response
+        """The ASGI application uvicorn serves: two routes, read and answered directly (no web framework: its
+        middleware stack and request objects cost more per call than the rest of the server's work)."""
+        endpoint = self
 
-        app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-
-        def error(e: APIError) -> JSONResponse:
-            return JSONResponse(e.body(), status_code=e.status)
-
-        async def models(request):
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return  # lifespan is off; websockets are not served
+            path, method = scope["path"].rstrip("/"), scope["method"]
             try:
-                self._session_of(request)
+                session = endpoint._session_of(_authorization(scope))
+                if path == "/v1/chat/completions" and method == "POST":
+                    body = bytearray()
+                    while True:
+                        message = await receive()
+                        body += message.get("body", b"")
+                        if not message.get("more_body"):
+                            break
+                    try:
+                        parsed = loads(body)
+                    except ValueError:
+                        raise APIError(400, "the request body is not valid JSON") from None
+                    call = Call(parse_request(parsed), asyncio.get_running_loop().create_future())
+                    session.push(call)
+                    status, reply = await call.reply
+                elif path == "/v1/models" and method == "GET":
+                    status, reply = (
+                        200,
+                        {
+                            "object": "list",
+                            "data": [
+                                {"id": endpoint.model_name, "object": "model", "created": 0, "owned_by": "trl_envs"}
+                            ],
+                        },
+                    )
+                else:
+                    raise APIError(
+                        404,
+                        f"no route {method} {scope['path']}; served: POST /v1/chat/completions, GET /v1/models",
+                        type="not_found_error",
+                    )
             except APIError as e:
-                return error(e)
-            return JSONResponse(
+                status, reply = e.status, e.body()
+            if isinstance(reply, bytes):
+                content, kind = reply, b"text/event-stream"
+            else:
+                content, kind = dumps(reply), b"application/json"
+            await send(
                 {
-                    "object": "list",
-                    "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "trl_envs"}],
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"content-type", kind), (b"content-length", str(len(content)).encode())],
                 }
             )
+            await send({"type": "http.response.body", "body": content})
 
-        async def chat_completions(request):
-            try:
-                session = self._session_of(request)
-                try:
-                    body = json.loads(await request.body())
-                except ValueError:
-                    raise APIError(400, "the request body is not valid JSON") from None
-                call = Call(parse_request(body), asyncio.get_running_loop().create_future())
-            except APIError as e:
-                return error(e)
-            session.push(call)
-            status, reply = await call.reply
-            if isinstance(reply, bytes):
-                return Response(reply, status_code=status, media_type="text/event-stream")
-            return JSONResponse(reply, status_code=status)
-
-        # plain Starlette routes: the handlers read the raw request (OpenAI-style errors, no FastAPI validation)
-        app.router.add_route("/v1/models", models, methods=["GET"])
-        app.router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
         return app
 
-    def _session_of(self, request) -> Session:
-        auth = request.headers.get("authorization", "")
+    def _session_of(self, auth: str) -> Session:
+        """The session whose key the ``Authorization`` header value ``auth`` carries; raises 409 for an ended
+        episode's key and 401 for any other."""
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         session = self._sessions.get(key)
         if session is not None:
@@ -254,6 +275,27 @@ class AgentEndpoint:
             type="authentication_error",
             code="invalid_api_key",
         )
+
+
+_LOGS_SET = False
+
+
+def _quiet_uvicorn_logs() -> None:
+    """uvicorn's loggers at WARNING (its per-start INFO lines are noise at one start per rollout), once per process,
+    and only those a user has not set."""
+    global _LOGS_SET
+    if not _LOGS_SET:
+        _LOGS_SET = True
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.asgi"):
+            if logging.getLogger(name).level == logging.NOTSET:
+                logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _authorization(scope) -> str:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return value.decode("latin-1")
+    return ""
 
 
 _ENDPOINTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AgentEndpoint] = weakref.WeakKeyDictionary()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -120,8 +119,7 @@ class AgentEnv(Env):
             finish = finish_reason(reply, (extra or {}).get("finish_reason", "stop"))
             make = stream_body if call.request.stream else completion_body
             call.answer(200, make(call.request, reply, finish, len(self._ob), len(action)))
-            tools_key = json.dumps(call.request.tools, sort_keys=True)
-            self._previous = Turn(call.request.messages + [reply], tools_key, self._ob, action)
+            self._previous = Turn(call.request.messages + [reply], call.request.tools_key, self._ob, action)
             ob = await self._next_observation()
             if ob is not None:
                 return StepResult(0.0, False, ob, self.stop)

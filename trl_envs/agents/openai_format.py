@@ -58,6 +58,7 @@ class ChatRequest:
         stream: whether the reply goes back as server-sent events.
         include_usage: ``stream_options.include_usage``.
         model: the ``model`` field, echoed in the reply.
+        tools_key: :func:`tools_key` of ``tools`` (computed once per request: the prompt builder compares it).
     """
 
     messages: list[dict[str, Any]]
@@ -66,6 +67,49 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     model: str = "policy"
+    tools_key: str = "[]"
+
+
+def tools_key(tools: list[dict[str, Any]]) -> str:
+    """A canonical string of a ``tools`` list (keys sorted): equal for equal tool sets."""
+    orjson = _orjson()
+    if orjson is not None:
+        try:
+            return orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode()
+        except TypeError:  # a value orjson does not take (an int beyond 64 bits): the stdlib's form
+            pass
+    return json.dumps(tools, sort_keys=True, separators=(",", ":"))
+
+
+_ORJSON: list = []
+
+
+def _orjson():
+    """The ``orjson`` module (faster JSON) if installed, else ``None``; imported on first use."""
+    if not _ORJSON:
+        try:
+            import orjson
+        except ImportError:  # pragma: no cover - depends on the environment
+            orjson = None
+        _ORJSON.append(orjson)
+    return _ORJSON[0]
+
+
+def loads(data: bytes | bytearray) -> Any:
+    """Parse a JSON request body (``ValueError`` when it is not JSON)."""
+    orjson = _orjson()
+    return orjson.loads(data) if orjson is not None else json.loads(data)
+
+
+def dumps(value: Any) -> bytes:
+    """A response body: compact JSON bytes."""
+    orjson = _orjson()
+    if orjson is not None:
+        try:
+            return orjson.dumps(value)
+        except TypeError:  # a value orjson does not take: the stdlib's form
+            pass
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def parse_request(body: Any) -> ChatRequest:
@@ -109,6 +153,7 @@ def parse_request(body: Any) -> ChatRequest:
         stream,
         bool(isinstance(options, dict) and options.get("include_usage")),
         model if isinstance(model, str) else "policy",
+        tools_key(tools),
     )
 
 

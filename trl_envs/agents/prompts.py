@@ -72,7 +72,7 @@ class PromptBuilder:
     def observe(self, request: ChatRequest, previous: Turn | None) -> tuple[list[int], bool]:
         """The observation for ``request`` and whether it extends ``previous`` token-exactly. Raises
         :class:`APIError` (400) when the template cannot render the messages."""
-        tools_key = json.dumps(request.tools, sort_keys=True)
+        tools_key = request.tools_key
         renderer, tools_prompt = self._renderer_for(request.tools, tools_key)
         msgs = request.messages
         if previous is not None and tools_key == previous.tools_key:

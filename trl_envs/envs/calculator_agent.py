@@ -31,8 +31,9 @@ async def calculator_agent(base_url: str, api_key: str, task: dict[str, Any]) ->
     max_tool_calls = task.get("max_tool_calls", 4)
     messages: list[Any] = [{"role": "user", "content": task["question"]}]
     tool_calls = tool_errors = 0
-    # The endpoint is plain HTTP on 127.0.0.1: no TLS, so no CA bundle to load (docs/agents.md).
-    http_client = httpx.AsyncClient(verify=False, timeout=600)
+    # The endpoint is plain HTTP on 127.0.0.1: no TLS, so no CA bundle to load, and no proxy (trust_env=False: no
+    # proxy settings read per client, and none applied to 127.0.0.1).
+    http_client = httpx.AsyncClient(verify=False, trust_env=False, timeout=600)
     async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client) as client:
         while True:
             response = await client.chat.completions.create(
