@@ -127,8 +127,8 @@ class AgentEndpoint:
             self._app(),
             host="127.0.0.1",
             port=0,
-            log_level=None,  # set once below: at every start, each setLevel clears every logger's cache (~1 ms)
-            log_config=None,  # uvicorn's default re-runs logging.config.dictConfig at every start (~2 ms)
+            log_level=None,  # set once below: at every start, each setLevel clears every logger's cache
+            log_config=None,  # uvicorn's default re-runs logging.config.dictConfig at every start
             access_log=False,
             lifespan="off",
             timeout_keep_alive=60,
