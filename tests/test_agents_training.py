@@ -117,3 +117,19 @@ def test_builtin_calculator_agent_by_name_and_eval_cli(tiny_model_path, renderer
     )
     data = json.loads(result.read_text())
     assert data["num_episodes"] == 4 and "env/calculator_agent/correct" in data["metrics"]
+
+
+def test_calculator_agent_held_out_sums_never_occur_in_training(renderer):
+    """With ``held_out_fraction`` the test questions are sums the training split never asks (the learning row's
+    held-out measure), and a split of ``mul_add`` is refused with the reason."""
+    from trl_envs.rollout.event_loop import run_sync
+
+    builder = make_env_dataset(
+        "calculator_agent", renderer, problem="add", max_operand=9, held_out_fraction=0.2, num_batches=40, seed=1
+    )
+    train, test = run_sync(builder)
+    questions = [{t["question"] for t in data.tasks} for data in (train, test)]
+    assert questions[0] and questions[1] and not questions[0] & questions[1]
+    assert len(questions[0]) > 60 and len(questions[1]) <= 20  # of the 100 sums, 80 train and 20 are held out
+    with pytest.raises(ValueError, match="'held_out_fraction' needs problem 'add'"):
+        make_env_dataset("calculator_agent", renderer, held_out_fraction=0.2)

@@ -17,7 +17,9 @@ from typing import Any, ClassVar
 
 from ..agents import AgentDataset
 from ..core.tools import CALCULATOR, ToolCall, run_tool_call
+from ..core.types import TEST_SEED_OFFSET
 from ._builder import BuiltinDatasetBuilder, check_int_option
+from .arithmetic import split_problems
 from .tool_use import make_problem, read_number
 
 PROBLEMS = ("mul_add", "add")
@@ -70,10 +72,17 @@ async def calculator_agent(base_url: str, api_key: str, task: dict[str, Any]) ->
 
 
 def make_tasks(
-    num_batches: int, batch_size: int, seed: int, problem: str, max_operand: int, max_tool_calls: int
+    num_batches: int,
+    batch_size: int,
+    seed: int,
+    problem: str,
+    max_operand: int,
+    max_tool_calls: int,
+    pairs: list[tuple[int, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """``num_batches * batch_size`` tasks: ``What is a * b + c?`` (``mul_add``, operands 2..max; for a given seed
-    the same questions, batch by batch, as the ``tool_use`` env) or ``What is a + b?`` (``add``, operands 0..max)."""
+    the same questions, batch by batch, as the ``tool_use`` env) or ``What is a + b?`` (``add``, operands 0..max, or
+    drawn from ``pairs`` when given)."""
     tasks = []
     for index in range(num_batches):
         rng = random.Random(f"tool_use/{seed}/{index}" if problem == "mul_add" else f"calculator_agent/{seed}/{index}")
@@ -81,7 +90,7 @@ def make_tasks(
             if problem == "mul_add":
                 question, answer = make_problem(rng, max_operand)
             else:
-                a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+                a, b = rng.choice(pairs) if pairs else (rng.randint(0, max_operand), rng.randint(0, max_operand))
                 question, answer = f"What is {a} + {b}?", a + b
             tasks.append({"question": question, "answer": answer, "max_tool_calls": max_tool_calls})
     return tasks
@@ -92,7 +101,9 @@ class CalculatorAgentDatasetBuilder(BuiltinDatasetBuilder):
     """An openai-client agent with a calculator tool, trained through the agent endpoint (needs the agents extra).
 
     ``problem``: ``mul_add`` (``What is a * b + c?``, operands 2..``max_operand``) or ``add`` (``What is a + b?``,
-    operands 0..``max_operand``).
+    operands 0..``max_operand``). With ``problem: add`` and ``held_out_fraction`` > 0 that fraction of the sums (the
+    ``arithmetic`` env's split, :func:`~trl_envs.envs.arithmetic.split_problems`) is only ever in the test set and
+    the rest only in the training set.
     """
 
     env_name: ClassVar[str] = "calculator_agent"
@@ -101,15 +112,28 @@ class CalculatorAgentDatasetBuilder(BuiltinDatasetBuilder):
     max_operand: int = 30
     max_tool_calls: int = 4
     problem: str = "mul_add"
+    held_out_fraction: float = 0.0
 
     def check_options(self) -> None:
         super().check_options()
         if self.problem not in PROBLEMS:
             raise ValueError(f"env {self.env_name!r}: option 'problem' must be one of {PROBLEMS}, got {self.problem!r}")
         check_int_option(self.env_name, "max_operand", self.max_operand, 2)
+        fraction = self.held_out_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction < 1.0:
+            raise ValueError(
+                f"env {self.env_name!r}: option 'held_out_fraction' must be a number in [0, 1), got {fraction!r}"
+            )
+        if fraction and self.problem != "add":
+            raise ValueError(
+                f"env {self.env_name!r}: option 'held_out_fraction' needs problem 'add' (mul_add questions are drawn "
+                f"from {(self.max_operand - 1) ** 3} triples and not split), got problem {self.problem!r}"
+            )
 
-    def dataset(self, num_batches: int, seed: int) -> AgentDataset:
-        tasks = make_tasks(num_batches, self.batch_size, seed, self.problem, self.max_operand, self.max_tool_calls)
+    def dataset(self, num_batches: int, seed: int, pairs: list[tuple[int, int]] | None = None) -> AgentDataset:
+        tasks = make_tasks(
+            num_batches, self.batch_size, seed, self.problem, self.max_operand, self.max_tool_calls, pairs
+        )
         return AgentDataset(
             calculator_agent,
             tasks,
@@ -118,4 +142,13 @@ class CalculatorAgentDatasetBuilder(BuiltinDatasetBuilder):
             group_size=self.group_size,
             num_batches=num_batches,
             tags=["calculator_agent"],
+        )
+
+    async def __call__(self) -> tuple[AgentDataset, AgentDataset]:
+        if not self.held_out_fraction:
+            return await super().__call__()
+        train, held_out = split_problems(self.max_operand, self.held_out_fraction)
+        return (
+            self.dataset(self.num_batches, self.train_seed, train),
+            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, held_out),
         )
