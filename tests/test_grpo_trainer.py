@@ -195,14 +195,17 @@ def test_skipped_groups_are_not_trained(tmp_path, tiny_model_path, tokenizer, re
 
 
 def test_group_size_must_equal_num_generations(tmp_path, tiny_model_path, tokenizer, renderer):
-    trainer = EnvGRPOTrainer(
-        tiny_model_path, config(tmp_path), env_builder("arithmetic", renderer, group_size=2), processing_class=tokenizer
-    )
+    """Refused when the trainer is built (before any training or evaluation), naming the builder and its row."""
     with pytest.raises(
         ValueError,
         match=r"ArithmeticGroupBuilder \(row train/0/0\) made 2 envs but the group size \(num_generations\) is 4",
     ):
-        trainer.train()
+        EnvGRPOTrainer(
+            tiny_model_path,
+            config(tmp_path),
+            env_builder("arithmetic", renderer, group_size=2),
+            processing_class=tokenizer,
+        )
 
 
 def test_groups_must_not_straddle_ranks(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):

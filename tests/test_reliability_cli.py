@@ -94,7 +94,7 @@ def test_script_mistakes_found_with_the_model_print_one_short_line(capsys, tmp_p
         (["--model_name_or_path", str(no_template)], "has no chat template"),
         (
             ["--env_kwargs", '{"group_size": 3}', "--model_name_or_path", tiny_model_path],
-            "makes groups of 3 envs but EnvGRPOConfig.num_generations=8",
+            "made 3 envs but the group size (num_generations) is 8",
         ),
         (
             ["--env_kwargs", '{"max_operandd": 3}', "--model_name_or_path", tiny_model_path],
@@ -199,7 +199,7 @@ def test_cookbook_builder_mistakes_print_one_line(capsys, tmp_path, tiny_model_p
     }
     for options, message in [
         ({**fields, "batch_sizee": 2}, "takes no option 'batch_sizee'"),
-        ({**fields, "group_size": 3}, "makes groups of 3 envs but EnvGRPOConfig.num_generations=8"),
+        ({**fields, "group_size": 3}, "made 3 envs but the group size (num_generations) is 8"),
     ]:
         code, err = run_grpo(
             capsys,

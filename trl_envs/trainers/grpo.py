@@ -31,9 +31,10 @@ from trl import GRPOTrainer
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from ..rollout.engine import RolloutBatchResult
+from ..rollout.event_loop import run_sync
 from ..samplers.base import Sampler
 from ..training_data.credit import first_turn_returns, row_token_advantages
-from ..training_data.row_layout import RowPlan
+from ..training_data.row_layout import RowPlan, check_group_size
 from ..training_data.rows_step import RowsStep
 from . import trl_seam
 from .async_rollouts import AsyncRolloutsMixin
@@ -115,6 +116,9 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         _warn_biased_logprob_comparison(args)
         self.train_groups = GroupIndex("train", train_envs)
         self.eval_groups = GroupIndex("eval", eval_envs) if eval_envs is not None else None
+        _check_first_group(self.train_groups, args.num_generations)
+        if self.eval_groups is not None:
+            _check_first_group(self.eval_groups, args.num_generations_eval or args.num_generations)
         self._init_env_trainer(sampler)
         reference = frozen_reference(model, peft_config, needed=args.beta != 0.0)
         with (
@@ -313,3 +317,19 @@ def _warn_biased_logprob_comparison(args: EnvGRPOConfig) -> None:
             "or turn the comparison off.",
             stacklevel=3,
         )
+
+
+def _check_first_group(index: GroupIndex, group_size: int) -> None:
+    """Make the first group of ``index`` once (then clean it up) and check its size with :func:`check_group_size`,
+    so a builder of the wrong group size fails when the trainer is built, before a model is trained or evaluated.
+    Every group is checked again when its rows are planned."""
+    key = index.key(0)
+    builder = index.builder(key)
+
+    async def made() -> int:
+        try:
+            return len(await builder.make_envs())
+        finally:
+            await builder.cleanup()
+
+    check_group_size(f"{type(builder).__name__} (row {key})", run_sync(made), group_size)

@@ -94,13 +94,24 @@ class RowPlan:
         return out
 
 
+def check_group_size(name: str, made: int, group_size: int) -> None:
+    """The group-size rule: one env group is one GRPO group, so a group must make exactly ``group_size``
+    (``num_generations``) envs. Raises ``ValueError`` naming the group (``name``) and both numbers."""
+    if made != group_size:
+        raise ValueError(
+            f"{name} made {made} envs but the group size (num_generations) is {group_size}; "
+            "one env group must be one GRPO group"
+        )
+
+
 def plan_rows(
     groups: Sequence[TrajectoryGroup | None],
     group_size: int,
     training_rows: str = "auto",
     group_names: Sequence[str] | None = None,
 ) -> RowPlan:
-    """Lay out the rows of a rollout batch (see the module docstring).
+    """Lay out the rows of a rollout batch (see the module docstring); every group is checked with
+    :func:`check_group_size`.
 
     ``groups[k] is None`` marks a skipped group (one block of unscorable fillers). ``training_rows``: ``"auto"``
     (one row per trajectory when its observations extend each other token-exactly, else one row per turn),
@@ -108,8 +119,7 @@ def plan_rows(
     ``"turn"`` (always one row per turn). ``group_names`` name the groups in errors.
 
     Raises:
-        ValueError: a group whose number of trajectories is not ``group_size`` (the one place the group size of a
-            rollout is checked; the message names the group and both numbers).
+        ValueError: a group whose number of trajectories is not ``group_size``.
     """
     if training_rows not in TRAINING_ROWS:
         raise ValueError(f"plan_rows: training_rows must be one of {TRAINING_ROWS}, got {training_rows!r}")
@@ -119,11 +129,7 @@ def plan_rows(
             plan.rows += [PlannedRow(None, None, gi, i) for i in range(group_size)]
             continue
         name = group_names[gi] if group_names is not None else f"group {gi}"
-        if len(group.trajectories) != group_size:
-            raise ValueError(
-                f"{name} made {len(group.trajectories)} envs but the group size (num_generations) is {group_size}; "
-                "one env group must be one GRPO group"
-            )
+        check_group_size(name, len(group.trajectories), group_size)
         per_trajectory = []
         for ti, traj in enumerate(group.trajectories):
             rows, per_turn = _rows_of(traj, training_rows, f"{name}, trajectory {ti}")
