@@ -215,3 +215,45 @@ def test_cookbook_builder_mistakes_print_one_line(capsys, tmp_path, tiny_model_p
             str(tmp_path / "out"),
         )
         assert code == 2 and message in err and "Traceback" not in err, err[-2000:]
+
+
+def test_a_cookbook_env_without_test_split_trains_and_writes_a_card_without_evaluation(
+    capsys, tmp_path, tiny_model_path
+):
+    """A builder whose test split is None trains; the card says it has no evaluation table instead of failing the run
+    after training."""
+    import json
+
+    pytest.importorskip("tinker_cookbook")
+    builder = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
+    fields = {
+        "model_name_for_tokenizer": tiny_model_path,
+        "renderer_name": "qwen3_instruct",
+        "n_batches": 1,
+        "batch_size": 2,
+        "include_fewshot": False,
+    }
+    out = tmp_path / "out"
+    stdout: list[str] = []
+    code, err = run_grpo(
+        capsys,
+        "--env",
+        builder,
+        "--env_kwargs",
+        json.dumps(fields),
+        "--num_generations",
+        "4",
+        "--per_device_train_batch_size",
+        "8",
+        "--model_name_or_path",
+        tiny_model_path,
+        "--max_steps",
+        "1",
+        "--output_dir",
+        str(out),
+        out=stdout,
+    )
+    printed = "".join(stdout)
+    assert code == 0, err[-2000:]
+    assert "has no test split, so the card has no evaluation table" in printed + err
+    assert (out / "README.md").exists() and (out / "model.safetensors").exists()

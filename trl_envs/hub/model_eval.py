@@ -19,6 +19,10 @@ DEFAULT_BATCH_SIZE = 8
 """Problems per dataset batch offered to the env when a number of problems is asked for."""
 
 
+class NoTestSplitError(ValueError):
+    """The env to evaluate on has no test split (its dataset builder returns ``(train, None)``)."""
+
+
 def evaluate_model(
     model_name_or_path: str,
     env: str,
@@ -89,7 +93,7 @@ def evaluate_model(
     train, test = run_sync(envs) if isinstance(envs, RLDatasetBuilder) else (envs, None)
     dataset = train if split == "train" else test
     if dataset is None:
-        raise ValueError(f"evaluate_model: env {env!r} has no test split; use split='train'")
+        raise NoTestSplitError(f"evaluate_model: env {env!r} has no test split; use split='train'")
     sampler = HFSampler(model, tokenizer, temperature=temperature, top_p=top_p)
     limits = RolloutArguments(max_context_tokens=max_context_tokens).model_limits(model)  # as in training
     budget = RolloutBudget(

@@ -200,10 +200,18 @@ def publish_run(
     if publish_args.card_eval and env is None:
         print("[trl_envs] model card: no env to evaluate on (give --card_eval_env); the card has no evaluation table")
     elif publish_args.card_eval:
+        from .model_eval import NoTestSplitError
+
         kwargs = env_kwargs if env in envs else eval_env_kwargs if env == eval_env else None
-        result.eval_before, result.eval_after, settings = _evaluate_before_after(
-            trainer, base_model, output_dir, repo_id, env, kwargs, publish_args
-        )
+        try:
+            result.eval_before, result.eval_after, settings = _evaluate_before_after(
+                trainer, base_model, output_dir, repo_id, env, kwargs, publish_args
+            )
+        except NoTestSplitError:  # the trained model is saved; the card just has nothing held out to report
+            print(
+                f"[trl_envs] model card: env {env!r} has no test split, so the card has no evaluation table (give "
+                "--card_eval_env an env with held-out problems, or --card_eval false)"
+            )
 
     info = ModelCardInfo(
         model_name=repo_id.split("/")[-1],
