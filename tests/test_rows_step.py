@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trl_envs import EnvGRPOTrainer, HFSampler, RolloutBudget, RowsStep, make_env_dataset, rollout_rows
-from trl_envs.rollout.engine import run_sync
+from trl_envs.rollout.event_loop import run_sync
 from trl_envs.trainers.group_index import GroupIndex, GroupKey, keys_of_rows
 from trl_envs.trainers.row_prompts import planned_rows, row_prompts
 
