@@ -1,6 +1,13 @@
 """Shared fixtures: offline settings and the tiny chat model (built once per machine, then cached)."""
 
 import os
+import signal
+
+# A suite started in the background of a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and so would
+# every process a test starts: the tests that press Ctrl-C on a training run could not. Handled here (not ignored), it
+# is reset to the default in each started process, as it is under a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
