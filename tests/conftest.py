@@ -1,5 +1,6 @@
 """Shared fixtures: offline settings and the tiny chat model (built once per machine, then cached)."""
 
+import functools
 import os
 import signal
 
@@ -40,29 +41,8 @@ def renderer(tokenizer):
 
 @pytest.fixture
 def cpu_grpo_config(tmp_path):
-    """A factory of ``EnvGRPOConfig`` s that train the tiny model on a CPU in seconds; keywords override the
-    defaults (one training step, groups of 4, 8 rows per device, no KL, output under ``tmp_path``)."""
+    """A factory of the tests' CPU ``EnvGRPOConfig`` (:func:`cpu_configs.cpu_grpo_config`) under ``tmp_path``;
+    keywords override its defaults."""
+    from cpu_configs import cpu_grpo_config
 
-    def make(**overrides):
-        from trl_envs import EnvGRPOConfig
-
-        defaults = dict(
-            output_dir=str(tmp_path / "out"),
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            gradient_checkpointing=False,
-            num_generations=4,
-            per_device_train_batch_size=8,
-            max_steps=1,
-            max_completion_length=8,
-            max_turns=4,
-            learning_rate=1e-3,
-            logging_steps=1,
-            save_strategy="no",
-            seed=0,
-            beta=0.0,
-        )
-        return EnvGRPOConfig(**{**defaults, **overrides})
-
-    return make
+    return functools.partial(cpu_grpo_config, tmp_path)

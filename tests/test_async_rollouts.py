@@ -14,6 +14,7 @@ import types
 
 import pytest
 import torch
+from cpu_configs import cpu_grpo_config
 from transformers import TrainerCallback
 
 from trl_envs import (
@@ -33,27 +34,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def config(tmp_path, **overrides) -> EnvGRPOConfig:
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        gradient_checkpointing=False,
-        num_generations=4,
-        per_device_train_batch_size=8,
-        max_steps=4,
-        max_completion_length=6,
-        max_turns=3,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
-        disable_tqdm=True,
-        max_staleness=1,
-    )
-    kwargs.update(overrides)
-    return EnvGRPOConfig(**kwargs)
+    defaults = dict(max_steps=4, max_completion_length=6, max_turns=3, disable_tqdm=True, max_staleness=1)
+    return cpu_grpo_config(tmp_path, **{**defaults, **overrides})
 
 
 def guess_number(renderer, num_batches=20):

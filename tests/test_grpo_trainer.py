@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cpu_configs import cpu_grpo_config
 
 from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, ListRLDataset, make_env_dataset
 from trl_envs.rollout.event_loop import run_sync
@@ -12,26 +13,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def config(tmp_path, **overrides) -> EnvGRPOConfig:
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        gradient_checkpointing=False,
-        num_generations=4,
-        per_device_train_batch_size=8,
-        per_device_eval_batch_size=8,
-        max_steps=2,
-        max_completion_length=8,
-        max_turns=4,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
-    )
-    kwargs.update(overrides)
-    return EnvGRPOConfig(**kwargs)
+    return cpu_grpo_config(tmp_path, **{"per_device_eval_batch_size": 8, "max_steps": 2, **overrides})
 
 
 def env_builder(name, renderer, group_size=4, **kwargs):

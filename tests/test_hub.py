@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cpu_configs import cpu_grpo_config
 from hub_stand_in import TOKEN, USER, HubStandIn
 
 from trl_envs.hub.push import files_to_push, push_folder_to_hub
@@ -36,26 +37,16 @@ def published(tmp_path_factory, tiny_model_path, tokenizer, renderer):
     import huggingface_hub.constants
     from peft import LoraConfig
 
-    from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, make_env_dataset
+    from trl_envs import EnvGRPOTrainer, make_env_dataset
     from trl_envs.hub.publish import PublishArguments, publish_run, take_over_push
 
     output_dir = tmp_path_factory.mktemp("run") / "tiny-grpo-arithmetic"
-    args = EnvGRPOConfig(
+    args = cpu_grpo_config(
+        output_dir.parent,
         output_dir=str(output_dir),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        gradient_checkpointing=False,
-        num_generations=4,
-        per_device_train_batch_size=8,
         max_steps=2,
-        max_completion_length=8,
         max_turns=2,
         learning_rate=2e-2,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
         disable_tqdm=True,
         push_to_hub=True,
         hub_model_id=REPO_ID,

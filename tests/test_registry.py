@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from cpu_configs import cpu_grpo_config
 from datasets import Dataset, DatasetDict, load_dataset
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer
+from trl_envs import EnvGRPOTrainer
 from trl_envs.envs import BUILTIN_ENVS
 from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticGroupBuilder
 from trl_envs.registry import (
@@ -241,23 +242,7 @@ def test_round_trip_export_save_load_dataset_and_train(tmp_path, tiny_model_path
     assert list(load_env_dataset(str(tmp_path / "saved"))) == list(exported)
     assert list(load_env_dataset(str(tmp_path / "rows" / "test.parquet"), "test"))[0]["env"] == "arithmetic"
 
-    args = EnvGRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        gradient_checkpointing=False,
-        num_generations=4,
-        per_device_train_batch_size=8,
-        per_device_eval_batch_size=8,
-        max_steps=2,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
-    )
+    args = cpu_grpo_config(tmp_path, per_device_eval_batch_size=8, max_steps=2)
     eval_rows = load_dataset(str(tmp_path / "rows"), split="test")
     trainer = EnvGRPOTrainer(tiny_model_path, args, env_dataset=loaded, eval_env_dataset=eval_rows)  # no tokenizer
     assert isinstance(trainer.train_groups.dataset, EnvRowDataset) and trainer.eval_groups is not None

@@ -7,33 +7,12 @@ import shutil
 
 import pytest
 import torch
+from cpu_configs import cpu_grpo_config
 from transformers import AutoTokenizer, GenerationConfig
 
-from trl_envs import EnvGRPOConfig, EnvGRPOTrainer, Renderer, make_env_dataset
+from trl_envs import EnvGRPOTrainer, Renderer, make_env_dataset
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _config(tmp_path, **overrides) -> EnvGRPOConfig:
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        gradient_checkpointing=False,
-        num_generations=4,
-        per_device_train_batch_size=8,
-        max_steps=1,
-        max_completion_length=8,
-        max_turns=4,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
-    )
-    kwargs.update(overrides)
-    return EnvGRPOConfig(**kwargs)
 
 
 @pytest.fixture
@@ -57,7 +36,7 @@ def test_end_of_turn_token_ends_completions_when_it_differs_from_eos(base_chatml
     assert renderer.end_of_turn_token_id != tok.eos_token_id  # the situation under test
     builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2)
     trainer = EnvGRPOTrainer(
-        base_chatml_model, _config(tmp_path, mask_truncated_completions=True), builder, processing_class=tok
+        base_chatml_model, cpu_grpo_config(tmp_path, mask_truncated_completions=True), builder, processing_class=tok
     )
     assert renderer.end_of_turn_token_id in trainer.eos_token_ids
     trainer.model.train()
@@ -95,7 +74,7 @@ def test_peft_bf16_generation_runs_under_the_training_autocast(tiny_model_path, 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     builder = make_env_dataset("arithmetic", renderer, group_size=4, batch_size=2, num_batches=2)
     trainer = EnvGRPOTrainer(
-        tiny_model_path, _config(tmp_path, bf16=True), builder, processing_class=tokenizer, peft_config=lora
+        tiny_model_path, cpu_grpo_config(tmp_path, bf16=True), builder, processing_class=tokenizer, peft_config=lora
     )
     assert next(trainer.model.parameters()).dtype == torch.float32  # fp32 weights, bf16 autocast in training
     # sampled in fp32 the gap is ~0.016 on this model; under the same autocast it is rounding noise
@@ -164,7 +143,7 @@ def test_repetition_penalty_with_off_policy_mask_warns(tiny_model_path, tokenize
     with pytest.warns(UserWarning, match=r"repetition_penalty=1.3 .*off_policy_mask_threshold=0.5"):
         EnvGRPOTrainer(
             tiny_model_path,
-            _config(tmp_path, repetition_penalty=1.3, off_policy_mask_threshold=0.5),
+            cpu_grpo_config(tmp_path, repetition_penalty=1.3, off_policy_mask_threshold=0.5),
             builder,
             processing_class=tokenizer,
         )
