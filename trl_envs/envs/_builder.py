@@ -108,10 +108,19 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
         return 0 if self.seed is None else self.seed
 
     def dataset(self, num_batches: int, seed: int) -> RLDataset:
+        """The split of ``num_batches`` batches drawn with ``seed``. An env with :meth:`held_out_split` also takes
+        the split's problems as a third argument."""
         raise NotImplementedError(f"{type(self).__name__} must define dataset(num_batches, seed)")
 
+    def held_out_split(self) -> tuple[Sequence, Sequence] | None:
+        """``(training problems, test problems)`` when the env holds problems out of training (each split then
+        draws only from its own), else ``None`` (both splits draw from every problem, with different seeds)."""
+        return None
+
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        split = self.held_out_split()
+        train, test = ((), ()) if split is None else ((split[0],), (split[1],))  # the problems, when split
         return (
-            self.dataset(self.num_batches, self.train_seed),
-            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET),
+            self.dataset(self.num_batches, self.train_seed, *train),
+            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, *test),
         )

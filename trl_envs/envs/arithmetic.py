@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from ..core.problem_env import ProblemEnv, ProblemGroupBuilder
 from ..core.renderer import Message, Renderer
-from ..core.types import TEST_SEED_OFFSET, EnvGroupBuilder
+from ..core.types import EnvGroupBuilder
 from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _FINAL_INTEGER = re.compile(r"(?<![\w.])(-?\d+)\s*$")
@@ -153,14 +153,8 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
             self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed, problems=problems
         )
 
-    async def __call__(self) -> tuple[ArithmeticDataset, ArithmeticDataset]:
-        if not self.held_out_fraction:
-            return await super().__call__()
-        train, held_out = split_problems(self.max_operand, self.held_out_fraction)
-        return (
-            self.dataset(self.num_batches, self.train_seed, train),
-            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, held_out),
-        )
+    def held_out_split(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
+        return split_problems(self.max_operand, self.held_out_fraction) if self.held_out_fraction else None
 
 
 def demonstrations(num: int, seed: int = 0, max_operand: int = 9) -> list[list[Message]]:

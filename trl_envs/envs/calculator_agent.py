@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 from ..agents import AgentDataset
 from ..core.tools import CALCULATOR, ToolCall, run_tool_call
-from ..core.types import TEST_SEED_OFFSET
 from ._builder import BuiltinDatasetBuilder, check_int_option
 from .arithmetic import split_problems
 from .tool_use import make_problem, read_number
@@ -144,11 +143,5 @@ class CalculatorAgentDatasetBuilder(BuiltinDatasetBuilder):
             tags=["calculator_agent"],
         )
 
-    async def __call__(self) -> tuple[AgentDataset, AgentDataset]:
-        if not self.held_out_fraction:
-            return await super().__call__()
-        train, held_out = split_problems(self.max_operand, self.held_out_fraction)
-        return (
-            self.dataset(self.num_batches, self.train_seed, train),
-            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, held_out),
-        )
+    def held_out_split(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
+        return split_problems(self.max_operand, self.held_out_fraction) if self.held_out_fraction else None
