@@ -1,9 +1,7 @@
-"""The rollout side of asynchronous GRPO: a background thread that rolls out batches with a copy of the policy.
+"""The rollout side of asynchronous GRPO: a background thread that rolls out batches, sampling with a copy of the
+policy in a child process (:class:`~trl_envs.samplers.process.SamplerProcess`) while the trainer trains.
 
-* :class:`SamplerWeights`: the sampler's copy of the policy's trainable parameters (frozen ones shared), refreshed
-  from a staging buffer between ``generate`` calls; its version is the optimizer step it was taken at.
-* :class:`ComputeTurn`: the device's compute taken in turns by the trainer and the sampler (the sampler first).
-* :class:`VersionedSampler`: the sampler on that copy, recording each call's weight version per batch.
+* :class:`VersionedSampler`: the sampler process, recording each call's weight version per batch.
 * :class:`RolloutPipeline`: a thread with its own event loop running every submitted :class:`RolloutJob` whose
   weights are ready, concurrently; :meth:`RolloutPipeline.take` hands a finished batch (or its error) to the trainer,
   :meth:`RolloutPipeline.close` cancels what runs and joins the thread. No collective call is ever made here.
@@ -16,167 +14,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from ..core.types import EnvGroupBuilder
-from ..samplers.hf import HFSampler
+from ..samplers.process import SamplerProcess
 from .engine import RolloutBatchResult, run_rollout_batch_async
 from .event_loop import cyclic_gc_paused
 
 THREAD_NAME = "trl_envs-async-rollouts"
 JOIN_TIMEOUT_S = 60.0  # the running batches are cancelled first; an env that ignores cancellation gets this long
-RESERVE_S = 0.1  # how long the trainer waits for a batch just started to make its first generate call
 
-# -- the sampler's weights ---------------------------------------------------------------------------------------------
-
-
-class SamplerWeights:
-    """A copy of ``policy`` to sample with while ``policy`` trains, and the optimizer step its weights are from.
-
-    Only trainable parameters are copied (frozen ones, a LoRA base model's, are shared with the policy: they never
-    change); buffers are copied. :meth:`stage` (trainer thread) snapshots the policy's trainable parameters into a
-    staging buffer; :meth:`apply` (sampler thread, between generate calls) moves a newer snapshot into the copy, so a
-    generate call never sees weights change under it and the trainer never waits for one. Memory: two extra copies of
-    the trainable parameters (the sampler's and the staging buffer).
-    """
-
-    def __init__(self, policy: torch.nn.Module, version: int):
-        frozen = {id(p): p for p in policy.parameters() if not p.requires_grad}
-        self.model = copy.deepcopy(policy, memo=dict(frozen))
-        self.model.eval()
-        names = [n for n, p in policy.named_parameters() if p.requires_grad]
-        live = dict(policy.named_parameters())
-        mine = dict(self.model.named_parameters())
-        self._live = [live[n] for n in names]
-        self._mine = [mine[n] for n in names]
-        for p in self._mine:
-            p.requires_grad_(False)
-        self._staged = [p.detach().clone() for p in self._live]
-        self._lock = threading.Lock()
-        self.version = version
-        self.staged_version = version
-
-    @property
-    def num_copied_parameters(self) -> int:
-        return sum(p.numel() for p in self._mine)
-
-    def stage(self, version: int) -> None:
-        """Snapshot the policy's trainable weights as ``version`` (call from the training thread, between steps)."""
-        with self._lock, torch.no_grad():
-            torch._foreach_copy_(self._staged, [p.detach() for p in self._live])
-            self.staged_version = version
-
-    def apply(self) -> int:
-        """Load the latest snapshot into the sampling copy if it is newer; return the copy's version."""
-        with self._lock:
-            if self.staged_version != self.version:
-                with torch.no_grad():
-                    torch._foreach_copy_(self._mine, self._staged)
-                self.version = self.staged_version
-            return self.version
-
-
-class ComputeTurn:
-    """The device's compute, taken in turns by the trainer (a whole ``training_step``: scoring, forward, backward) and
-    the sampler (one ``generate`` call), the sampler first: a waiting or announced (:meth:`reserve`) ``generate`` call
-    goes before the trainer's next step. What overlaps is everything else: env time (tool calls, judges, env servers)
-    runs while the trainer computes (docs/async.md says why the two do not compute at once). The sampler is at most
-    ``max_staleness`` batches ahead, so its priority cannot starve the trainer."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._holder: int | None = None
-        self._sampler_waiting = 0
-        self._reserved_until = 0.0
-
-    def reserve(self) -> None:
-        """Announce that the sampler is about to start a batch: the trainer lets it generate first (for at most
-        :data:`RESERVE_S`, in case the batch's envs take long to set up)."""
-        with self._cond:
-            self._reserved_until = time.perf_counter() + RESERVE_S
-
-    def unreserve(self) -> None:
-        with self._cond:
-            self._reserved_until = 0.0
-            self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def sampler(self) -> Iterator[None]:
-        with self._cond:
-            self._sampler_waiting += 1
-            try:
-                while self._holder is not None:
-                    self._cond.wait()
-            finally:
-                self._sampler_waiting -= 1
-            self._holder, self._reserved_until = threading.get_ident(), 0.0
-        try:
-            yield
-        finally:
-            self._release()
-
-    @contextlib.contextmanager
-    def trainer(self) -> Iterator[None]:
-        self._trainer_acquire()
-        try:
-            yield
-        finally:
-            self._release()
-
-    @contextlib.contextmanager
-    def yielded(self) -> Iterator[None]:
-        """Let the sampler compute while this thread waits (a no-op where this thread does not hold the turn)."""
-        if self._holder != threading.get_ident():
-            yield
-            return
-        self._release()
-        try:
-            yield
-        finally:
-            self._trainer_acquire()
-
-    def let_sampler_in(self) -> None:
-        """If a ``generate`` call is waiting, let it run now (the trainer holding the turn calls this between its
-        forward and backward pass, so a batch in flight is not held up by a whole training step)."""
-        if self._holder == threading.get_ident() and self._sampler_waiting:
-            self._release()
-            self._trainer_acquire()
-
-    def _trainer_acquire(self) -> None:
-        with self._cond:
-            while self._holder is not None or self._sampler_waiting or time.perf_counter() < self._reserved_until:
-                self._cond.wait(0.01)  # timed: a reservation expires
-            self._holder = threading.get_ident()
-
-    def _release(self) -> None:
-        with self._cond:
-            self._holder = None
-            self._cond.notify_all()
+# -- the sampler -------------------------------------------------------------------------------------------------------
 
 
 class VersionedSampler:
-    """A :class:`~trl_envs.samplers.base.Sampler` on :class:`SamplerWeights`: each call takes its
-    :class:`ComputeTurn`, first loads the newest staged weights, and records their version in the calling batch's
-    list (:meth:`for_batch`)."""
+    """A :class:`~trl_envs.samplers.base.Sampler` on a :class:`~trl_envs.samplers.process.SamplerProcess` that records
+    the weight version of each call in the calling batch's list (:meth:`for_batch`)."""
 
-    def __init__(self, sampler: HFSampler, weights: SamplerWeights, turn: ComputeTurn):
-        self.sampler, self.weights, self.turn = sampler, weights, turn
-        self._lock = threading.Lock()  # a call forced by the batcher's valve may come from another thread
+    def __init__(self, process: SamplerProcess):
+        self.process = process
 
     def sample(self, requests, versions: list[int] | None = None):
-        with self._lock, self.turn.sampler():
-            version = self.weights.apply()
-            if versions is not None:
-                versions.append(version)
-            return self.sampler.sample(requests)
+        version, results = self.process.sample_with_version(requests)
+        if versions is not None:
+            versions.append(version)
+        return results
 
     def for_batch(self, versions: list[int]):
         """A sampler for one batch that records the weight version of each of its calls in ``versions``."""
@@ -223,7 +89,8 @@ class ReadyBatch:
 class RolloutPipeline:
     """Runs :class:`RolloutJob` s on a background thread with its own event loop: every submitted job whose weights
     are ready (``staged_version >= job.min_version``) starts at once, so the env waits of consecutive batches overlap
-    too; their ``generate`` calls take turns (:class:`VersionedSampler`).
+    too; their ``generate`` calls go to the sampler process one at a time, from worker threads (so the loop keeps
+    running envs meanwhile).
 
     Args:
         sampler: the :class:`VersionedSampler` every batch samples with.
@@ -306,7 +173,6 @@ class RolloutPipeline:
             with contextlib.suppress(Exception):
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
-            self.sampler.turn.unreserve()
 
     async def _main(self) -> None:
         running: set[asyncio.Task] = set()
@@ -324,11 +190,10 @@ class RolloutPipeline:
                     if self._stop:
                         return
                     startable = []
-                    while self._jobs and self.sampler.weights.staged_version >= self._jobs[0].min_version:
+                    while self._jobs and self.sampler.process.staged_version >= self._jobs[0].min_version:
                         startable.append(self._jobs.pop(0))
                 for job in startable:
                     waited = 0.0 if running else time.perf_counter() - idle_since[0]
-                    self.sampler.turn.reserve()  # its first generate call goes before the trainer's next step
                     task = asyncio.ensure_future(self._one(job, waited))
                     running.add(task)
                     task.add_done_callback(finished)
@@ -358,10 +223,8 @@ class RolloutPipeline:
 
 __all__ = [
     "THREAD_NAME",
-    "ComputeTurn",
     "ReadyBatch",
     "RolloutJob",
     "RolloutPipeline",
-    "SamplerWeights",
     "VersionedSampler",
 ]

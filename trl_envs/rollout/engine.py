@@ -623,10 +623,17 @@ async def run_rollout_batch_async(
     budget: RolloutBudget | None = None,
     strategy: ErrorStrategy = FailFast(),
     max_wait_s: float | None = 30.0,
+    sample_on_loop_thread: bool = True,
 ) -> RolloutBatchResult:
-    """Roll out all ``builders``' groups concurrently, sampling all active episodes together each turn."""
+    """Roll out all ``builders``' groups concurrently, sampling all active episodes together each turn
+    (``sample_on_loop_thread``: :class:`~trl_envs.rollout.batching.BatchingPolicy`'s)."""
     budget = budget or RolloutBudget()
-    batcher = BatchingPolicy(sampler, max_wait_s=max_wait_s, group_stall_timeout_s=budget.group_stall_timeout_s)
+    batcher = BatchingPolicy(
+        sampler,
+        max_wait_s=max_wait_s,
+        group_stall_timeout_s=budget.group_stall_timeout_s,
+        sample_on_loop_thread=sample_on_loop_thread,
+    )
     errors: Counter = Counter()
     start = time.perf_counter()
     use_abandonable_threads()  # an env's abandoned asyncio.to_thread call never holds up the end of the batch

@@ -29,7 +29,6 @@ Contract (docs/async.md):
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -39,16 +38,9 @@ import torch
 from transformers import TrainerCallback
 
 from ..core.types import EnvGroupBuilder
-from ..rollout.async_pipeline import (
-    THREAD_NAME,
-    ComputeTurn,
-    RolloutJob,
-    RolloutPipeline,
-    SamplerWeights,
-    VersionedSampler,
-)
+from ..rollout.async_pipeline import THREAD_NAME, RolloutJob, RolloutPipeline, VersionedSampler
 from ..rollout.engine import RolloutBatchResult
-from ..samplers.hf import HFSampler
+from ..samplers.process import SamplerProcess
 from . import trl_seam
 from .group_index import GroupKey, keys_of_rows
 
@@ -61,7 +53,7 @@ class _SyncWeights(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.every == 0:
-            self.state.weights.stage(state.global_step)
+            self.state.sampler.stage(state.global_step)
             self.state.pipeline.weights_changed()
 
 
@@ -72,8 +64,7 @@ def lookahead_batches(max_staleness: int, steps_per_batch: float) -> int:
 
 @dataclass
 class _AsyncState:
-    turn: ComputeTurn
-    weights: SamplerWeights
+    sampler: SamplerProcess
     pipeline: RolloutPipeline
     keys: Iterator[list[GroupKey]]
     start_step: int
@@ -114,19 +105,6 @@ class AsyncRolloutsMixin:
         finally:
             self._close_async_rollouts()
 
-    def training_step(self, *args, **kwargs):
-        state = self._async
-        if state is None or not self.model.training:
-            return super().training_step(*args, **kwargs)
-        with state.turn.trainer():  # the sampler generates between training steps, and while the trainer waits for it
-            return super().training_step(*args, **kwargs)
-
-    def compute_loss(self, *args, **kwargs):
-        loss = super().compute_loss(*args, **kwargs)
-        if self._async is not None and self.model.training:
-            self._async.turn.let_sampler_in()
-        return loss
-
     # -- rollouts
 
     def _async_rollout(self, keys: list[GroupKey], builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
@@ -135,8 +113,7 @@ class AsyncRolloutsMixin:
         while state.submitted <= state.consumed + state.lookahead:
             self._submit_next(state)
         waited = time.perf_counter()
-        with state.turn.yielded():
-            ready = state.pipeline.take(state.consumed)
+        ready = state.pipeline.take(state.consumed)
         waited = time.perf_counter() - waited
         state.consumed += 1
         if ready.job.keys != list(keys):
@@ -191,34 +168,32 @@ class AsyncRolloutsMixin:
     def _start_async_rollouts(self) -> _AsyncState:
         args = self.args
         policy = self.accelerator.unwrap_model(self.model_wrapped)
-        weights = SamplerWeights(policy, self.state.global_step)
-
-        @contextlib.contextmanager
-        def sampling_model():
-            with self.accelerator.autocast():
-                yield weights.model
-
-        turn = ComputeTurn()
-        sampler = VersionedSampler(
-            HFSampler(
-                weights.model, trl_seam.tokenizer_of(self), model_context=sampling_model, **self.sampling_settings()
-            ),
-            weights,
-            turn,
+        mixed = self.accelerator.mixed_precision
+        sampler = SamplerProcess(
+            policy,
+            trl_seam.tokenizer_of(self),
+            version=self.state.global_step,
+            sampling_settings=self.sampling_settings(),
+            autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed),
+            seed=args.seed + self.accelerator.process_index,
         )
-        pipeline = RolloutPipeline(
-            sampler,
-            dict(
-                budget=args.rollout_budget(self.model),
-                strategy=args.error_strategy(),
-                max_wait_s=args.sampler_max_wait_s,
-            ),
-        )
+        try:
+            pipeline = RolloutPipeline(
+                VersionedSampler(sampler),
+                dict(
+                    budget=args.rollout_budget(self.model),
+                    strategy=args.error_strategy(),
+                    max_wait_s=args.sampler_max_wait_s,
+                    sample_on_loop_thread=False,  # a call waits for the sampler process: the loop runs envs meanwhile
+                ),
+            )
+        except BaseException:
+            sampler.close()
+            raise
         micro = args.steps_per_generation * self.num_iterations
         ga = args.gradient_accumulation_steps
         state = _AsyncState(
-            turn,
-            weights,
+            sampler,
             pipeline,
             self._future_group_keys(self.state.global_step * ga, micro),
             self.state.global_step,
@@ -251,7 +226,10 @@ class AsyncRolloutsMixin:
             return
         if state.callback is not None:
             self.remove_callback(state.callback)
-        state.pipeline.close()
+        try:
+            state.pipeline.close()  # cancels the batches; a generate call in flight is answered first
+        finally:
+            state.sampler.close()
 
     # -- off-policy correction (TRL's importance-sampling path)
 
@@ -385,7 +363,7 @@ def check_async_supported(trainer) -> None:
 __all__ = [
     "THREAD_NAME",
     "AsyncRolloutsMixin",
-    "SamplerWeights",
+    "SamplerProcess",
     "check_async_supported",
     "importance_ratio",
     "lookahead_batches",

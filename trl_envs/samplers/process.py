@@ -1,0 +1,273 @@
+""":class:`SamplerProcess`: an :class:`~trl_envs.samplers.hf.HFSampler` running in a child process, on a copy of a
+policy whose weights the parent updates while the child samples.
+
+The parent (a trainer) keeps training the policy; the child generates with its own copy at the same time, on its own
+CPU cores or its own share of the GPU, and without the parent's GIL. This is how rollouts overlap training
+(``EnvGRPOConfig.max_staleness``; docs/async.md).
+
+Weights: the copy's tensors live in shared memory (CPU) or are shared through CUDA IPC (GPU). Frozen parameters (a
+LoRA base model's) are the policy's own tensors, shared, never copied; trainable ones are copied twice: the child's
+copy and a staging buffer. :meth:`SamplerProcess.stage` writes the policy's trainable weights into the staging buffer
+under a lock and bumps its version; the child loads a newer staged version into its copy before a ``generate`` call,
+never during one. Each :meth:`SamplerProcess.sample` returns the version it sampled with.
+
+Messages: the parent sends lists of :class:`~trl_envs.samplers.base.SampleRequest` through a pipe and receives the
+sampled tokens and logprobs. The child ignores Ctrl-C (the parent stops it) and exits when the parent closes the pipe
+or dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import pickle
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.multiprocessing
+
+from ..core.types import TokensWithLogprobs
+from .base import SampleRequest
+from .hf import HFSampler
+
+START_TIMEOUT_S = 600.0  # importing torch and transformers and receiving the weights; a loaded machine is slow
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.5  # how often a waiting parent checks that the child is alive
+
+
+class SamplerProcessError(RuntimeError):
+    """The sampler process failed to start, died, or raised an error it could not send back as it was."""
+
+
+@dataclass
+class _ChildSetup:
+    """Everything the child needs, sent once when it starts (tensors travel as shared memory, not copies)."""
+
+    model: torch.nn.Module
+    trainable_names: list[str]
+    staged: list[torch.Tensor]
+    tokenizer: Any
+    sampling_settings: dict[str, Any]
+    autocast_dtype: torch.dtype | None
+    num_threads: int
+    seed: int
+
+
+class SamplerProcess:
+    """An :class:`HFSampler` on a copy of ``policy``, in a child process (module docstring).
+
+    Args:
+        policy: the model being trained (unwrapped: not the DDP / DeepSpeed wrapper). Its trainable parameters are
+            copied; its frozen ones are shared with the child (on CPU they are moved into shared memory in place).
+        tokenizer: the policy's tokenizer (sent to the child).
+        version: the version of the policy's current weights (a trainer passes its optimizer step).
+        sampling_settings: keyword arguments of :class:`HFSampler` (temperature, top_p, ...).
+        autocast_dtype: generate under ``torch.autocast`` with this dtype (the trainer's mixed precision), or not.
+        num_threads: torch threads of the child (default: the parent's).
+        seed: the child's torch seed.
+
+    Raises:
+        SamplerProcessError: the child could not start (its error is in the message).
+    """
+
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        version: int,
+        sampling_settings: dict[str, Any] | None = None,
+        autocast_dtype: torch.dtype | None = None,
+        num_threads: int | None = None,
+        seed: int = 0,
+    ):
+        frozen = {id(p): p for p in policy.parameters() if not p.requires_grad}
+        self.model = copy.deepcopy(policy, memo=dict(frozen))  # kept alive here: CUDA IPC needs the producer's tensors
+        self.model.eval()
+        names = [n for n, p in policy.named_parameters() if p.requires_grad]
+        live, mine = dict(policy.named_parameters()), dict(self.model.named_parameters())
+        self._live = [live[n] for n in names]
+        for n in names:
+            mine[n].requires_grad_(False)
+        self._staged = [p.detach().clone() for p in self._live]
+        self.num_copied_parameters = sum(p.numel() for p in self._staged)
+        context = torch.multiprocessing.get_context("spawn")
+        self._lock = context.Lock()  # staging buffer + version, between the parent's stage() and the child's load
+        self._staged_version = context.Value("q", version, lock=False)
+        self.version = version  # of the last sample() call's weights (the child's copy starts at ``version``)
+        self._call_lock = threading.Lock()  # one request at a time on the pipe; several rollout threads may call
+        self._send_lock = threading.Lock()  # close() sends too, while a call may wait for its answer
+        self._conn, child_conn = context.Pipe()
+        setup = _ChildSetup(
+            self.model,
+            names,
+            self._staged,
+            tokenizer,
+            dict(sampling_settings or {}),
+            autocast_dtype,
+            num_threads or torch.get_num_threads(),
+            seed,
+        )
+        self.process = context.Process(
+            target=_child_main,
+            args=(child_conn, setup, self._lock, self._staged_version, version),
+            name="trl_envs-sampler",
+            daemon=True,
+        )
+        with _main_module_hidden():
+            self.process.start()
+        child_conn.close()
+        try:
+            self._receive("start", START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def staged_version(self) -> int:
+        """The version of the newest weights staged for the child (what its next ``generate`` call will use)."""
+        return int(self._staged_version.value)
+
+    def stage(self, version: int) -> None:
+        """Snapshot the policy's trainable weights as ``version``; the child loads them before its next call."""
+        with self._lock, torch.no_grad():
+            torch._foreach_copy_(self._staged, [p.detach() for p in self._live])
+            self._staged_version.value = version
+
+    def sample(self, requests: list[SampleRequest]) -> list[TokensWithLogprobs]:
+        """Sample ``requests`` in the child (the :class:`~trl_envs.samplers.base.Sampler` protocol)."""
+        return self.sample_with_version(requests)[1]
+
+    def sample_with_version(self, requests: list[SampleRequest]) -> tuple[int, list[TokensWithLogprobs]]:
+        """Sample ``requests`` in the child; return the version of the weights it sampled with, and the samples."""
+        with self._call_lock:
+            try:
+                with self._send_lock:
+                    self._conn.send(requests)
+            except (BrokenPipeError, OSError) as error:
+                raise self._died() from error
+            version, results = self._receive("sample", None)
+            self.version = version
+            return version, results
+
+    def close(self) -> None:
+        """Stop the child once it has answered the request in flight (killed after :data:`STOP_TIMEOUT_S`) and wait
+        for it; safe to call twice."""
+        with contextlib.suppress(BrokenPipeError, OSError), self._send_lock:
+            self._conn.send(None)
+        self.process.join(STOP_TIMEOUT_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(STOP_TIMEOUT_S)
+        self._conn.close()
+
+    def _receive(self, what: str, timeout_s: float | None) -> Any:
+        waited = 0.0
+        while not self._conn.poll(POLL_S):
+            waited += POLL_S
+            if not self.process.is_alive():
+                raise self._died()
+            if timeout_s is not None and waited >= timeout_s:
+                raise SamplerProcessError(f"the sampler process did not answer '{what}' within {timeout_s:.0f} s")
+        try:
+            status, payload = self._conn.recv()
+        except (EOFError, OSError) as error:
+            raise self._died() from error
+        if status == "error":
+            pickled, text = payload
+            if pickled is not None:
+                # the child's own exception, as it was; its traceback (in the child) as the cause
+                raise pickle.loads(pickled) from SamplerProcessError(f"in the sampler process:\n{text}")
+            raise SamplerProcessError(f"the sampler process failed at '{what}':\n{text}")
+        return payload
+
+    def _died(self) -> SamplerProcessError:
+        self.process.join(1.0)
+        return SamplerProcessError(
+            f"the sampler process (pid {self.process.pid}) died, exit code {self.process.exitcode}; its own output "
+            "above says why (killed for memory, a crash in torch)"
+        )
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start a ``spawn`` child without re-running the parent's ``__main__``: multiprocessing would import the training
+    script again in the child (its top level runs again where it has no ``if __name__ == "__main__"`` guard). The
+    child needs nothing from it."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {key: main.__dict__[key] for key in ("__file__", "__spec__") if key in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
+def _child_main(conn, setup: _ChildSetup, lock, staged_version, version: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the parent stops us
+    try:
+        torch.set_num_threads(setup.num_threads)
+        torch.manual_seed(setup.seed)
+        model = setup.model
+        params = dict(model.named_parameters())
+        mine = [params[n] for n in setup.trainable_names]
+        device = next(model.parameters()).device
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+
+        @contextlib.contextmanager
+        def generation_model():
+            if setup.autocast_dtype is None:
+                yield model
+            else:
+                with torch.autocast(device.type, dtype=setup.autocast_dtype):
+                    yield model
+
+        sampler = HFSampler(model, setup.tokenizer, model_context=generation_model, **setup.sampling_settings)
+    except BaseException as error:  # noqa: BLE001 - sent to the parent
+        _send_error(conn, error)
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            requests = conn.recv()
+        except (EOFError, OSError):  # the parent closed the pipe or died
+            return
+        if requests is None:
+            return
+        try:
+            with lock:
+                if staged_version.value != version:
+                    with torch.no_grad():
+                        torch._foreach_copy_(mine, setup.staged)
+                    version = int(staged_version.value)
+            results = sampler.sample(requests)
+        except BaseException as error:  # noqa: BLE001 - sent to the parent, which raises it
+            _send_error(conn, error)
+            continue
+        conn.send(("ok", (version, results)))
+
+
+def _send_error(conn, error: BaseException) -> None:
+    """Send ``error`` itself where it survives pickling (the parent raises it as it was), else its traceback text."""
+    text = "".join(traceback.format_exception(error))
+    try:
+        pickled = pickle.dumps(error)
+        pickle.loads(pickled)
+    except Exception:  # noqa: BLE001 - an exception type that does not round-trip
+        pickled = None
+    conn.send(("error", (pickled, text)))
+
+
+__all__ = ["SamplerProcess", "SamplerProcessError"]
