@@ -88,8 +88,7 @@ class SamplerProcess:
         seed: int = 0,
     ):
         frozen = {id(p): p for p in policy.parameters() if not p.requires_grad}
-        self.model = copy.deepcopy(policy, memo=dict(frozen))  # kept alive here: CUDA IPC needs the producer's tensors
-        self.model.eval()
+        self.model = _plain_copy(policy, frozen)  # kept alive here: CUDA IPC needs the producer's tensors
         names = [n for n, p in policy.named_parameters() if p.requires_grad]
         live, mine = dict(policy.named_parameters()), dict(self.model.named_parameters())
         self._live = [live[n] for n in names]
@@ -193,6 +192,31 @@ class SamplerProcess:
             f"the sampler process (pid {self.process.pid}) died, exit code {self.process.exitcode}; its own output "
             "above says why (killed for memory, a crash in torch)"
         )
+
+
+_HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+
+
+def _plain_copy(policy: torch.nn.Module, frozen: dict[int, torch.nn.Parameter]) -> torch.nn.Module:
+    """A copy of ``policy`` for sampling, in eval mode, sharing its ``frozen`` parameters: without the module hooks and
+    instance-level ``forward`` overrides that training wrappers add (DeepSpeed's, TRL's fused LM head), which serve
+    the training forward only and are closures the child could not receive."""
+    model = copy.deepcopy(policy, memo=dict(frozen))
+    for module in model.modules():
+        for name in _HOOK_DICTS:
+            hooks = module.__dict__.get(name)
+            if hooks is not None:
+                hooks.clear()
+        module.__dict__.pop("forward", None)
+    return model.eval()
 
 
 @contextlib.contextmanager
