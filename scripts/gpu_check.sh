@@ -6,7 +6,8 @@
 #
 #   vllm_colocate  accelerate_configs/single_gpu.yaml, use_vllm colocate, guess_number (multi-turn); TRL's
 #                  importance-sampling correction uses our per-token vLLM logprobs (ratio logged, finite, near 1)
-#   zero2          accelerate_configs/zero2.yaml, min(2, GPUs) processes (2 GPUs: + ranks of uneven episode lengths)
+#   zero2          accelerate_configs/zero2.yaml, min(2, GPUs) processes (2 GPUs: + ranks of uneven episode lengths);
+#                  also max_staleness 1 (a sampler process per GPU, its weights shared through CUDA IPC)
 #   zero3          accelerate_configs/zero3.yaml, likewise (parameter gathering around every generate call)
 #   fsdp2          accelerate_configs/fsdp2.yaml, likewise
 #   ddp            accelerate_configs/multi_gpu.yaml, 2 processes (needs 2 GPUs)

@@ -167,3 +167,17 @@ def check_evaluation(per_rank: list[dict], num_test_groups: int) -> None:
     assert count == num_test_groups * G
     # TRL averages the per-round means; every round has the same number of episodes, so that is the overall mean
     assert metrics["eval_env/all/reward/total"] == pytest.approx(total / count, rel=1e-4, abs=1e-5)
+
+
+def check_async(per_rank: list[dict], max_staleness: int) -> None:
+    """max_staleness >= 1: whole groups, rewards and advantages as in a synchronous run, every trained batch at most
+    ``max_staleness`` steps older than the step, some sampled ahead of training, the ranks in lock-step (same
+    batches, same loss)."""
+    check_groups_rewards_advantages_metrics(per_rank)
+    batches = [s["async_batches"] for s in per_rank]
+    assert len(batches[0]) > 0 and all(len(b) == len(batches[0]) for b in batches)
+    assert all(0 <= b["step"] - b["oldest_version"] <= max_staleness for rank in batches for b in rank)
+    assert any(b["oldest_version"] < b["step"] for b in batches[0])  # sampled ahead of training
+    assert all([b["step"] for b in rank] == [b["step"] for b in batches[0]] for rank in batches)
+    losses = [[h["loss"] for h in s["log_history"] if "loss" in h] for s in per_rank]
+    assert all(loss == losses[0] for loss in losses)

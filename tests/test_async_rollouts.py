@@ -14,7 +14,6 @@ import threading
 import types
 
 import pytest
-import torch
 from cpu_configs import cpu_grpo_config
 from transformers import TrainerCallback
 

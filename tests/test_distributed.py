@@ -25,6 +25,7 @@ import importlib.util
 
 import pytest
 from distributed_checks import (
+    check_async,
     check_evaluation,
     check_groups_rewards_advantages_metrics,
     check_uneven,
@@ -98,19 +99,6 @@ def test_two_processes_per_turn_rows_pad_every_rank_to_the_same_rows(ddp_ranks):
         assert all(a == 0.0 for row in r0["advantages"][len(r0["row_keys"]) :] for a in row)  # padding trains nothing
     logged = [h for h in per_turn[0]["log_history"] if "rows/filler_fraction" in h]
     assert logged and logged[0]["rows/filler_fraction"] == pytest.approx(0.4)  # 32 of rank 0's 40 rows, none of 1's
-
-
-def check_async(per_rank: list[dict], max_staleness: int) -> None:
-    """max_staleness >= 1 on 2 ranks: whole groups, rewards and advantages as in a synchronous run, every trained
-    batch at most ``max_staleness`` steps older than the step, the ranks in lock-step (same batches, same loss)."""
-    check_groups_rewards_advantages_metrics(per_rank)
-    batches = [s["async_batches"] for s in per_rank]
-    assert len(batches[0]) == len(batches[1]) > 0
-    assert all(0 <= b["step"] - b["oldest_version"] <= max_staleness for rank in batches for b in rank)
-    assert any(b["oldest_version"] < b["step"] for b in batches[0])  # sampled ahead of training
-    assert [b["step"] for b in batches[0]] == [b["step"] for b in batches[1]]
-    losses = [[h["loss"] for h in s["log_history"] if "loss" in h] for s in per_rank]
-    assert losses[0] == losses[1]
 
 
 def test_two_processes_ddp_async_rollouts(ddp_ranks):

@@ -6,7 +6,8 @@ single-process computation, env metrics over all ranks' episodes; with 2+ GPUs a
 
 * ``single_gpu.yaml`` + vLLM colocate: multi-turn guess_number with vLLM generating every turn; TRL's importance-
   sampling correction consumes our per-token vLLM logprobs (its ratio metrics are logged and finite, near 1).
-* ``zero2.yaml`` (ZeRO-2), ``zero3.yaml`` (ZeRO-3), ``fsdp2.yaml`` (FSDP2): min(2, GPUs) processes.
+* ``zero2.yaml`` (ZeRO-2), ``zero3.yaml`` (ZeRO-3), ``fsdp2.yaml`` (FSDP2): min(2, GPUs) processes; the ZeRO-2 run
+  also trains with rollouts overlapping training (``max_staleness=1``, a sampler process per GPU).
 * ``multi_gpu.yaml`` (DDP): 2+ GPUs.
 * vLLM server mode (``trl vllm-serve`` on the last GPU, 2 training processes on the others): 3+ GPUs.
 
@@ -27,7 +28,14 @@ import urllib.request
 
 import pytest
 import torch
-from distributed_checks import check_groups_rewards_advantages_metrics, check_uneven, env_logs, run_worker, scenario
+from distributed_checks import (
+    check_async,
+    check_groups_rewards_advantages_metrics,
+    check_uneven,
+    env_logs,
+    run_worker,
+    scenario,
+)
 from mp_launch import REPO, free_port, kill_tree, launch_env
 
 NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -106,9 +114,15 @@ def test_gpu_vllm_colocate_multi_turn(tmp_path, bf16_model_path):
 
 @needs_deepspeed
 def test_gpu_zero2(tmp_path, tiny_model_path):
-    ranks = _launch(tmp_path, "zero2.yaml", _scenarios(NPROC), NPROC, tiny_model_path)
+    """Also rollouts overlapping training (max_staleness=1): each rank's sampler process on its GPU, the copy shared
+    through CUDA IPC."""
+    scenarios = _scenarios(NPROC) + ["guess_number:group:async1"]
+    ranks = _launch(tmp_path, "zero2.yaml", scenarios, NPROC, tiny_model_path)
     _check(ranks, "guess_number_group", "DEEPSPEED", 2)
     _check_uneven_if_two(ranks, "DEEPSPEED", 2)
+    per_rank = scenario(ranks, "guess_number_group_async1")
+    assert all(s["device"].startswith("cuda") for s in per_rank)
+    check_async(per_rank, max_staleness=1)
 
 
 @needs_deepspeed

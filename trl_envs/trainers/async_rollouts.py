@@ -4,25 +4,25 @@ Contract (docs/async.md):
 
 * A background thread (:mod:`trl_envs.rollout.async_pipeline`, its own event loop) rolls out the trainer's next
   generation batches (the same groups, in the same order, as the synchronous trainer would roll out) while the trainer
-  trains. It samples
-  with :class:`SamplerWeights`: a copy of the policy's *trainable* parameters (frozen ones, e.g. a LoRA base, are
-  shared, not copied), refreshed from the policy after every ``weight_sync_steps`` optimizer steps. The version of
-  the weights is the optimizer step they were taken at.
+  trains. It samples with a :class:`~trl_envs.samplers.process.SamplerProcess`: a copy of the policy in a child
+  process (frozen parameters, e.g. a LoRA base, shared, not copied), its trainable weights staged from the policy
+  after every ``weight_sync_steps`` optimizer steps. The version of the weights is the optimizer step they were
+  staged at.
 * A batch records the oldest and newest weight version it sampled with. The pipeline starts a batch only once the
   sampler's weights are at least ``predicted train step - max_staleness``, so every group is trained at most
   ``max_staleness`` optimizer steps after the weights that sampled its oldest token. A batch found older anyway (a
   step the schedule did not predict) is re-rolled by the policy itself before training, on every rank together, and
   counted (``async/rerolled_groups``): stale groups are never trained.
-* Batches whose weights are ready roll out concurrently on the background loop; the trainer's ``training_step``
-  and the sampler's ``generate`` calls take turns on the device (:class:`ComputeTurn`, the sampler first), so what
-  overlaps the trainer's compute is env time.
+* Batches whose weights are ready roll out concurrently on the background loop; their ``generate`` calls run in the
+  sampler process, so both env time and generation overlap the trainer's compute.
 * Sampling logprobs vs the trained policy's are corrected by TRL's own importance-sampling path
   (``trl_seam.sampler_importance_sampling``: per-token truncated ratio by default; with one optimizer pass per batch
   the policy logprobs are the loss forward's own, ``trl_seam.ratio_from_loss_logprobs``).
 * The pipeline is started at the first training rollout (after a checkpoint was loaded, so a resumed run starts
   from the checkpoint's weights) and stopped when ``train()`` returns or raises (Ctrl-C, an env error): the running
-  batch is cancelled (its envs' cleanup runs) and the thread is joined.
-* Distributed: the thread makes no collective call (its sampler is a plain module, not the DDP / DeepSpeed wrapper);
+  batch is cancelled (its envs' cleanup runs), the thread is joined and the sampler process stopped.
+* Distributed: neither the thread nor the sampler process makes a collective call (the copy is a plain module, not
+  the DDP / DeepSpeed wrapper);
   every collective (the staleness check, metrics) is made by the main thread at the same point on every rank. ZeRO-3
   and FSDP shard the parameters the copy would need and are refused when training starts.
 """
