@@ -204,7 +204,7 @@ def throughput(model_path, tokenizer, args) -> dict[str, float]:
     train_rest = med["sync, env wait"]["step_s"] - sync_wait
     print(
         f"\nsync step with env wait: rollout {sync_wait:.3f} s (of which env wait ~{sync_wait - sync_free:.3f} s) + "
-        f"training {train_rest:.3f} s (medians)"
+        f"training {train_rest:.3f} s (medians); env wait / training = {(sync_wait - sync_free) / train_rest:.2f}"
     )
     print(f"{'mode':26s} {'episodes/s':>10s} {'tokens/s':>9s} {'s/step':>7s} {'vs sync':>8s}")
     ratios = {}

@@ -94,7 +94,8 @@ class RolloutPipeline:
 
     Args:
         sampler: the :class:`VersionedSampler` every batch samples with.
-        rollout_kwargs: budget, strategy and max_wait_s of :func:`~trl_envs.rollout.engine.run_rollout_batch_async`.
+        rollout_kwargs: keyword arguments of :func:`~trl_envs.rollout.engine.run_rollout_batch_async` (budget,
+            strategy, max_wait_s, sample_on_loop_thread).
     """
 
     def __init__(self, sampler: VersionedSampler, rollout_kwargs: dict[str, Any]):
