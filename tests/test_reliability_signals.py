@@ -205,3 +205,56 @@ def test_play_stops_at_the_first_ctrl_c_without_traceback(tmp_path, tiny_model_p
     code, err = interrupt(process, signal.SIGINT, timeout=20)
     assert code == 130, err
     assert "trl-envs play: stopped by SIGINT" in err and "Traceback" not in err
+
+
+def test_ctrl_c_in_a_terminal_stops_async_training_and_its_sampler_process(tmp_path, tiny_model_path):
+    """Ctrl-C reaches every process of the terminal's foreground group, the sampler process of ``--max_staleness``
+    too: the trainer stops the pipeline (every env cleaned up) and the sampler process, exits 130, and nothing of the
+    group is left running."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [
+        str(REPO / "scripts" / "train_grpo.py"),
+        "--model_name_or_path",
+        tiny_model_path,
+        "--env",
+        "reliability_envs:sleepy",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--groups_per_batch",
+        "2",
+        "--max_steps",
+        "2",
+        "--max_staleness",
+        "1",
+        "--output_dir",
+        str(out),
+        "--use_cpu",
+        "true",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, *argv],
+        env=env_for(tmp_path),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    wait_for(rollout_in_flight(tmp_path), process)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-3000:]
+    assert count(tmp_path, "cleaned") == count(tmp_path, "started")
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)  # anything of the group still running?
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("a process of the training run's group is still running after it exited")
