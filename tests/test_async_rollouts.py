@@ -14,6 +14,7 @@ import threading
 import types
 
 import pytest
+import torch
 from cpu_configs import cpu_grpo_config
 from transformers import TrainerCallback
 
@@ -312,3 +313,33 @@ def test_lora_copies_only_the_adapter(tmp_path, tiny_model_path, tokenizer, rend
     adapter = sum(p.numel() for n, p in trainer.model.named_parameters() if "lora_" in n)
     assert len(made) == 1 and made[0].num_copied_parameters == adapter > 0
     assert all(0 <= b["step"] - b["oldest_version"] <= 1 for b in trainer.async_batches)
+
+
+def test_on_cpu_the_trainer_and_the_sampler_process_split_the_threads(tmp_path, tiny_model_path, tokenizer, renderer):
+    """Both compute at once on CPU: each with all of torch's threads would oversubscribe the cores. The trainer keeps
+    the larger half while the pipeline runs, the sampler process gets the rest, and the setting is restored."""
+    assert async_rollouts.split_cpu_threads(4, torch.device("cpu")) == (2, 2)
+    assert async_rollouts.split_cpu_threads(3, torch.device("cpu")) == (2, 1)
+    assert async_rollouts.split_cpu_threads(1, torch.device("cpu")) == (1, 1)
+    assert async_rollouts.split_cpu_threads(8, torch.device("cuda", 0)) == (8, 8)
+
+    seen: list[int] = []
+
+    class Threads(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append(torch.get_num_threads())
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        trainer = EnvGRPOTrainer(
+            tiny_model_path,
+            config(tmp_path, max_steps=2),
+            guess_number(renderer),
+            processing_class=tokenizer,
+            callbacks=[Threads()],
+        )
+        trainer.train()
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

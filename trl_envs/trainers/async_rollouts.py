@@ -57,6 +57,16 @@ class _SyncWeights(TrainerCallback):
             self.state.pipeline.weights_changed()
 
 
+def split_cpu_threads(threads: int, device: torch.device) -> tuple[int, int]:
+    """Torch threads for the trainer and for the sampler process. On CPU the two compute at the same time, so they
+    split the process's threads (the trainer keeps the larger half; each at least 1): giving each all of them
+    oversubscribes the cores and their thread pools spin against each other. On an accelerator both keep them."""
+    if device.type != "cpu":
+        return threads, threads
+    sampler = max(1, threads // 2)
+    return max(1, threads - sampler), sampler
+
+
 def lookahead_batches(max_staleness: int, steps_per_batch: float) -> int:
     """How many generation batches the pipeline is given ahead of the one being trained."""
     return max(1, math.ceil(max_staleness / steps_per_batch))
@@ -71,6 +81,7 @@ class _AsyncState:
     micro_per_batch: int  # micro-steps (training_step calls) per generation batch
     grad_accum: int
     lookahead: int
+    torch_threads: int = 1  # the process's torch threads before the pipeline started (restored when it stops)
     submitted: int = 0
     consumed: int = 0
     callback: TrainerCallback | None = None
@@ -169,14 +180,22 @@ class AsyncRolloutsMixin:
         args = self.args
         policy = self.accelerator.unwrap_model(self.model_wrapped)
         mixed = self.accelerator.mixed_precision
-        sampler = SamplerProcess(
-            policy,
-            trl_seam.tokenizer_of(self),
-            version=self.state.global_step,
-            sampling_settings=self.sampling_settings(),
-            autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed),
-            seed=args.seed + self.accelerator.process_index,
-        )
+        threads = torch.get_num_threads()
+        trainer_threads, sampler_threads = split_cpu_threads(threads, next(policy.parameters()).device)
+        torch.set_num_threads(trainer_threads)
+        try:
+            sampler = SamplerProcess(
+                policy,
+                trl_seam.tokenizer_of(self),
+                version=self.state.global_step,
+                sampling_settings=self.sampling_settings(),
+                autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed),
+                num_threads=sampler_threads,
+                seed=args.seed + self.accelerator.process_index,
+            )
+        except BaseException:
+            torch.set_num_threads(threads)
+            raise
         try:
             pipeline = RolloutPipeline(
                 VersionedSampler(sampler),
@@ -189,6 +208,7 @@ class AsyncRolloutsMixin:
             )
         except BaseException:
             sampler.close()
+            torch.set_num_threads(threads)
             raise
         micro = args.steps_per_generation * self.num_iterations
         ga = args.gradient_accumulation_steps
@@ -200,6 +220,7 @@ class AsyncRolloutsMixin:
             micro,
             ga,
             lookahead_batches(args.max_staleness, micro / ga),
+            threads,
         )
         state.callback = _SyncWeights(state, args.weight_sync_steps)
         self.add_callback(state.callback)
@@ -230,6 +251,7 @@ class AsyncRolloutsMixin:
             state.pipeline.close()  # cancels the batches; a generate call in flight is answered first
         finally:
             state.sampler.close()
+            torch.set_num_threads(state.torch_threads)
 
     # -- off-policy correction (TRL's importance-sampling path)
 
