@@ -3,7 +3,7 @@ versions, stale batches re-rolled and counted, TRL's importance-sampling correct
 resume from a checkpoint's weights, Ctrl-C and env errors stopping both sides, and the setups refused at start.
 The 2-process runs (DDP, DeepSpeed ZeRO-2) are scenarios of tests/test_distributed.py's launches.
 
-CI time: about 35 s on 2 CPU cores.
+CI time: about 80 s on 2 CPU cores (each run starts a sampler process: a few seconds).
 """
 
 from __future__ import annotations

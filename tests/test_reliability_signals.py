@@ -55,6 +55,43 @@ def interrupt(process, signum=signal.SIGTERM, timeout=60.0) -> tuple[int, str]:
     return process.returncode, err
 
 
+def start(argv: list[str], tmp_path, **popen) -> subprocess.Popen:
+    """``python *argv`` in ``tmp_path`` with the reliability envs importable, its output captured."""
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        env=env_for(tmp_path),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        **popen,
+    )
+
+
+def train_grpo_sleepy(model_path, out, *more: str) -> list[str]:
+    """scripts/train_grpo.py on the tiny model and envs whose steps sleep 60 s: a training run to interrupt."""
+    return [
+        str(REPO / "scripts" / "train_grpo.py"),
+        "--model_name_or_path",
+        model_path,
+        "--env",
+        "reliability_envs:sleepy",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--groups_per_batch",
+        "2",
+        "--max_steps",
+        "2",
+        "--output_dir",
+        str(out),
+        "--use_cpu",
+        "true",
+        *more,
+    ]
+
+
 ROLLOUT_SNIPPET = """
 import reliability_envs
 from trl_envs import Renderer, TokensWithLogprobs, run_rollout_batch
@@ -130,25 +167,7 @@ def test_commands_take_sigterm_like_ctrl_c(command, tmp_path, tiny_model_path):
             "--no_progress",
         ]
     elif command == "train_grpo.py":
-        argv = [
-            str(REPO / "scripts" / command),
-            "--model_name_or_path",
-            tiny_model_path,
-            "--env",
-            "reliability_envs:sleepy",
-            "--num_generations",
-            "2",
-            "--per_device_train_batch_size",
-            "4",
-            "--groups_per_batch",
-            "2",
-            "--max_steps",
-            "2",
-            "--output_dir",
-            str(out),
-            "--use_cpu",
-            "true",
-        ]
+        argv = train_grpo_sleepy(tiny_model_path, out)
     else:
         argv = [
             str(REPO / "scripts" / command),
@@ -167,14 +186,7 @@ def test_commands_take_sigterm_like_ctrl_c(command, tmp_path, tiny_model_path):
             "--use_cpu",
             "true",
         ]
-    process = subprocess.Popen(
-        [sys.executable, *argv],
-        env=env_for(tmp_path),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tmp_path,
-    )
+    process = start(argv, tmp_path)
     wait_for(rollout_in_flight(tmp_path), process)
     code, err = interrupt(process)
     assert code == 143, err[-3000:]
@@ -213,36 +225,8 @@ def test_ctrl_c_in_a_terminal_stops_async_training_and_its_sampler_process(tmp_p
     group is left running."""
     out = tmp_path / "out"
     out.mkdir()
-    argv = [
-        str(REPO / "scripts" / "train_grpo.py"),
-        "--model_name_or_path",
-        tiny_model_path,
-        "--env",
-        "reliability_envs:sleepy",
-        "--num_generations",
-        "2",
-        "--per_device_train_batch_size",
-        "4",
-        "--groups_per_batch",
-        "2",
-        "--max_steps",
-        "2",
-        "--max_staleness",
-        "1",
-        "--output_dir",
-        str(out),
-        "--use_cpu",
-        "true",
-    ]
-    process = subprocess.Popen(
-        [sys.executable, *argv],
-        env=env_for(tmp_path),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tmp_path,
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-    )
+    argv = train_grpo_sleepy(tiny_model_path, out, "--max_staleness", "1")
+    process = start(argv, tmp_path, start_new_session=True)  # its own process group, as a terminal's foreground job
     wait_for(rollout_in_flight(tmp_path), process)
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=60)
