@@ -300,3 +300,24 @@ def test_a_failing_seat_is_retried_with_its_whole_game_and_nothing_hangs(rendere
     assert failed and result.wall_seconds < 30
     assert result.error_counts.get("RuntimeError") == 1 and result.groups[0] is not None
     assert sorted(result.groups[0].group_rewards) in ([-1.0, 1.0], [0.0, 0.0])
+
+
+def test_a_textarena_game_keeps_its_own_random_stream():
+    """TextArena reseeds the global ``random`` on reset and draws from it while playing: a game must neither move the
+    process's stream (other envs draw their problems from it) nor depend on what others drew (same seed, same
+    game)."""
+    pytest.importorskip("textarena")
+    from trl_envs.textarena.game import TextArenaGame
+
+    random.seed(123)
+    expected = [random.random() for _ in range(3)]
+    random.seed(123)
+    first = TextArenaGame("Battleship-v0", 2, seed=7)
+    drawn = [random.random()]
+    first.play(0, "[A0]")
+    drawn += [random.random(), random.random()]
+    assert drawn == expected  # the process's stream went on as if no game had been made or played
+
+    again = TextArenaGame("Battleship-v0", 2, seed=7)  # after other draws: the same board
+    other = TextArenaGame("Battleship-v0", 2, seed=8)
+    assert again.observe(0) == TextArenaGame("Battleship-v0", 2, seed=7).observe(0) != other.observe(0)

@@ -12,8 +12,10 @@ textarena is imported when a game is made, never by ``import trl_envs``.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,9 +42,11 @@ class TextArenaGame(TurnGame):
     def __init__(self, env_id: str, num_players: int = 2, seed: int = 0, make_kwargs: dict[str, Any] | None = None):
         ta = import_textarena()
         self.name, self.num_players = f"textarena/{env_id}", num_players
+        self._random_state = random.Random(seed).getstate()
         try:
-            self.env = ta.make(env_id, **(make_kwargs or {}))
-            self.env.reset(num_players=num_players, seed=seed)
+            with self._own_random():
+                self.env = ta.make(env_id, **(make_kwargs or {}))
+                self.env.reset(num_players=num_players, seed=seed)
         except Exception as e:
             raise ValueError(
                 f"env {self.name!r}: textarena could not start the game with num_players={num_players}"
@@ -77,7 +81,8 @@ class TextArenaGame(TurnGame):
 
     def play(self, seat: int, reply: str) -> bool:
         self._invalid = False
-        done, _ = self.env.step(reply)
+        with self._own_random():
+            done, _ = self.env.step(reply)
         self._done = bool(done)
         return not self._invalid
 
@@ -97,6 +102,20 @@ class TextArenaGame(TurnGame):
 
     def close(self) -> None:
         self.env.close()  # reports the results, which we read from the state instead
+
+    @contextlib.contextmanager
+    def _own_random(self) -> Iterator[None]:
+        """Run TextArena code on this game's own stream of the global ``random`` module: its games call
+        ``random.seed(seed)`` on reset and draw from ``random`` as they play, which would reseed every other user of
+        ``random`` in the process (other envs of the batch drawing problems) and make this game's draws depend on
+        theirs. The process's stream is put back after each call."""
+        outer = random.getstate()
+        random.setstate(self._random_state)
+        try:
+            yield
+        finally:
+            self._random_state = random.getstate()
+            random.setstate(outer)
 
 
 @dataclass(frozen=True)
