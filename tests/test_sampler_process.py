@@ -83,7 +83,7 @@ def test_child_errors_are_raised_in_the_parent_and_a_dead_child_is_named(policy,
         assert len(sampler.sample(requests(tokenizer))) == 3  # the child serves on after an error
 
         os.kill(sampler.process.pid, signal.SIGKILL)
-        with pytest.raises(SamplerProcessError, match=r"sampler process \(pid \d+\) died, exit code -9"):
+        with pytest.raises(SamplerProcessError, match=r"sampler process \(pid \d+\) died at 'sample', exit code -9"):
             sampler.sample(requests(tokenizer))
     finally:
         sampler.close()
@@ -112,3 +112,31 @@ def test_the_training_script_is_not_run_again_in_the_child(tmp_path, tiny_model_
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("TOP LEVEL RAN") == 1 and "1 SAMPLED" in done.stdout
+
+
+def test_a_model_class_defined_in_the_training_script_is_named_at_start(tmp_path, tiny_model_path):
+    """The child cannot import a class that lives in the training script: the error says so, at start."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from transformers import AutoTokenizer, Qwen2ForCausalLM
+            from trl_envs.samplers.process import SamplerProcess, SamplerProcessError
+
+            class MyModel(Qwen2ForCausalLM):
+                pass
+
+            if __name__ == "__main__":
+                model = MyModel.from_pretrained({tiny_model_path!r})
+                try:
+                    SamplerProcess(model, AutoTokenizer.from_pretrained({tiny_model_path!r}), version=0)
+                except SamplerProcessError as error:
+                    print("ERROR:", error)
+            """
+        )
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ERROR: the sampler process" in done.stdout and "died at 'start'" in done.stdout
+    assert "defined in the training script itself" in done.stdout

@@ -150,7 +150,7 @@ class SamplerProcess:
                 with self._send_lock:
                     self._conn.send(requests)
             except (BrokenPipeError, OSError) as error:
-                raise self._died() from error
+                raise self._died("sample") from error
             version, results = self._receive("sample", None)
             self.version = version
             return version, results
@@ -171,13 +171,13 @@ class SamplerProcess:
         while not self._conn.poll(POLL_S):
             waited += POLL_S
             if not self.process.is_alive():
-                raise self._died()
+                raise self._died(what)
             if timeout_s is not None and waited >= timeout_s:
                 raise SamplerProcessError(f"the sampler process did not answer '{what}' within {timeout_s:.0f} s")
         try:
             status, payload = self._conn.recv()
         except (EOFError, OSError) as error:
-            raise self._died() from error
+            raise self._died(what) from error
         if status == "error":
             pickled, text = payload
             if pickled is not None:
@@ -186,11 +186,17 @@ class SamplerProcess:
             raise SamplerProcessError(f"the sampler process failed at '{what}':\n{text}")
         return payload
 
-    def _died(self) -> SamplerProcessError:
+    def _died(self, what: str = "sample") -> SamplerProcessError:
         self.process.join(1.0)
+        why = (
+            "a class of the model or tokenizer that the child cannot import (one defined in the training script "
+            "itself: move it to a module), or no memory left"
+            if what == "start"
+            else "killed for memory, a crash in torch"
+        )
         return SamplerProcessError(
-            f"the sampler process (pid {self.process.pid}) died, exit code {self.process.exitcode}; its own output "
-            "above says why (killed for memory, a crash in torch)"
+            f"the sampler process (pid {self.process.pid}) died at '{what}', exit code {self.process.exitcode}; its "
+            f"own output above says why ({why})"
         )
 
 
