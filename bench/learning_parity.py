@@ -8,9 +8,10 @@ order, ``shuffle_dataset=False``); each seed is one pair of runs with that train
 
 Figures per run, all measured here:
 * training reward: mean of the reward TRL logs at each step (over all steps);
-* greedy accuracy: the trained model answers each held-out problem once, greedily;
-* sampled accuracy: ``--samples`` answers per held-out problem at temperature 1.
-Held-out problems: every sum of the operand range (``--max_operand 3``: all 16), scored by this file's own
+* greedy accuracy: the trained model answers each evaluation problem once, greedily;
+* sampled accuracy: ``--samples`` answers per evaluation problem at temperature 1.
+Evaluation problems: every sum of the operand range (``--max_operand 3``: all 16, the range training draws from, so
+not held out: this compares two trainers, it is not a generalisation figure), scored by this file's own
 evaluator (``generate`` on the chat-template prompt; right = the reply is exactly the sum), not by the env.
 
 Prints each run, then per figure the mean ± std over seeds of each side, the mean |Δ| over seed pairs and
@@ -218,7 +219,7 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--max_tokens", type=int, default=16, help="max_completion_length")
     parser.add_argument("--max_operand", type=int, default=3, help="operands 0..N (3: the default run's 16 sums)")
-    parser.add_argument("--samples", type=int, default=16, help="sampled answers per held-out problem")
+    parser.add_argument("--samples", type=int, default=16, help="sampled answers per evaluation problem")
     parser.add_argument(
         "--plain_sequence_offset",
         type=int,
@@ -237,7 +238,7 @@ def main() -> int:
     print(
         f"model {model_path}; seeds {args.seeds}; {args.steps} steps of {args.groups_per_step} groups x "
         f"{args.group_size}; lr {args.lr}; max_completion_length {args.max_tokens}; operands 0..{args.max_operand} "
-        f"(held-out: all {(args.max_operand + 1) ** 2} sums, greedy once and {args.samples} samples each at T=1); "
+        f"(evaluated on all {(args.max_operand + 1) ** 2} sums, greedy once and {args.samples} samples each at T=1); "
         "GRPOTrainer's problems: "
         + ("the same sequence" if not args.plain_sequence_offset else f"seed + {args.plain_sequence_offset} sequence"),
         flush=True,
