@@ -185,18 +185,25 @@ def test_trl_envs_mistakes_print_one_line(argv, message, capsys, tiny_model_path
     assert code == 2 and "trl-envs eval: error: " in err and message in err and "Traceback" not in err
 
 
+COOKBOOK_ARITHMETIC = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
+
+
+def cookbook_arithmetic_options(model_path: str, n_batches: int) -> dict:
+    """``--env_kwargs`` of the cookbook's arithmetic builder on the tiny model: batches of 2 problems, no few-shot."""
+    return {
+        "model_name_for_tokenizer": model_path,
+        "renderer_name": "qwen3_instruct",
+        "n_batches": n_batches,
+        "batch_size": 2,
+        "include_fewshot": False,
+    }
+
+
 def test_cookbook_builder_mistakes_print_one_line(capsys, tmp_path, tiny_model_path):
     import json
 
     pytest.importorskip("tinker_cookbook")
-    builder = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
-    fields = {
-        "model_name_for_tokenizer": tiny_model_path,
-        "renderer_name": "qwen3_instruct",
-        "n_batches": 2,
-        "batch_size": 2,
-        "include_fewshot": False,
-    }
+    fields = cookbook_arithmetic_options(tiny_model_path, n_batches=2)
     for options, message in [
         ({**fields, "batch_sizee": 2}, "takes no option 'batch_sizee'"),
         ({**fields, "group_size": 3}, "made 3 envs but the group size (num_generations) is 8"),
@@ -204,7 +211,7 @@ def test_cookbook_builder_mistakes_print_one_line(capsys, tmp_path, tiny_model_p
         code, err = run_grpo(
             capsys,
             "--env",
-            builder,
+            COOKBOOK_ARITHMETIC,
             "--env_kwargs",
             json.dumps(options),
             "--model_name_or_path",
@@ -225,20 +232,13 @@ def test_a_cookbook_env_without_test_split_trains_and_writes_a_card_without_eval
     import json
 
     pytest.importorskip("tinker_cookbook")
-    builder = "tinker_cookbook.recipes.math_rl.arithmetic_env:ArithmeticDatasetBuilder"
-    fields = {
-        "model_name_for_tokenizer": tiny_model_path,
-        "renderer_name": "qwen3_instruct",
-        "n_batches": 1,
-        "batch_size": 2,
-        "include_fewshot": False,
-    }
+    fields = cookbook_arithmetic_options(tiny_model_path, n_batches=1)
     out = tmp_path / "out"
     stdout: list[str] = []
     code, err = run_grpo(
         capsys,
         "--env",
-        builder,
+        COOKBOOK_ARITHMETIC,
         "--env_kwargs",
         json.dumps(fields),
         "--num_generations",

@@ -99,7 +99,6 @@ class SamplerProcess:
         context = torch.multiprocessing.get_context("spawn")
         self._lock = context.Lock()  # staging buffer + version, between the parent's stage() and the child's load
         self._staged_version = context.Value("q", version, lock=False)
-        self.version = version  # of the last sample() call's weights (the child's copy starts at ``version``)
         self._call_lock = threading.Lock()  # one request at a time on the pipe; several rollout threads may call
         self._send_lock = threading.Lock()  # close() sends too, while a call may wait for its answer
         self._conn, child_conn = context.Pipe()
@@ -151,9 +150,7 @@ class SamplerProcess:
                     self._conn.send(requests)
             except (BrokenPipeError, OSError) as error:
                 raise self._died("sample") from error
-            version, results = self._receive("sample", None)
-            self.version = version
-            return version, results
+            return self._receive("sample", None)
 
     def close(self) -> None:
         """Stop the child once it has answered the request in flight (killed after :data:`STOP_TIMEOUT_S`) and wait

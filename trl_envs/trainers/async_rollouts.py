@@ -29,6 +29,7 @@ Contract (docs/async.md):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -81,7 +82,7 @@ class _AsyncState:
     micro_per_batch: int  # micro-steps (training_step calls) per generation batch
     grad_accum: int
     lookahead: int
-    torch_threads: int = 1  # the process's torch threads before the pipeline started (restored when it stops)
+    torch_threads: int  # the process's torch threads before the pipeline started (restored when it stops)
     submitted: int = 0
     consumed: int = 0
     callback: TrainerCallback | None = None
@@ -182,8 +183,9 @@ class AsyncRolloutsMixin:
         mixed = self.accelerator.mixed_precision
         threads = torch.get_num_threads()
         trainer_threads, sampler_threads = split_cpu_threads(threads, next(policy.parameters()).device)
-        torch.set_num_threads(trainer_threads)
-        try:
+        with contextlib.ExitStack() as undo:  # a failed start leaves nothing running and the threads as they were
+            torch.set_num_threads(trainer_threads)
+            undo.callback(torch.set_num_threads, threads)
             sampler = SamplerProcess(
                 policy,
                 trl_seam.tokenizer_of(self),
@@ -193,10 +195,7 @@ class AsyncRolloutsMixin:
                 num_threads=sampler_threads,
                 seed=args.seed + self.accelerator.process_index,
             )
-        except BaseException:
-            torch.set_num_threads(threads)
-            raise
-        try:
+            undo.callback(sampler.close)
             pipeline = RolloutPipeline(
                 VersionedSampler(sampler),
                 dict(
@@ -206,10 +205,7 @@ class AsyncRolloutsMixin:
                     sample_on_loop_thread=False,  # a call waits for the sampler process: the loop runs envs meanwhile
                 ),
             )
-        except BaseException:
-            sampler.close()
-            torch.set_num_threads(threads)
-            raise
+            undo.pop_all()  # started: _close_async_rollouts stops both and restores the threads
         micro = args.steps_per_generation * self.num_iterations
         ga = args.gradient_accumulation_steps
         state = _AsyncState(
