@@ -124,3 +124,24 @@ def test_a_run_past_its_stage_timeout_fails_and_is_stopped(tmp_path):
     stage = json.loads((tmp_path / "summary.json").read_text())["stages"][0]
     assert stage["verdict"] == "FAIL" and stage["note"].startswith("did not exit within 1s")
     assert stage["details"]["exit_code"] is None
+
+
+def test_gpu_doc_table_quotes_the_recipes_numbers():
+    """docs/gpu.md's table: the measured recipe with its measurement, every other one with its estimate."""
+    import re
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import recipe_estimates
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    doc = (REPO / "docs" / "gpu.md").read_text()
+    for path, r in json.loads((REPO / "bench" / "results" / "recipe_estimates.json").read_text())["recipes"].items():
+        size, task = re.match(r"scripts/configs/qwen2\.5-(\d\.\db)/(\w+)\.yaml", path).groups()
+        row = next(line for line in doc.splitlines() if line.startswith(f"| {size.upper()} `{task}`"))
+        measured = recipe_estimates.MEASURED.get(path)
+        if measured:
+            low, high = measured["seconds_per_step"]
+            assert f"| {measured['peak_memory_gb']} GB | {low}–{high} s" in row and "**measured**" in row, row
+        else:
+            assert f"| ~{r['peak_memory_gb']} GB | ~{r['seconds_per_step']} s |" in row and row.endswith("estimated |")
