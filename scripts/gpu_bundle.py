@@ -2,6 +2,7 @@
 
     python scripts/gpu_bundle.py             # downloads into .gpu_bundle/ (ignored by git) and prints its size
     python scripts/gpu_bundle.py --list      # only prints what it would gather (no network)
+    python scripts/gpu_bundle.py --add regex # also carry a package the GPU image has too old
     bash scripts/gpu_check.sh                # then, on the GPU machine (the repository with .gpu_bundle/ beside it)
 
 A GPU image with PyTorch usually has transformers, accelerate and peft but not the rest of trl_envs' stack. The
@@ -52,6 +53,7 @@ WHEELS = [
     ("pydantic_core", "needed by pydantic"),
     ("annotated-types", "needed by pydantic"),
     ("typing-inspection", "needed by pydantic"),
+    ("typing_extensions", "pydantic needs a recent one (>= 4.16)"),
 ]
 SDISTS = [("deepspeed", "ZeRO-2 / ZeRO-3 stages; no wheel is published")]
 TINY_MODELS = ["tiny-chat-v1", "tiny-chat-v5"]
@@ -74,9 +76,11 @@ def installed_version(package: str) -> str:
         ) from None
 
 
-def plan() -> list[dict]:
-    """What the bundle holds: one entry per package (kind wheel / sdist, pinned version, reason) and model."""
-    entries = [dict(kind="wheel", name=n, version=installed_version(n), why=why) for n, why in WHEELS]
+def plan(extra: list[str] = ()) -> list[dict]:
+    """What the bundle holds: one entry per package (kind wheel / sdist, pinned version, reason) and model; ``extra``:
+    more packages to carry as wheels, at their versions here (what ``gpu_check.sh``'s versions stage found missing)."""
+    wheels = [*WHEELS, *((name, "asked for (--add)") for name in extra)]
+    entries = [dict(kind="wheel", name=n, version=installed_version(n), why=why) for n, why in wheels]
     entries += [dict(kind="sdist", name=n, version=installed_version(n), why=why) for n, why in SDISTS]
     entries += [dict(kind="model", name=m, version="", why="built tiny model (TRL_ENVS_CACHE)") for m in TINY_MODELS]
     return entries
@@ -114,8 +118,8 @@ def folder_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def gather(dest: Path) -> None:
-    entries = plan()
+def gather(dest: Path, extra: list[str] = ()) -> None:
+    entries = plan(extra)
     for kind in ("wheels", "sdist"):
         if (dest / kind).exists():
             shutil.rmtree(dest / kind)  # one version of each package: two stop the offline install
@@ -147,17 +151,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--list", action="store_true", help="print what would be gathered and the pip lines; no network"
     )
+    parser.add_argument(
+        "--add", nargs="+", default=[], metavar="PACKAGE", help="also carry these packages (at their versions here)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.list:
-            for entry in plan():
+            for entry in plan(args.add):
                 if entry["kind"] == "model":
                     print(f"model  {entry['name']:<18} -> {args.dest / 'cache' / 'trl_envs' / entry['name']}")
                 else:
                     print(f"{entry['kind']:<6} {entry['name']}=={entry['version']:<12} {entry['why']}")
                     print("       " + " ".join(download_command(entry, args.dest)[1:]))
             return 0
-        gather(args.dest)
+        gather(args.dest, args.add)
     except BundleError as e:
         print(e, file=sys.stderr)
         return 1

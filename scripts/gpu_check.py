@@ -57,6 +57,20 @@ TESTS = {
     "ddp": ("tests/test_gpu.py::test_gpu_ddp_multi_gpu", None),
     "vllm_server": ("tests/test_gpu.py::test_gpu_vllm_server_two_ranks", None),
 }
+# Packages the bundle carries, whose requirements the versions stage checks against what is installed.
+CARRIED = [
+    "trl",
+    "transformers",
+    "accelerate",
+    "peft",
+    "datasets",
+    "huggingface_hub",
+    "httpx2",
+    "deepspeed",
+    "pydantic",
+]
+# Declared requirements that are not needed for these runs: transformers' Hub kernels (off: USE_HUB_KERNELS=NO).
+OPTIONAL_AT_RUNTIME = {"kernels"}
 EXIT_GRACE_S = 10  # how long after the run's exit its children may take to end
 
 CPU_SKIPS = {
@@ -135,8 +149,18 @@ class Check:
             print(f"  {key}: {value}")
         stage.details["packages"] = found
         missing = [n for n, v in found.items() if v.startswith("not available")]
-        stage.verdict = "FAIL" if missing else "PASS"
-        stage.note = f"missing: {', '.join(missing)}" if missing else (stage.details["gpu"] or "CPU")
+        unmet = unmet_requirements(CARRIED)
+        stage.details["unmet_requirements"] = unmet
+        for line in unmet:
+            print(f"  unmet: {line}")
+        stage.verdict = "FAIL" if missing or unmet else "PASS"
+        problems = [f"missing: {', '.join(missing)}"] if missing else []
+        if unmet:
+            names = " ".join(sorted({re.match(r"\S+ needs ([\w.-]+)", u).group(1) for u in unmet}))
+            problems.append(
+                f"unmet requirements: {'; '.join(unmet)} (carry: python scripts/gpu_bundle.py --add {names})"
+            )
+        stage.note = " | ".join(problems) or (stage.details["gpu"] or "CPU")
 
     def pytest_stage(self, stage: Stage) -> None:
         test = TESTS[stage.name][1 if self.cpu else 0]
@@ -269,6 +293,34 @@ class Check:
         else:
             stage.verdict = "FAIL"
             stage.note = "timed out" if code is None else f"exit {code}, see gpu_rollouts.log: {tail[:160]}"
+
+
+def unmet_requirements(packages: list[str]) -> list[str]:
+    """The installed ``packages``' own requirements (no extras) that the installed versions do not meet, e.g.
+    ``pydantic needs typing-extensions>=4.16.0, found 4.12.2``: what a GPU image may hold too old for the bundle."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    unmet = []
+    for package in packages:
+        try:
+            requires = md.requires(package) or []
+        except md.PackageNotFoundError:
+            continue  # reported as missing by the import check
+        for text in requires:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            try:
+                found = md.version(req.name)
+            except md.PackageNotFoundError:
+                if req.name.lower() not in OPTIONAL_AT_RUNTIME:
+                    unmet.append(f"{package} needs {req.name}{req.specifier}, found none")
+                continue
+            if req.specifier and not req.specifier.contains(found, prereleases=True):
+                unmet.append(f"{package} needs {req.name}{req.specifier}, found {found}")
+    return unmet
 
 
 def _alive(pid: int, created: float) -> bool:

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.timeout(300)
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -145,3 +146,23 @@ def test_gpu_doc_table_quotes_the_recipes_numbers():
             assert f"| {measured['peak_memory_gb']} GB | {low}–{high} s" in row and "**measured**" in row, row
         else:
             assert f"| ~{r['peak_memory_gb']} GB | ~{r['seconds_per_step']} s |" in row and row.endswith("estimated |")
+
+
+def test_versions_stage_names_requirements_the_installed_versions_miss(monkeypatch):
+    """On a GPU image with an older package than a carried one needs, the check says which and how to carry it."""
+    import importlib.metadata as md
+
+    check = _load("gpu_check")
+    assert check.unmet_requirements(check.CARRIED) == []  # this environment is consistent
+    real = md.version
+    monkeypatch.setattr(md, "version", lambda name: "0.0.1" if name.lower() == "pyyaml" else real(name))
+    unmet = check.unmet_requirements(["trl"])
+    assert unmet == [
+        f"trl needs pyyaml{next(r for r in md.requires('trl') if r.startswith('pyyaml'))[6:]}, found 0.0.1"
+    ]
+
+
+def test_bundle_carries_an_added_package_at_its_version_here(capsys):
+    bundle = _load("gpu_bundle")
+    assert bundle.main(["--list", "--add", "regex"]) == 0
+    assert f"wheel  regex=={importlib.metadata.version('regex')}" in capsys.readouterr().out
