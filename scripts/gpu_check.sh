@@ -26,7 +26,11 @@ CPU=0
 ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --bundle) BUNDLE="$(cd "${2:?--bundle needs a folder}" && pwd)" || exit 2; shift 2 ;;
+    --bundle)
+      if [ ! -d "${2:-}" ]; then
+        echo "gpu_check.sh: --bundle: no folder at '${2:-}' (python scripts/gpu_bundle.py makes one)" >&2; exit 2
+      fi
+      BUNDLE="$(cd "$2" && pwd)"; shift 2 ;;
     --cpu) CPU=1; ARGS+=("$1"); shift ;;
     *) ARGS+=("$1"); shift ;;
   esac

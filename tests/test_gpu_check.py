@@ -78,7 +78,7 @@ def test_check_refuses_unknown_stages_and_a_missing_gpu(tmp_path):
     done = _run(["bash", "scripts/gpu_check.sh", "--cpu", "--stages", "zero5", "--out", str(tmp_path)], timeout=60)
     assert done.returncode == 2 and "unknown stage(s) zero5; known: versions, zero2" in done.stderr
     done = _run(["bash", "scripts/gpu_check.sh", "--bundle", str(tmp_path / "absent")], timeout=60)
-    assert done.returncode == 2
+    assert done.returncode == 2 and f"--bundle: no folder at '{tmp_path / 'absent'}'" in done.stderr
     import torch
 
     if not torch.cuda.is_available():
