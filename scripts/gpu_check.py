@@ -456,6 +456,21 @@ def recipe_child(argv: list[str]) -> None:
     )
 
 
+def write_summary(out: Path, device: str, argv: list[str], seconds: float, done: list[Stage]) -> str:
+    """``summary.json`` and ``summary.txt`` of the stages run so far (rewritten after each, so that a check stopped
+    from outside still leaves what it found); returns the text."""
+    summary = dict(
+        device=device,
+        command=" ".join(["python", "scripts/gpu_check.py", *argv]),
+        total_seconds=round(seconds, 1),
+        stages=[asdict(s) for s in done],
+    )
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    text = "\n".join(s.line() for s in done) + f"\ntotal {seconds:.1f}s on {device}\n"
+    (out / "summary.txt").write_text(text)
+    return text
+
+
 # -- main -----------------------------------------------------------------------------------------------------------
 
 
@@ -497,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     runners["recipe_0.5b"] = check.recipe
     done: list[Stage] = []
     started = time.perf_counter()
+    device = "cpu" if args.cpu else torch.cuda.get_device_name(0)
     for name in [s for s in STAGES + OPT_IN if s in args.stages]:
         stage = Stage(name)
         print(f"--- {name}", flush=True)
@@ -508,16 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         stage.seconds = round(time.perf_counter() - t0, 1)
         print(stage.line(), flush=True)
         done.append(stage)
-    total = time.perf_counter() - started
-    summary = dict(
-        device="cpu" if args.cpu else torch.cuda.get_device_name(0),
-        command=" ".join(["python", "scripts/gpu_check.py", *argv]),
-        total_seconds=round(total, 1),
-        stages=[asdict(s) for s in done],
-    )
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    text = "\n".join(s.line() for s in done) + f"\ntotal {total:.1f}s on {summary['device']}\n"
-    (args.out / "summary.txt").write_text(text)
+        text = write_summary(args.out, device, argv, time.perf_counter() - started, done)  # after each stage
     print(f"\n{text}summary: {args.out / 'summary.json'}")
     return 1 if any(s.verdict == "FAIL" for s in done) else 0
 
