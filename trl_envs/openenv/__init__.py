@@ -24,6 +24,7 @@ from .session import (
     OpenEnvCapacityError,
     OpenEnvConnectionError,
     OpenEnvError,
+    OpenEnvServerGone,
     OpenEnvSession,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "OpenEnvEnv",
     "OpenEnvError",
     "OpenEnvGroupBuilder",
+    "OpenEnvServerGone",
     "OpenEnvSession",
     "TextMapping",
     "default_observation_text",
