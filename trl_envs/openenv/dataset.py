@@ -76,8 +76,8 @@ class OpenEnvDatasetBuilder(RLDatasetBuilder):
     ``action_fn`` / ``observation_fn``), ``system_prompt``, ``reset_kwargs`` (extra arguments of the server's
     ``reset``, e.g. a task name), ``max_sessions`` (sessions open at once per server from this process; the others
     wait), ``message_timeout_s``, ``reconnect_timeout_s`` (how long a new episode waits, retrying with backoff, for an
-    unreachable server to come back before the run stops), ``rejected_action_reward`` (``None``: a rejected action is an error; a number: the
-    episode ends with it), ``tag`` (the metrics' logging tag).
+    unreachable server to come back before the run stops, default 60), ``rejected_action_reward`` (``None``: a
+    rejected action is an error; a number: the episode ends with it), ``tag`` (the metrics' logging tag).
     """
 
     renderer: Renderer
