@@ -119,6 +119,33 @@ class GameGroupBuilder(EnvGroupBuilder):
         return {**self.__dict__, "_matches": []}  # live games stay with the process that plays them
 
 
+def resolve_opponent(name: str, option: str, value: Any) -> Opponent | str | None:
+    """An ``opponent`` / ``test_opponent`` option as the group takes it: ``None`` or ``"self"`` (self-play),
+    ``"random"``, a callable, or ``"package.module:function"`` imported (a command line cannot pass a callable);
+    ``ValueError`` naming ``name`` and ``option`` otherwise."""
+    if value is None or value == "random" or callable(value):
+        return value
+    if value == "self":
+        return None
+    if isinstance(value, str) and ":" in value:
+        import importlib
+
+        module_name, _, attr = value.partition(":")
+        try:
+            found: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                found = getattr(found, part)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"env {name!r}: option {option!r}: cannot import {value!r}: {e}") from e
+        if not callable(found):
+            raise ValueError(f"env {name!r}: option {option!r}: {value!r} is not a function (text, rng) -> reply")
+        return found
+    raise ValueError(
+        f"env {name!r}: option {option!r} must be 'random', 'self' (or null: self-play), or an opponent function "
+        f"'package.module:function' taking (text, rng) and returning the reply; got {value!r}"
+    )
+
+
 def check_options_known(builder_class: type, name: str, options: dict[str, Any], internal: set[str]) -> None:
     """Raise ``ValueError`` naming ``name`` and the option for an ``--env_kwargs`` key ``builder_class`` (a dataclass)
     does not take; ``internal`` are fields the adapter sets itself."""
@@ -185,6 +212,10 @@ class GameDataset(BuiltinDataset):
 class GameDatasetBuilder(BuiltinDatasetBuilder):
     """Training games (self-play, or against ``opponent``) and a test set against ``test_opponent``.
 
+    An opponent is ``"random"`` (the game's :meth:`~trl_envs.multiplayer.game.TurnGame.random_reply`), ``None`` /
+    ``"self"`` (self-play, ``opponent`` only), a callable ``(text, rng) -> reply``, or its import path
+    ``"package.module:function"`` (what a command line passes).
+
     Subclasses (one per adapter) set ``env_name`` on the instance and supply :meth:`game_factory`.
     """
 
@@ -203,16 +234,12 @@ class GameDatasetBuilder(BuiltinDatasetBuilder):
     def check_options(self) -> None:
         self.env_name = self.name  # errors name the env the user asked for
         super().check_options()
-        for option in ("opponent", "test_opponent"):
-            value = getattr(self, option)
-            if value is not None and value != "random" and not callable(value):
-                raise ValueError(
-                    f"env {self.name!r}: option {option!r} must be 'random' (or None for self-play, "
-                    f"'opponent' only), got {value!r}"
-                )
+        self.opponent = resolve_opponent(self.name, "opponent", self.opponent)
+        self.test_opponent = resolve_opponent(self.name, "test_opponent", self.test_opponent)
         if self.test_opponent is None:
             raise ValueError(
-                f"env {self.name!r}: option 'test_opponent' must be 'random' (the test split plays a fixed opponent)"
+                f"env {self.name!r}: option 'test_opponent' must be a fixed opponent, 'random' or "
+                "'package.module:function' (the test split measures the model against it), not self-play"
             )
         check_number_option(self.name, "move_timeout", self.move_timeout, positive=True)
         check_number_option(self.name, "invalid_reply_penalty", self.invalid_reply_penalty)
