@@ -66,8 +66,8 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         args: :class:`~trl_envs.trainers.grpo_config.EnvGRPOConfig`.
         env_dataset: the training envs: an :class:`RLDataset`, an :class:`RLDatasetBuilder` (whose test split
             becomes the evaluation envs unless ``eval_env_dataset`` is given; unused with ``eval_strategy="no"``),
-            or a ``datasets.Dataset`` / ``IterableDataset`` of env row specs (one group of ``num_generations`` envs per row, see
-            :class:`~trl_envs.registry.env_datasets.EnvRowDataset`).
+            or a ``datasets.Dataset`` / ``IterableDataset`` of env row specs (one group of ``num_generations`` envs
+            per row, see :class:`~trl_envs.registry.env_datasets.EnvRowDataset`).
         eval_env_dataset: evaluation envs (optional; an ``RLDataset`` or a dataset of row specs); evaluation logs
             ``eval_env/...``.
         processing_class: the tokenizer (must have a chat template; it must be the tokenizer the envs' renderer
