@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from ..core.renderer import Renderer
 from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known
 from ..registry.names import EnvKind, unknown_prefixed_name
+from .catalog import listing
 from .game import TextArenaGameFactory, import_textarena
 
 PREFIX = "textarena/"
@@ -107,9 +108,7 @@ def env_kind(name: str) -> EnvKind:
 
 
 def env_names() -> dict[str, str]:
-    """Every registered TextArena id but its ``-raw`` / ``-train`` variants, as ``textarena/<id>``."""
-    return {
-        PREFIX + i: "TextArena game (self-play, one env per player)"
-        for i in sorted(_registry())
-        if not i.endswith(LISTED_VARIANT_SUFFIXES)
-    }
+    """The registered TextArena ids that train by name (:mod:`~trl_envs.textarena.catalog`; not the ``-raw`` /
+    ``-train`` variants), as ``textarena/<id>``."""
+    ids = [i for i in sorted(_registry()) if not i.endswith(LISTED_VARIANT_SUFFIXES)]
+    return {PREFIX + i: description for i, description in listing(ids).items()}
