@@ -5,8 +5,8 @@ plain dicts, so no env-specific package is needed) on the I/O loop of :mod:`trl_
 failures into one of:
 
 * :class:`OpenEnvConnectionError` — the server cannot be reached or the connection dropped (server down, killed,
-  network); names the URL. A rollout error like any other: ``RetryOnFailure`` replaces the episode by a fresh one,
-  ``FailFast`` stops with it.
+  network: :class:`OpenEnvConnectionLost`), or a reply did not come within ``message_timeout_s``; names the URL.
+  A rollout error like any other: ``RetryOnFailure`` replaces the episode by a fresh one, ``FailFast`` stops with it.
 * :class:`OpenEnvCapacityError` — the server refused a new session; names its limit (``active/max``) and what to set.
 * :class:`OpenEnvActionError` — the env rejected an action (invalid for its action type, or its ``step`` raised);
   names the action.
@@ -16,7 +16,7 @@ A session that cannot *open* because the server is unreachable (down, restarting
 :data:`BACKOFF_MAX_S`), each wait logged as one warning line naming the URL; past ``reconnect_timeout_s`` seconds
 after the first failure it raises :class:`OpenEnvServerGone`, which no error strategy retries: the run stops there,
 naming the URL. An episode whose connection drops mid-episode is not reconnected (the server destroyed its env with
-the connection): it fails with :class:`OpenEnvConnectionError`, and under ``rollout_error_strategy: retry`` its
+the connection): it fails with :class:`OpenEnvConnectionLost`, and under ``rollout_error_strategy: retry`` its
 fresh replacement (which does not spend the group's ``rollout_max_retries``) is the one that waits for the server to
 return.
 
@@ -61,9 +61,13 @@ class OpenEnvError(RuntimeError):
     """Base of the errors of an OpenEnv session."""
 
 
-class OpenEnvConnectionError(OpenEnvError, ConnectionError, EnvOutageError):
-    """The server at a URL cannot be reached, or dropped the connection (an outage: under ``rollout_error_strategy:
-    retry`` the episode is replayed without spending the group's retry budget)."""
+class OpenEnvConnectionError(OpenEnvError, ConnectionError):
+    """The server at a URL cannot be reached, dropped the connection, or did not reply in time."""
+
+
+class OpenEnvConnectionLost(OpenEnvConnectionError, EnvOutageError):
+    """The server at a URL refused or dropped the connection (down, restarting): an outage, so under
+    ``rollout_error_strategy: retry`` the episode is replayed without spending the group's retry budget."""
 
 
 class OpenEnvServerGone(OpenEnvConnectionError, UnrecoverableEnvError):
@@ -231,7 +235,7 @@ class OpenEnvSession:
                 f"{where}: no reply to {what} within {self.message_timeout_s} s (message_timeout_s)"
             )
         if isinstance(error, (ConnectionError, OSError, connection_closed)):
-            return OpenEnvConnectionError(
+            return OpenEnvConnectionLost(
                 f"{where}: {what} failed, the connection failed or was dropped "
                 f"({type(error).__name__}: {error}). Is the server running there?"
             )
