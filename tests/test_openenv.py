@@ -358,6 +358,33 @@ def test_training_with_a_server_that_never_returns_stops_naming_the_url(
     assert trainer.state.global_step == 1 and io_loop.open_sessions() == []
 
 
+def test_a_run_whose_server_never_returns_exits_non_zero_naming_the_url(server, tiny_model_path, tmp_path):
+    srv = server()
+    options = json.dumps({"url": srv.url, "reconnect_timeout_s": 3, "num_test_batches": 1})
+    repo = Path(__file__).resolve().parents[1]
+    run = subprocess.Popen(
+        [sys.executable, str(repo / "scripts" / "train_grpo.py"), "--model_name_or_path", tiny_model_path]
+        + ["--env", "openenv", "--env_kwargs", options, "--max_steps", "30", "--health_patience", "50"]
+        + ["--rollout_error_strategy", "retry", "--card_eval", "false", "--output_dir", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while srv.sessions()["made"] < 1 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # training has started playing on the server
+        srv.kill()
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode not in (0, None)
+    last = stderr.strip().splitlines()[-1]
+    assert f"OpenEnv server at {srv.url} did not come back" in last and "Traceback" not in stderr
+
+
 def test_rejected_action_is_a_clear_error_and_no_session_leaks(shared, renderer):
     srv = shared
     with pytest.raises(OpenEnvActionError, match="rejected the action .*REJECT"):

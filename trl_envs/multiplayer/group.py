@@ -119,6 +119,43 @@ class GameGroupBuilder(EnvGroupBuilder):
         return {**self.__dict__, "_matches": []}  # live games stay with the process that plays them
 
 
+def game_group_from_row(
+    name: str,
+    make_factory: Callable[[dict[str, Any]], Callable[[int], TurnGame]],
+    renderer: Renderer,
+    group_size: int,
+    *,
+    seed: int,
+    opponent: str | None,
+    seat: int | None,
+    make_kwargs: dict | None,
+    move_timeout: float,
+    invalid_reply_penalty: float,
+) -> GameGroupBuilder:
+    """The group of one game row of env ``name`` (the ``from_row`` of every game adapter): ``make_factory(options)``
+    is the adapter's game factory for the row's ``make_kwargs`` (a dataset's struct nulls dropped); a game made from
+    ``seed`` tells the player count. A row's opponent is a name (``"random"``, ``"self"``/``None``), never an import
+    path: a dataset must not make trl_envs import code."""
+    options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}
+    if opponent not in (None, "random", "self"):
+        raise ValueError(f"env {name!r}: a row's 'opponent' must be 'random' or 'self' (or null), got {opponent!r}")
+    make_game = make_factory(options)
+    probe = make_game(seed)
+    probe.close()
+    return GameGroupBuilder(
+        make_game,
+        renderer,
+        group_size,
+        probe.num_players,
+        seed,
+        None if opponent == "self" else opponent,
+        seat,
+        move_timeout,
+        invalid_reply_penalty,
+        tag=name,
+    )
+
+
 def import_function(name: str, option: str, ref: str, signature: str) -> Callable[..., Any]:
     """The function ``"package.module:function"`` an option of env ``name`` names; ``ValueError`` naming the env, the
     option and what is wrong (not importable, not callable) otherwise."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
-from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known
+from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known, game_group_from_row
 from ..registry.names import EnvKind, unknown_prefixed_name
 from .game import PettingZooGameFactory, missing_package
 from .text import FORMATTERS
@@ -101,25 +101,21 @@ def env_kind(name: str) -> EnvKind:
         formatter: str | None = None,
     ) -> GameGroupBuilder:
         """One group of the game, started from ``seed``; ``formatter`` by name only (a row imports no code)."""
-        options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}  # a Dataset's struct nulls
         if formatter is not None and formatter not in FORMATTERS:
             raise ValueError(
                 f"env {name!r}: a row's 'formatter' must be one of {sorted(FORMATTERS)}, got {formatter!r}"
             )
-        make_game = PettingZooGameFactory(game, options, api, illegal_reward, formatter)  # type: ignore[arg-type]
-        probe = make_game(seed)
-        probe.close()
-        return GameGroupBuilder(
-            make_game,
+        return game_group_from_row(
+            name,
+            lambda options: PettingZooGameFactory(game, options, api, illegal_reward, formatter),  # type: ignore[arg-type]
             renderer,
             group_size,
-            probe.num_players,
-            seed,
-            opponent,
-            seat,
-            move_timeout,
-            invalid_reply_penalty,
-            tag=name,
+            seed=seed,
+            opponent=opponent,
+            seat=seat,
+            make_kwargs=make_kwargs,
+            move_timeout=move_timeout,
+            invalid_reply_penalty=invalid_reply_penalty,
         )
 
     description = f"PettingZoo {game}: n-player game, self-play (one env per agent)"

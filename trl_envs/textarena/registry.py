@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
-from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known
+from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known, game_group_from_row
 from ..registry.names import EnvKind, unknown_prefixed_name
 from .catalog import listing
 from .game import TextArenaGameFactory, import_textarena
@@ -85,21 +85,17 @@ def env_kind(name: str) -> EnvKind:
         invalid_reply_penalty: float = 0.0,
     ) -> GameGroupBuilder:
         """One group of the game, started from ``seed``."""
-        options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}  # a Dataset's struct nulls
-        make_game = TextArenaGameFactory(env_id, num_players, options)
-        probe = make_game(seed)
-        probe.close()
-        return GameGroupBuilder(
-            TextArenaGameFactory(env_id, probe.num_players, options),
+        return game_group_from_row(
+            name,
+            lambda options: TextArenaGameFactory(env_id, num_players, options),
             renderer,
             group_size,
-            probe.num_players,
-            seed,
-            opponent,
-            seat,
-            move_timeout,
-            invalid_reply_penalty,
-            tag=name,
+            seed=seed,
+            opponent=opponent,
+            seat=seat,
+            make_kwargs=make_kwargs,
+            move_timeout=move_timeout,
+            invalid_reply_penalty=invalid_reply_penalty,
         )
 
     description = f"TextArena {env_id}: n-player game, self-play (one env per player)"
