@@ -339,7 +339,7 @@ def test_training_survives_a_server_restart_and_trains_every_step(server, tiny_m
         assert trainer.state.global_step == 3 and len(logged) == 3
         assert all(h["env/all/skipped_groups"] == 0.0 for h in logged)  # nothing lost to the restart
         assert killer.restarted[0].sessions()["made"] >= 2 * 2 * 4  # steps 2 and 3 played on the new server
-        assert killer.restarted[0].live_sessions_soon() == 0
+        assert killer.restarted[0].live_sessions_soon() == 0 and open_sessions_soon() == []
     finally:
         for s in killer.restarted:
             s.stop()
@@ -355,7 +355,16 @@ def test_training_with_a_server_that_never_returns_stops_naming_the_url(
     )
     with pytest.raises(OpenEnvServerGone, match=f"OpenEnv server at {re.escape(srv.url)} did not come back"):
         trainer.train()
-    assert trainer.state.global_step == 1 and io_loop.open_sessions() == []
+    assert trainer.state.global_step == 1 and open_sessions_soon() == []
+
+
+def open_sessions_soon(wait_s: float = 15.0) -> list:
+    """This process's open sessions once none is left, or those left after ``wait_s`` (a session to a dead server
+    finishes closing in the background: its close handshake times out)."""
+    deadline = time.monotonic() + wait_s
+    while (left := io_loop.open_sessions()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 def test_a_run_whose_server_never_returns_exits_non_zero_naming_the_url(server, tiny_model_path, tmp_path):
