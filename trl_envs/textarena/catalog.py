@@ -59,13 +59,18 @@ def family(env_id: str) -> str:
 
 def nltk_words_installed() -> bool:
     """Whether NLTK's ``words`` corpus is installed (looked up on disk, never downloaded)."""
+    import os
+
     try:
         import nltk
-
-        nltk.data.find("corpora/words")
-    except (ImportError, LookupError):
+    except ImportError:
         return False
-    return True
+    # nltk.data.find can spend seconds on its lookups; the corpus is a folder or a zip under one of nltk's paths
+    return any(
+        os.path.exists(os.path.join(str(root), "corpora", entry))
+        for root in nltk.data.path
+        for entry in ("words", "words.zip")
+    )
 
 
 def listing(env_ids: list[str]) -> dict[str, str]:
