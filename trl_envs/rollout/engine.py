@@ -263,7 +263,9 @@ class RetryOnFailure:
     Args:
         max_retries: group-wide budget of retries, shared by replaced rollouts and repeated ``make_envs`` /
             ``compute_group_rewards`` calls that failed; when exceeded the group is skipped (returns ``None``, logged
-            and counted) instead of crashing training. Contract errors (:class:`EnvContractError`) are never retried.
+            and counted) instead of crashing training. Contract errors (:class:`EnvContractError`) and
+            :class:`UnrecoverableEnvError` are never retried; an :class:`EnvOutageError` (a server restart) is
+            replayed without spending this budget.
         per_rollout_timeout: seconds one rollout may take (env, model and grading included; time its requests
             spend waiting for other episodes to join a sampling batch is not counted), and one ``make_envs`` or
             ``compute_group_rewards`` call; ``None``: no limit.
@@ -286,6 +288,24 @@ class SkipGroupError(Exception):
     type and as ``GroupSkipped``; it is never retried."""
 
 
+class UnrecoverableEnvError(Exception):
+    """Raised by an env whose failure no retry can mend -- e.g. the server it plays on stayed unreachable for its
+    whole reconnect allowance. Never retried and never skipped: under every error strategy it propagates and stops the
+    rollout batch (and the training run, non-zero, with its message)."""
+
+
+class EnvOutageError(Exception):
+    """Base of errors that say the env's infrastructure failed, not the episode -- e.g. the connection to the server
+    it plays on dropped because the server restarted, which fails every episode in flight there at once. Under
+    :class:`RetryOnFailure` such a failure is replayed without spending the group's ``max_retries`` (up to
+    :data:`OUTAGE_RETRIES_PER_GROUP` times per group, then it spends as any error does); the env bounds the wait for
+    its infrastructure itself (:class:`UnrecoverableEnvError` when it does not come back)."""
+
+
+OUTAGE_RETRIES_PER_GROUP = 32
+"""Replays of :class:`EnvOutageError` failures a group gets before they spend its ``max_retries``."""
+
+
 class _GroupRetries:
     """A group's :class:`RetryOnFailure` budget (``None`` strategy: no retries, errors propagate)."""
 
@@ -293,16 +313,21 @@ class _GroupRetries:
         self.retry = isinstance(strategy, RetryOnFailure)
         self.max_retries = strategy.max_retries if isinstance(strategy, RetryOnFailure) else 0
         self.left = self.max_retries
+        self.outages_left = OUTAGE_RETRIES_PER_GROUP
         self.errors = errors
 
     def spend(self, error: BaseException, what: str) -> None:
         """Count ``error`` of ``what``; re-raise it (fail-fast, or a bug) or use one retry (:class:`GroupSkipped` when
         none is left)."""
-        if isinstance(error, SkipGroupError) or not self.retry or isinstance(error, EnvContractError):
-            raise error  # a broken env is a bug, not bad luck: retrying would hide it
+        if not self.retry or isinstance(error, (SkipGroupError, EnvContractError, UnrecoverableEnvError)):
+            raise error  # a broken env is a bug, a gone server stays gone: retrying would hide it
         is_timeout = isinstance(error, (asyncio.TimeoutError, TimeoutError))
         self.errors["TimeoutError" if is_timeout else type(error).__name__] += 1
         reason = f"{what}: {error}" if is_timeout else f"{what} failed with {type(error).__name__}: {error}"
+        if isinstance(error, EnvOutageError) and self.outages_left > 0:
+            self.outages_left -= 1
+            logger.info("%s; replaying it (an outage of the env's server, not the episode's doing)", reason)
+            return
         if self.left <= 0:
             raise GroupSkipped(f"{reason}; retry budget of {self.max_retries} used up") from error
         self.left -= 1
