@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import multiprocessing
 import os
 import time
+
+from transformers import Qwen2ForCausalLM
 
 from trl_envs import EnvGroupBuilder, ListRLDataset, RLDatasetBuilder, StepResult
 from trl_envs.core.types import Env
@@ -101,3 +104,15 @@ def endless(renderer, group_size=2, batch_size=1, num_batches=1, num_test_batche
 def sleepy(renderer, group_size=2, batch_size=2, num_batches=4, step_s=60.0):
     """Each step sleeps ``step_s`` seconds: a rollout to interrupt."""
     return Builder(lambda i: Chat(renderer, 1.0, step_s=step_s), group_size, batch_size, num_batches)
+
+
+class SlowForwardLM(Qwen2ForCausalLM):
+    """The tiny model's class, whose forward sleeps ``RELIABILITY_FORWARD_S`` seconds in a child process (a sampler
+    process) after writing ``forward-<pid>-<n>`` into ``RELIABILITY_DIR``: a ``generate`` call still running when the
+    run ends. Defined in a module, so the child can import it."""
+
+    def forward(self, *args, **kwargs):
+        if multiprocessing.parent_process() is not None:
+            _touch("forward")
+            time.sleep(float(os.environ.get("RELIABILITY_FORWARD_S", "0")))
+        return super().forward(*args, **kwargs)

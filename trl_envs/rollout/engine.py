@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+from ..cli.errors import RunFailed
 from ..core.types import (
     Env,
     EnvContractError,
@@ -298,8 +299,8 @@ class _GroupRetries:
     def spend(self, error: BaseException, what: str) -> None:
         """Count ``error`` of ``what``; re-raise it (fail-fast, or a bug) or use one retry (:class:`GroupSkipped` when
         none is left)."""
-        if isinstance(error, SkipGroupError) or not self.retry or isinstance(error, EnvContractError):
-            raise error  # a broken env is a bug, not bad luck: retrying would hide it
+        if isinstance(error, (SkipGroupError, EnvContractError, RunFailed)) or not self.retry:
+            raise error  # a broken env is a bug, not bad luck, and a run that cannot go on (RunFailed) cannot retry
         is_timeout = isinstance(error, (asyncio.TimeoutError, TimeoutError))
         self.errors["TimeoutError" if is_timeout else type(error).__name__] += 1
         reason = f"{what}: {error}" if is_timeout else f"{what} failed with {type(error).__name__}: {error}"
