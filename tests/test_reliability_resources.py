@@ -86,3 +86,55 @@ def test_a_disk_that_fills_during_a_checkpoint_is_named_and_the_previous_one_res
         assert f"skipping {out / 'checkpoint-2'}: incomplete" in said, said[-3000:]
         assert f"resuming from {out / 'checkpoint-1'} (the newest complete checkpoint)" in said, said[-3000:]
         assert (out / "checkpoint-2" / "trl_envs_checkpoint.json").exists()  # written again, completely
+
+
+def raise_out_of_memory_in(phase: str):
+    """A ``Qwen2Model.forward`` (the tiny model's body, run by generation and by the loss alike) that raises
+    ``torch.OutOfMemoryError`` (as CUDA's allocator does) when called inside ``generate`` (``phase="generation"``) or
+    outside it (``"training"``), and runs normally otherwise."""
+    import sys
+
+    import torch
+    from transformers import Qwen2Model
+
+    forward = Qwen2Model.forward
+
+    def patched(self, *args, **kwargs):
+        frame, in_generate = sys._getframe(1), False
+        while frame is not None and not in_generate:
+            in_generate, frame = frame.f_code.co_name == "generate", frame.f_back
+        if in_generate == (phase == "generation"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+        return forward(self, *args, **kwargs)
+
+    return patched
+
+
+@pytest.mark.parametrize(
+    ("phase", "strategy", "named"),
+    [
+        ("generation", "fail_fast", "out of memory in generation at step 1"),
+        ("generation", "retry", "out of memory in generation at step 1"),  # never retried as an env error
+        ("training", "fail_fast", "out of memory in the training step at step 1"),
+    ],
+)
+def test_out_of_memory_names_the_settings_that_lower_memory_for_its_phase(
+    phase, strategy, named, capsys, tmp_path, tiny_model_path, monkeypatch
+):
+    from transformers import Qwen2Model
+
+    monkeypatch.setattr(Qwen2Model, "forward", raise_out_of_memory_in(phase))
+    out = tmp_path / "out"
+    code, err = run_grpo(
+        capsys,
+        *grpo_argv(tiny_model_path, out, "--max_steps", "2", "--rollout_error_strategy", strategy),
+    )
+    assert code == 1, err[-3000:]
+    assert "Traceback" not in err
+    line = next(line for line in err.splitlines() if line.startswith("train_grpo.py: error:"))
+    assert named in line, line
+    for knob in ("per_device_train_batch_size", "max_completion_length", "num_generations", "max_staleness 0"):
+        assert knob in line, (knob, line)
+    assert ("gradient_checkpointing true" in line) == (phase == "training"), line
+    assert "(torch: CUDA out of memory. Tried to allocate 2.00 GiB (simulated))" in line
+    assert not (out / "README.md").exists()

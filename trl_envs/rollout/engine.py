@@ -299,8 +299,8 @@ class _GroupRetries:
     def spend(self, error: BaseException, what: str) -> None:
         """Count ``error`` of ``what``; re-raise it (fail-fast, or a bug) or use one retry (:class:`GroupSkipped` when
         none is left)."""
-        if isinstance(error, (SkipGroupError, EnvContractError, RunFailed)) or not self.retry:
-            raise error  # a broken env is a bug, not bad luck, and a run that cannot go on (RunFailed) cannot retry
+        if isinstance(error, (SkipGroupError, EnvContractError, RunFailed)) or _out_of_memory(error) or not self.retry:
+            raise error  # a broken env is a bug, not bad luck; a run that cannot go on, or out of memory, is no env's
         is_timeout = isinstance(error, (asyncio.TimeoutError, TimeoutError))
         self.errors["TimeoutError" if is_timeout else type(error).__name__] += 1
         reason = f"{what}: {error}" if is_timeout else f"{what} failed with {type(error).__name__}: {error}"
@@ -308,6 +308,12 @@ class _GroupRetries:
             raise GroupSkipped(f"{reason}; retry budget of {self.max_retries} used up") from error
         self.left -= 1
         logger.info("%s; retrying", reason)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Host or accelerator memory ran out (``MemoryError``, ``torch.OutOfMemoryError``): not the env's fault, and a
+    retry would only run out again."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
 
 
 async def _builder_call(

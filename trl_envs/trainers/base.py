@@ -35,6 +35,7 @@ from .checkpoints import (
     run_settings,
     verify_checkpoint,
 )
+from .out_of_memory import name_out_of_memory
 from .resume import resolve_checkpoint
 
 ENV_DATASET_KINDS = "an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows"
@@ -77,12 +78,14 @@ class EnvTrainerMixin:
         self._checkpoint_marker = CheckpointMarker(self._run_settings)
         self.add_callback(self._checkpoint_marker)
 
-    def _writing_guarded(self) -> contextlib.AbstractContextManager:
-        """What ``train()`` runs under: ``output_dir``'s lock, and a full disk while a checkpoint is written named
-        (see :func:`~trl_envs.trainers.checkpoints.name_disk_full`)."""
+    def _run_guards(self) -> contextlib.AbstractContextManager:
+        """What ``train()`` runs under: ``output_dir``'s lock; a full disk while a checkpoint is written, and running
+        out of memory, each turned into one line naming the cause (see
+        :func:`~trl_envs.trainers.checkpoints.name_disk_full`, :mod:`~trl_envs.trainers.out_of_memory`)."""
         stack = contextlib.ExitStack()
         stack.enter_context(hold_output_dir(self.args.output_dir))
         stack.enter_context(name_disk_full(self.args.output_dir, getattr(self, "_checkpoint_marker", None)))
+        stack.enter_context(name_out_of_memory(lambda: self.state.global_step + 1))
         return stack
 
     def _checked_checkpoint(self, resume_from_checkpoint) -> str | None:

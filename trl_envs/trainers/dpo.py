@@ -160,7 +160,7 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         ``resume_from_checkpoint`` (a folder, or ``True`` / ``"last"`` for the newest complete one) is checked first
         (see :mod:`~trl_envs.trainers.checkpoints`); ``output_dir``'s lock is held throughout."""
         checkpoint = self._checked_checkpoint(resume_from_checkpoint)
-        with self._writing_guarded():
+        with self._run_guards():
             if self.rounds is not None:
                 return self.rounds.run(checkpoint, trial, ignore_keys_for_eval)
             return super().train(
