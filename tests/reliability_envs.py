@@ -116,3 +116,29 @@ class SlowForwardLM(Qwen2ForCausalLM):
             _touch("forward")
             time.sleep(float(os.environ.get("RELIABILITY_FORWARD_S", "0")))
         return super().forward(*args, **kwargs)
+
+
+class _NumberedBuilder(Builder):
+    """:class:`Builder` whose ``make(group, i)`` also gets the group's index in the dataset."""
+
+    async def __call__(self):
+        def split():
+            groups = [
+                Group(lambda i, g=g: self.make(g, i), self.group_size)
+                for g in range(self.batch_size * self.num_batches)
+            ]
+            return ListRLDataset(groups, self.batch_size)
+
+        return split(), split()
+
+
+def failing_after(renderer, ok_groups=2, group_size=2, batch_size=1, num_batches=30):
+    """The first ``ok_groups`` groups have mixed rewards; every step of the later ones raises ``RuntimeError``: an env
+    server that went away for good."""
+
+    def make(group, i):
+        if group < ok_groups:
+            return Chat(renderer, float(i))
+        return Chat(renderer, fail=RuntimeError("the env's server is gone"))
+
+    return _NumberedBuilder(make, group_size, batch_size, num_batches)
