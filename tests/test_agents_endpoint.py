@@ -2,8 +2,10 @@
 sampler call per wave of calls, and every bad case gets one clear error."""
 
 import asyncio
+import contextlib
 import copy
 import json
+import logging
 
 import pytest
 
@@ -15,6 +17,7 @@ from trl_envs import Renderer  # noqa: E402
 from trl_envs.agents import AgentEnv, AgentError, AgentGroupBuilder  # noqa: E402
 from trl_envs.core.tools import CALCULATOR  # noqa: E402
 from trl_envs.rollout.engine import FailFast, RetryOnFailure, RolloutBudget, run_rollout_batch  # noqa: E402
+from trl_envs.rollout.watchdog import RolloutTimeoutError  # noqa: E402
 from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
 from trl_envs.training_data.row_layout import plan_rows  # noqa: E402
 from trl_envs.training_data.rows import trajectory_to_data  # noqa: E402
@@ -383,6 +386,59 @@ def test_a_timed_out_agent_is_retried_and_cancelled(renderer):
     assert result.groups[0].trajectories[0].transitions[-1].reward == 1.0
     assert len(set(calls)) == 2 and result.error_counts == {"TimeoutError": 1}
     assert cancelled == calls[:1]  # the stuck run did not outlive its rollout
+
+
+async def never_returns(base_url, api_key, task):
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+        await client.chat.completions.create(model="p", messages=[{"role": "user", "content": "Hi"}])
+        await asyncio.sleep(3600)  # its own work never ends
+
+
+@pytest.mark.parametrize("strategy", ["fail_fast", "retry"])
+def test_an_agent_that_never_returns_is_ended_by_the_timeout_naming_the_agent_function(renderer, strategy):
+    """The timeout names the agent function (what the user wrote), not ``AgentEnv.step``; under retry the group is
+    retried, then skipped, and the batch completes."""
+    timeout = 1.0
+    if strategy == "fail_fast":
+        with pytest.raises(RolloutTimeoutError) as raised:
+            rollout(
+                renderer, never_returns, ["t"], policy=lambda p: "ok", strategy=FailFast(per_rollout_timeout=timeout)
+            )
+        message = str(raised.value)
+    else:
+        with caplog_of("trl_envs.rollout.engine") as records:
+            result, _ = rollout(
+                renderer,
+                never_returns,
+                ["t", "u"],
+                policy=lambda p: "ok",
+                strategy=RetryOnFailure(max_retries=1, per_rollout_timeout=timeout),
+            )
+        assert result.groups == [None, None] and result.error_counts["TimeoutError"] == 4
+        message = "\n".join(records)
+    assert "AgentEnv running agent function 'never_returns'" in message, message
+    assert "it was in agent function 'never_returns', after the model answered its call of turn 0" in message, message
+    assert "AgentEnv.step" not in message
+
+
+@contextlib.contextmanager
+def caplog_of(logger_name: str):
+    """The messages logged by ``logger_name`` (INFO and above) while the block runs."""
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger, handler = logging.getLogger(logger_name), Keep(logging.INFO)
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
 
 
 async def raw_http_agent(base_url, api_key, task):

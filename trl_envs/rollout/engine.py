@@ -157,6 +157,7 @@ class _EpisodeProgress:
         name = env_name(env)
         self.label = episode.links.label if episode is not None and episode.links is not None else name
         self.name = name
+        self.runs = _runs(env)
         self.ob: list[int] | None = None
         self.transitions: list[Transition] = []
         self.stepping: Any = None  # the action whose step has not returned yet
@@ -186,7 +187,7 @@ async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _Ep
     sampler = sampler_name(policy)
     max_turns, per_turn = budget.max_turns, budget.max_tokens_per_turn
     per_trajectory, context, vocab_size = budget.max_tokens_per_trajectory, budget.max_context_tokens, budget.vocab_size
-    state.doing(f"{name}.initial_observation")
+    state.doing(f"{state.runs}, before its first turn" if state.runs else f"{name}.initial_observation")
     ob, stop = check_initial(env, await env.initial_observation())
     state.ob = ob
     transitions = state.transitions
@@ -218,7 +219,11 @@ async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _Ep
         state.doing(f"sampling turn {turn} with {sampler}")
         ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, vocab_size)
         tokens_used += len(ac.tokens)
-        state.doing(f"{name}.step (turn {turn})")
+        state.doing(
+            f"{state.runs}, after the model answered its call of turn {turn}"
+            if state.runs
+            else f"{name}.step (turn {turn})"
+        )
         state.stepping = ac
         result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
         state.stepping = None
@@ -507,7 +512,8 @@ async def _rollouts(
     group = Coupling(_own_name(builder, name))
 
     def rollout(i: int, unit: Coupling | None) -> Coroutine[Any, Any, Trajectory]:
-        where = f"{name}: rollout {i} ({env_name(envs[i])})"
+        runs = _runs(envs[i])
+        where = f"{name}: rollout {i} ({env_name(envs[i])}{' running ' + runs if runs else ''})"
         links = EpisodeLinks(group, unit, f"{group.name}: env {i} ({_own_name(envs[i], env_name(envs[i]))})")
         return _linked(
             links,
@@ -561,6 +567,13 @@ async def _rollouts(
 
     await _gather_fail_fast([one(u) for u in units])
     return [t for t in trajectories if t is not None]
+
+
+def _runs(env: Any) -> str | None:
+    """What an env runs that messages should name instead of its own methods (``Env.runs``: an
+    :class:`~trl_envs.agents.env.AgentEnv`'s agent function), or ``None``."""
+    runs = getattr(env, "runs", None)
+    return runs if isinstance(runs, str) and runs else None
 
 
 def _own_name(obj: Any, default: str) -> str:
