@@ -4,8 +4,10 @@ sampler call per wave of calls, and every bad case gets one clear error."""
 import asyncio
 import contextlib
 import copy
+import gc
 import json
 import logging
+import os
 
 import pytest
 
@@ -138,6 +140,28 @@ async def rewriting_agent(base_url, api_key, task):
             model="p", messages=[{"role": "user", "content": f"Earlier you said {first.choices[0].message.content}"}]
         )
         return float(bool(second.choices[0].message.content))
+
+
+def open_descriptors() -> int:
+    gc.collect()
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors in /proc")
+def test_256_concurrent_agents_per_step_complete_without_errors_or_descriptor_growth(renderer):
+    """256 agent episodes at once (64 groups of 4), each making two calls through its own openai client, for two
+    steps: every episode completes, no call fails, and the process holds no more open descriptors after the second
+    step than after the first (connections and sockets of finished episodes are closed)."""
+    tasks = [{"question": f"{i}*3+1?", "answer": i * 3 + 1} for i in range(64)]
+    counts = []
+    for _ in range(2):
+        result, sampler = rollout(renderer, calculator_agent, tasks, group_size=4)
+        episodes = [t for g in result.groups for t in g.trajectories]
+        assert len(episodes) == 256 and not result.error_counts
+        assert all(t.transitions[-1].reward == 1.0 and len(t.transitions) == 2 for t in episodes)
+        assert sum(len(c) for c in sampler.calls) == 512
+        counts.append(open_descriptors())
+    assert counts[1] <= counts[0], counts
 
 
 def test_rewritten_history_trains_one_row_per_call(renderer):
