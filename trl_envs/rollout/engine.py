@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from ..cli.errors import RunFailed
+from ..core.renderer import ObservationOverBudgetError, observation_token_limit
 from ..core.types import (
     Env,
     EnvContractError,
@@ -167,7 +168,7 @@ class _EpisodeProgress:
         if self.episode is not None:
             self.episode.activity = what
 
-    def ended_by_engine(self, how: str | BaseException) -> Trajectory:
+    def ended_by_engine(self, how: str | BaseException, stop_reason: str = "sibling_ended") -> Trajectory:
         if isinstance(how, BaseException):
             raise how
         transitions = list(self.transitions)
@@ -177,12 +178,28 @@ class _EpisodeProgress:
             raise SiblingEndedError(
                 f"{self.label} was left waiting in {self.episode.activity} before its first action: {how}"
             )
-        logger.info("%s ended: left waiting after %s", self.label, how)
+        if stop_reason == "sibling_ended":
+            logger.info("%s ended: left waiting after %s", self.label, how)
         final = list(self.ob) + list(self.stepping.tokens) if self.stepping is not None else list(self.ob)
-        return Trajectory(transitions, final, "sibling_ended", _extends(self.env))
+        return Trajectory(transitions, final, stop_reason, _extends(self.env))
 
 
 async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _EpisodeProgress) -> Trajectory:
+    limit = observation_token_limit.set(budget.max_context_tokens)  # renderers refuse what cannot fit, untokenized
+    try:
+        return await _play_turns(policy, env, budget, state)
+    except ObservationOverBudgetError as error:
+        turn = len(state.transitions) + (state.stepping is not None)
+        message = f"{state.name}: the observation of turn {turn} {error}"
+        if turn == 0 or budget.context_overflow == "error" or state.stepping is None:
+            raise ContextBudgetError(message) from None
+        logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
+        return state.ended_by_engine("its next observation is over the context budget", stop_reason="max_tokens")
+    finally:
+        observation_token_limit.reset(limit)
+
+
+async def _play_turns(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _EpisodeProgress) -> Trajectory:
     name = state.name
     sampler = sampler_name(policy)
     max_turns, per_turn = budget.max_turns, budget.max_tokens_per_turn
