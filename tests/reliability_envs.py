@@ -142,3 +142,15 @@ def failing_after(renderer, ok_groups=2, group_size=2, batch_size=1, num_batches
         return Chat(renderer, fail=RuntimeError("the env's server is gone"))
 
     return _NumberedBuilder(make, group_size, batch_size, num_batches)
+
+
+def failing_on_rank(renderer, rank=1, group_size=2, batch_size=1, num_batches=4):
+    """Mixed rewards, except on process ``rank`` of a distributed launch (``RANK``), where every step raises."""
+    here = int(os.environ.get("RANK", "0"))
+
+    def make(i):
+        if here == rank:
+            return Chat(renderer, fail=RuntimeError("the env's server is down"))
+        return Chat(renderer, float(i))
+
+    return Builder(make, group_size, batch_size, num_batches)
