@@ -295,3 +295,29 @@ def test_a_run_that_mostly_trained_on_nothing_exits_1_whatever_health_patience_i
     assert "in 4 of its 6 logged steps every group was skipped" in err, err[-2000:]
     assert "Traceback" not in err
     assert not (out / "README.md").exists() and not (out / "model.safetensors").exists()
+
+
+def test_an_env_row_missing_a_field_is_one_line_naming_row_and_field_before_training(capsys, tmp_path, tiny_model_path):
+    import json
+
+    rows = tmp_path / "rows.jsonl"
+    good = {"env": "arithmetic", "a": 1, "b": 2}
+    rows.write_text("\n".join(json.dumps(r) for r in [good, good, good, {"env": "arithmetic", "a": 4}, good]) + "\n")
+    out = tmp_path / "out"
+    printed: list[str] = []
+    code, err = run_grpo(
+        capsys,
+        "--env_dataset",
+        str(rows),
+        "--model_name_or_path",
+        tiny_model_path,
+        "--max_steps",
+        "1",
+        "--output_dir",
+        str(out),
+        out=printed,
+    )
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "env row 3, field 'b': missing required field 'b'" in lines[0], err[-2000:]
+    assert "'loss'" not in printed[0] and not (out / "model.safetensors").exists()  # stopped before training
