@@ -213,13 +213,14 @@ class SamplerProcess:
         code = self.process.exitcode
         if what == "start":
             return SamplerProcessError(
-                f"the sampler process (pid {self.process.pid}) died at 'start', exit code {code}; its own output "
-                "above says why (a class of the model or tokenizer that the child cannot import (one defined in the "
-                "training script itself: move it to a module), or no memory left)"
+                f"the sampler process (pid {self.process.pid}) died at 'start': it {describe_exit(code)}. Likely "
+                "causes: a class of the model or tokenizer that the child cannot import (one defined in the training "
+                "script itself: move it to a module), or no memory left"
             )
         return SamplerProcessDied(
             f"the sampler process (pid {self.process.pid}, which generates the rollouts with max_staleness >= 1) "
-            f"{describe_exit(code)}, while {what!r} was asked of it; the run cannot go on. Resume from the last "
+            f"{describe_exit(code)} while {'sampling' if what == 'sample' else repr(what)}; the run cannot go on. "
+            "Resume from the last "
             "checkpoint (resume_from_checkpoint last), or set max_staleness 0 to generate in the training process."
         )
 
