@@ -120,3 +120,22 @@ def test_a_finished_run_leaves_no_process_behind(staleness, tmp_path, tiny_model
     assert process.returncode == 0, err[-3000:]
     assert (out / "README.md").exists()
     assert group_gone(process.pid), "a process of the run is still running after it exited"
+
+
+BLOCKED_EXIT = """
+import threading, time
+from trl_envs.cli.errors import bound_exit
+
+threading.Thread(target=time.sleep, args=(3600,), name="stuck-uploader").start()  # not a daemon: exit waits for it
+print("work done", flush=True)
+bound_exit("demo", 0, grace_s=2)
+"""
+
+
+def test_a_finished_command_exits_even_when_a_thread_would_hold_it(tmp_path):
+    """Whatever would keep the interpreter from exiting once the work is done (a non-daemon thread here; a thread
+    pool or a child process alike), the process ends within the grace period and names it."""
+    process = start(["-c", BLOCKED_EXIT], tmp_path)
+    out, err = process.communicate(timeout=120)  # not the thread's 3600 s
+    assert process.returncode == 0 and out == "work done\n", err
+    assert "demo: the process had not exited 2 s after its work ended (still running: threads stuck-uploader)" in err

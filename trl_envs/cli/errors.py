@@ -8,6 +8,9 @@
 * a run stopped on purpose (:class:`RunFailed`: the training-health watchdog, non-finite rewards, a dead sampler
   process, a full disk while writing a checkpoint) prints its message and exits 1; so does a full disk met anywhere
   else (:func:`disk_full_message`: the file and the free space of its disk);
+* :func:`bound_exit`: once a command's work is done, the process exits within :data:`EXIT_GRACE_S` seconds even if
+  something would hold it (a thread or child process the interpreter waits for at exit); a line names what was
+  still running.
 * Ctrl-C and ``SIGTERM`` take the same path (see :func:`termination_signals`): the rollouts in flight are cancelled,
   every env's ``cleanup()`` runs, a line says what stopped the run, and the exit status is 130 (SIGINT) or 143
   (SIGTERM). A second signal exits at once.
@@ -30,6 +33,8 @@ MAX_VALUE_CHARS = 200
 MAX_MESSAGE_CHARS = 2000
 """Longest error message printed by :func:`run_command`."""
 TRACEBACK_ENV = "TRL_ENVS_TRACEBACK"
+EXIT_GRACE_S = 20.0
+"""How long a finished command's process may take to exit (see :func:`bound_exit`)."""
 
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -220,6 +225,45 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
             return 2
 
 
+def bound_exit(prog: str, status: int, grace_s: float = EXIT_GRACE_S) -> None:
+    """Call when ``prog``'s work is done and the process is about to exit with ``status``: if it is still alive
+    ``grace_s`` seconds later (the interpreter waits at exit for non-daemon threads, thread pools and child
+    processes), print one line naming what still runs and exit at once with ``status``."""
+    import threading
+    import time
+
+    def force() -> None:
+        time.sleep(grace_s)
+        with contextlib.suppress(Exception):
+            print(f"{prog}: {_still_running(grace_s)}; exiting now (status {status})", file=sys.stderr, flush=True)
+        os._exit(status)
+
+    threading.Thread(target=force, name="trl_envs-bound-exit", daemon=True).start()
+
+
+def _still_running(grace_s: float) -> str:
+    import multiprocessing
+    import threading
+
+    threads = [
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.current_thread() and t is not threading.main_thread() and not t.daemon
+    ]
+    children = [f"{p.name} (pid {p.pid})" for p in multiprocessing.active_children()]
+    held = ", ".join(
+        part
+        for part in (
+            f"threads {', '.join(threads)}" if threads else "",
+            f"child processes {', '.join(children)}" if children else "",
+        )
+        if part
+    )
+    return f"the process had not exited {grace_s:g} s after its work ended" + (
+        f" (still running: {held})" if held else ""
+    )
+
+
 def _report(prog: str, error: BaseException) -> None:
     if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
         traceback.print_exception(error)
@@ -231,6 +275,7 @@ __all__ = [
     "MAX_VALUE_CHARS",
     "RunFailed",
     "UsageError",
+    "bound_exit",
     "describe_disk",
     "disk_full_message",
     "is_disk_full",
