@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+from ..cli.errors import RunFailed
+from ..core.renderer import ObservationOverBudgetError, observation_token_limit
 from ..core.types import (
     Env,
     EnvContractError,
@@ -156,6 +158,7 @@ class _EpisodeProgress:
         name = env_name(env)
         self.label = episode.links.label if episode is not None and episode.links is not None else name
         self.name = name
+        self.runs = _runs(env)
         self.ob: list[int] | None = None
         self.transitions: list[Transition] = []
         self.stepping: Any = None  # the action whose step has not returned yet
@@ -165,7 +168,7 @@ class _EpisodeProgress:
         if self.episode is not None:
             self.episode.activity = what
 
-    def ended_by_engine(self, how: str | BaseException) -> Trajectory:
+    def ended_by_engine(self, how: str | BaseException, stop_reason: str = "sibling_ended") -> Trajectory:
         if isinstance(how, BaseException):
             raise how
         transitions = list(self.transitions)
@@ -175,17 +178,33 @@ class _EpisodeProgress:
             raise SiblingEndedError(
                 f"{self.label} was left waiting in {self.episode.activity} before its first action: {how}"
             )
-        logger.info("%s ended: left waiting after %s", self.label, how)
+        if stop_reason == "sibling_ended":
+            logger.info("%s ended: left waiting after %s", self.label, how)
         final = list(self.ob) + list(self.stepping.tokens) if self.stepping is not None else list(self.ob)
-        return Trajectory(transitions, final, "sibling_ended", _extends(self.env))
+        return Trajectory(transitions, final, stop_reason, _extends(self.env))
 
 
 async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _EpisodeProgress) -> Trajectory:
+    limit = observation_token_limit.set(budget.max_context_tokens)  # renderers refuse what cannot fit, untokenized
+    try:
+        return await _play_turns(policy, env, budget, state)
+    except ObservationOverBudgetError as error:
+        turn = len(state.transitions) + (state.stepping is not None)
+        message = f"{state.name}: the observation of turn {turn} {error}"
+        if turn == 0 or budget.context_overflow == "error" or state.stepping is None:
+            raise ContextBudgetError(message) from None
+        logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
+        return state.ended_by_engine("its next observation is over the context budget", stop_reason="max_tokens")
+    finally:
+        observation_token_limit.reset(limit)
+
+
+async def _play_turns(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _EpisodeProgress) -> Trajectory:
     name = state.name
     sampler = sampler_name(policy)
     max_turns, per_turn = budget.max_turns, budget.max_tokens_per_turn
     per_trajectory, context, vocab_size = budget.max_tokens_per_trajectory, budget.max_context_tokens, budget.vocab_size
-    state.doing(f"{name}.initial_observation")
+    state.doing(f"{state.runs}, before its first turn" if state.runs else f"{name}.initial_observation")
     ob, stop = check_initial(env, await env.initial_observation())
     state.ob = ob
     transitions = state.transitions
@@ -217,7 +236,11 @@ async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _Ep
         state.doing(f"sampling turn {turn} with {sampler}")
         ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, vocab_size)
         tokens_used += len(ac.tokens)
-        state.doing(f"{name}.step (turn {turn})")
+        state.doing(
+            f"{state.runs}, after the model answered its call of turn {turn}"
+            if state.runs
+            else f"{name}.step (turn {turn})"
+        )
         state.stepping = ac
         result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
         state.stepping = None
@@ -319,8 +342,13 @@ class _GroupRetries:
     def spend(self, error: BaseException, what: str) -> None:
         """Count ``error`` of ``what``; re-raise it (fail-fast, or a bug) or use one retry (:class:`GroupSkipped` when
         none is left)."""
-        if not self.retry or isinstance(error, (SkipGroupError, EnvContractError, UnrecoverableEnvError)):
-            raise error  # a broken env is a bug, a gone server stays gone: retrying would hide it
+        if (
+            not self.retry
+            or isinstance(error, (SkipGroupError, EnvContractError, UnrecoverableEnvError, RunFailed))
+            or _out_of_memory(error)
+        ):
+            raise error  # a broken env is a bug; a gone server stays gone; a run that cannot go on, or out of memory,
+            # is no env's bad luck: retrying would hide it
         is_timeout = isinstance(error, (asyncio.TimeoutError, TimeoutError))
         self.errors["TimeoutError" if is_timeout else type(error).__name__] += 1
         reason = f"{what}: {error}" if is_timeout else f"{what} failed with {type(error).__name__}: {error}"
@@ -332,6 +360,12 @@ class _GroupRetries:
             raise GroupSkipped(f"{reason}; retry budget of {self.max_retries} used up") from error
         self.left -= 1
         logger.info("%s; retrying", reason)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Host or accelerator memory ran out (``MemoryError``, ``torch.OutOfMemoryError``): not the env's fault, and a
+    retry would only run out again."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
 
 
 async def _builder_call(
@@ -525,7 +559,8 @@ async def _rollouts(
     group = Coupling(_own_name(builder, name))
 
     def rollout(i: int, unit: Coupling | None) -> Coroutine[Any, Any, Trajectory]:
-        where = f"{name}: rollout {i} ({env_name(envs[i])})"
+        runs = _runs(envs[i])
+        where = f"{name}: rollout {i} ({env_name(envs[i])}{' running ' + runs if runs else ''})"
         links = EpisodeLinks(group, unit, f"{group.name}: env {i} ({_own_name(envs[i], env_name(envs[i]))})")
         return _linked(
             links,
@@ -579,6 +614,13 @@ async def _rollouts(
 
     await _gather_fail_fast([one(u) for u in units])
     return [t for t in trajectories if t is not None]
+
+
+def _runs(env: Any) -> str | None:
+    """What an env runs that messages should name instead of its own methods (``Env.runs``: an
+    :class:`~trl_envs.agents.env.AgentEnv`'s agent function), or ``None``."""
+    runs = getattr(env, "runs", None)
+    return runs if isinstance(runs, str) and runs else None
 
 
 def _own_name(obj: Any, default: str) -> str:

@@ -27,7 +27,15 @@ from ..samplers.base import Sampler
 from ..samplers.hf import HFSampler
 from ..samplers.lockstep import LockstepSampler
 from . import trl_seam
-from .checkpoints import CheckpointMarker, check_resume_settings, run_settings, verify_checkpoint
+from .checkpoints import (
+    CheckpointMarker,
+    check_resume_settings,
+    hold_output_dir,
+    name_disk_full,
+    run_settings,
+    verify_checkpoint,
+)
+from .out_of_memory import name_out_of_memory
 from .resume import resolve_checkpoint
 
 ENV_DATASET_KINDS = "an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows"
@@ -67,7 +75,18 @@ class EnvTrainerMixin:
     def _mark_checkpoints(self, model, env: str | None) -> None:
         """Mark each checkpoint complete once saved, with this run's settings (call after the TRL ``__init__``)."""
         self._run_settings = run_settings(self.args, model, env)
-        self.add_callback(CheckpointMarker(self._run_settings))
+        self._checkpoint_marker = CheckpointMarker(self._run_settings)
+        self.add_callback(self._checkpoint_marker)
+
+    def _run_guards(self) -> contextlib.AbstractContextManager:
+        """What ``train()`` runs under: ``output_dir``'s lock; a full disk while a checkpoint is written, and running
+        out of memory, each turned into one line naming the cause (see
+        :func:`~trl_envs.trainers.checkpoints.name_disk_full`, :mod:`~trl_envs.trainers.out_of_memory`)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(hold_output_dir(self.args.output_dir))
+        stack.enter_context(name_disk_full(self.args.output_dir, getattr(self, "_checkpoint_marker", None)))
+        stack.enter_context(name_out_of_memory(lambda: self.state.global_step + 1))
+        return stack
 
     def _checked_checkpoint(self, resume_from_checkpoint) -> str | None:
         """The checkpoint ``resume_from_checkpoint`` names (complete and readable, see ``resume``), refused when it was

@@ -39,7 +39,6 @@ from ..training_data.rows_step import RowsStep
 from . import trl_seam
 from .async_rollouts import AsyncRolloutsMixin
 from .base import EnvTrainerMixin, frozen_reference, load_env_datasets
-from .checkpoints import hold_output_dir
 from .group_index import GroupIndex, GroupKey, keys_of_rows
 from .grpo_config import EnvGRPOConfig
 from .health import TrainingHealthCallback, check_finite_rewards
@@ -155,7 +154,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         """``GRPOTrainer.train`` holding ``output_dir``'s lock; ``resume_from_checkpoint`` (a folder, or ``True`` /
         ``"last"`` for the newest complete one) is checked first (see :mod:`~trl_envs.trainers.checkpoints`)."""
         checkpoint = self._checked_checkpoint(resume_from_checkpoint)
-        with hold_output_dir(self.args.output_dir):
+        with self._run_guards():
             return super().train(
                 resume_from_checkpoint=checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
             )
