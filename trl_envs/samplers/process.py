@@ -1,5 +1,5 @@
-""":class:`SamplerProcess`: a sampler (:class:`~trl_envs.samplers.hf.HFSampler` or the ``sampler_backend`` chosen) running in a child process, on a copy of a
-policy whose weights the parent updates while the child samples.
+""":class:`SamplerProcess`: a sampler (:class:`~trl_envs.samplers.hf.HFSampler`, or the config's ``sampler_backend``)
+running in a child process, on a copy of a policy whose weights the parent updates while the child samples.
 
 The parent (a trainer) keeps training the policy; the child generates with its own copy at the same time, on its own
 CPU cores or its own share of the GPU, and without the parent's GIL. This is how rollouts overlap training
