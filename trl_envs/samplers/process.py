@@ -130,7 +130,7 @@ class SamplerProcess:
             self.process.start()
         child_conn.close()
         try:
-            self._receive("start", START_TIMEOUT_S)
+            self.sampler_class: str = self._receive("start", START_TIMEOUT_S)  # the child's sampler, by class name
         except BaseException:
             self.close()
             raise
@@ -281,7 +281,7 @@ def _child_main(conn, setup: _ChildSetup, lock, staged_version, version: int) ->
     except BaseException as error:  # noqa: BLE001 - sent to the parent
         _send_error(conn, error)
         return
-    conn.send(("ok", None))
+    conn.send(("ok", type(sampler).__name__))
     try:
         _serve(conn, setup, sampler, mine, lock, staged_version, version)
     finally:
