@@ -39,7 +39,7 @@ def test_sync_training_uses_the_chosen_backend(
     args = cpu_grpo_config(tmp_path, max_steps=2, max_completion_length=6, max_turns=3, disable_tqdm=True, **overrides)
     trainer = EnvGRPOTrainer(tiny_model_path, args, guess_number(renderer), processing_class=tokenizer)
     trainer.train()
-    sampler = trainer._policy_sampler
+    sampler = trainer.policy_sampler
     assert type(sampler) is sampler_class
     assert len(logged(trainer, "loss")) == 2
     rollout = trainer.last_rollout

@@ -40,13 +40,15 @@ class EnvTrainerMixin:
     Attributes:
         last_rollout: the :class:`RolloutBatchResult` of this rank's latest training rollout (for inspection); set by
             :meth:`_rollout_step`.
+        policy_sampler: the in-process sampler of a ``sampler_backend`` other than ``generate`` (``static_cache``,
+            ``continuous_batching``), built at the first rollout and kept; ``None`` before, and for ``generate``.
 
     A trainer calls :meth:`_init_env_trainer` before the TRL trainer's ``__init__`` and :meth:`_check_env_launch`
     after it.
     """
 
     custom_sampler: Sampler | None = None
-    _policy_sampler: Sampler | None = None
+    policy_sampler: Sampler | None = None
     last_rollout: RolloutBatchResult | None = None
 
     def _init_env_trainer(self, sampler: Sampler | None) -> None:
@@ -117,8 +119,8 @@ class EnvTrainerMixin:
                 model_context=self.generation_model,
                 **self.sampling_settings(),
             )
-        if self._policy_sampler is None:
-            self._policy_sampler = build_sampler(
+        if self.policy_sampler is None:
+            self.policy_sampler = build_sampler(
                 backend,
                 self.model_wrapped,
                 trl_seam.tokenizer_of(self),
@@ -126,7 +128,7 @@ class EnvTrainerMixin:
                 continuous_batching_config=self.args.continuous_batching_options(),
                 **self.sampling_settings(),
             )
-        return self._policy_sampler
+        return self.policy_sampler
 
     def _check_sampler_backend(self, owner: str) -> None:
         """Refuse, naming the config field, an in-process backend other than ``generate`` where the policy's
