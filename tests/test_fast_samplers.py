@@ -7,6 +7,7 @@ import asyncio
 import copy
 import threading
 import types
+import warnings
 from concurrent.futures import Future
 
 import pytest
@@ -229,7 +230,25 @@ def test_sharded_policies_are_refused_naming_the_field(backend, zero_stage, fsdp
     with pytest.raises(ValueError, match=f"sampler_backend='{backend}' is not supported with .*{named}"):
         EnvTrainerMixin._check_sampler_backend(trainer, "EnvGRPOTrainer")
     trainer.is_fsdp_enabled, trainer.accelerator.state.deepspeed_plugin = False, types.SimpleNamespace(zero_stage=2)
+    trainer.accelerator.mixed_precision = "no"
+    trainer.model = torch.nn.Linear(2, 2)
     EnvTrainerMixin._check_sampler_backend(trainer, "EnvGRPOTrainer")  # ZeRO-2 and DDP are fine
+
+
+def test_continuous_batching_warns_when_it_cannot_follow_the_trainers_autocast():
+    trainer = types.SimpleNamespace(
+        args=types.SimpleNamespace(resolved_sampler_backend=lambda: "continuous_batching", use_vllm=False),
+        custom_sampler=None,
+        is_fsdp_enabled=False,
+        accelerator=types.SimpleNamespace(state=types.SimpleNamespace(deepspeed_plugin=None), mixed_precision="bf16"),
+        model=torch.nn.Linear(2, 2),
+    )
+    with pytest.warns(UserWarning, match="--dtype bfloat16"):
+        EnvTrainerMixin._check_sampler_backend(trainer, "EnvGRPOTrainer")
+    trainer.model = trainer.model.to(torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        EnvTrainerMixin._check_sampler_backend(trainer, "EnvGRPOTrainer")
 
 
 # -- the rollout engine streams requests to continuous batching ---------------------------------------------------

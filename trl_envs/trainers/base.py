@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import torch
 from trl.models import unwrap_model_for_generation
 
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
@@ -144,6 +146,17 @@ class EnvTrainerMixin:
             raise ValueError(
                 f"{owner}: sampler_backend={backend!r} is not supported with {sharded} (the policy's parameters are "
                 "sharded); use sampler_backend='generate' (it gathers them per call), ZeRO-2 / DDP, or vLLM."
+            )
+        mixed = self.accelerator.mixed_precision
+        weights = next(self.model.parameters()).dtype
+        if backend == "continuous_batching" and mixed in ("bf16", "fp16") and weights == torch.float32:
+            warnings.warn(
+                f"{owner}: sampler_backend='continuous_batching' samples in the model's own dtype (float32): "
+                f"transformers runs it in a thread of its own, outside the trainer's {mixed} autocast, so sampling "
+                "logprobs differ slightly from the training logprobs. Load the model in that dtype (--dtype "
+                "bfloat16) to have them agree, or use sampler_backend='static_cache'.",
+                UserWarning,
+                stacklevel=2,
             )
 
     @contextlib.contextmanager
