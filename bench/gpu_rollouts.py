@@ -20,7 +20,9 @@ Timed and how:
 Headline, from measured numbers only: generation tokens/s of each backend over ``generate``'s, and sync step time over
 async's; the targets (0.5B arithmetic step <= 3.0 s; generation tokens/s >= 3x generate; async k=1 >= 1.3x sync on the
 multi-turn recipe with env wait) are printed MET / NOT MET on a GPU, and not judged on a ``--cpu`` smoke run. Results
-go to ``--out`` (JSON, with the device's name and this exact command).
+go to ``--out`` (JSON, with the device's name and this exact command), rewritten after every run. A run that fails
+is reported and the others go on; ``--budget_min`` (10 on a GPU) stops starting runs, in order of the targets they
+serve.
 
     python bench/gpu_rollouts.py                       # one GPU: all models, recipes, backends, sync and async
     python bench/gpu_rollouts.py --cpu                 # smoke run on the CPU, tiny sizes: ~1 min of CPU time
@@ -89,10 +91,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default 4; --cpu: 2)")
     parser.add_argument("--env_wait_ms", type=float, default=None, help="multi-turn env wait per step (default 200)")
     parser.add_argument("--model_cache", help="where the random models are built (default: a temporary folder)")
+    parser.add_argument(
+        "--budget_min",
+        type=float,
+        default=None,
+        help="start no new run after this many minutes (default: 10 on a GPU, none with --cpu); runs go in order of "
+        "the targets they serve (0.5B arithmetic sync, then the multi-turn recipe sync and async, then the rest); "
+        "the runs left out are listed in the results",
+    )
     args = parser.parse_args(argv)
     args.models = args.models or (MODELS[:1] if args.cpu else list(MODELS))
     args.steps = args.steps or (2 if args.cpu else 4)
     args.env_wait_ms = args.env_wait_ms if args.env_wait_ms is not None else (20.0 if args.cpu else 200.0)
+    if args.budget_min is None and not args.cpu:
+        args.budget_min = 10.0
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step is reported apart from the steady ones)")
     return args
@@ -121,7 +133,8 @@ def build_random_model(model_id: str, tokenizer, folder: Path, *, cpu: bool) -> 
         use_sliding_window=False,
     )
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
+    with torch.device("cuda" if torch.cuda.is_available() and not cpu else "cpu"):  # initialising on a GPU is fast
+        model = Qwen2ForCausalLM(config)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
@@ -264,6 +277,20 @@ def one_run(model_path: str, tokenizer, spec: dict, backend: str, staleness: int
     return run
 
 
+def plan(args) -> list[tuple[str, str, int, str]]:
+    """The runs, in order of the targets they serve: per model, the single-turn recipe sync, the multi-turn recipe
+    sync and async, then the rest; each with every backend."""
+    order = [("arithmetic", 0), (MULTI_TURN, 0), (MULTI_TURN, 1), ("arithmetic", 1)]
+    order += [(n, k) for n in RECIPES for k in sorted(set(args.staleness)) if (n, k) not in order]
+    return [
+        (model_id, name, k, backend)
+        for model_id in args.models
+        for name, k in order
+        if name in args.recipes and k in args.staleness
+        for backend in args.backends
+    ]
+
+
 # -- headline ------------------------------------------------------------------------------------------------------
 
 
@@ -336,6 +363,12 @@ def targets(results: list[dict], judged: bool) -> list[dict]:
     return found
 
 
+def write(out: Path, report: dict) -> None:
+    """Write the results JSON (after every run too, so that a run cut short keeps what it measured)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+
+
 def device_name(cpu: bool) -> str:
     if not cpu and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
@@ -359,27 +392,53 @@ def main(argv=None) -> dict:
         + ("torch.cuda.max_memory_allocated (this process) and device memory in use (all processes)")
         + (" (on a CPU: peak resident memory)" if args.cpu else "")
     )
-    results = []
+    out = (
+        Path(args.out) if args.out else RESULTS / f"gpu_rollouts_{re.sub(r'[^a-z0-9]+', '_', device.lower())[:40]}.json"
+    )
+    header = dict(
+        command=command,
+        device=device,
+        cpu_smoke=args.cpu,
+        torch=torch.__version__,
+        transformers=__import__("transformers").__version__,
+        steps_per_run=args.steps,
+    )
+    results, not_run, failed = [], [], []
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         models_dir = Path(args.model_cache) if args.model_cache else Path(scratch) / "models"
         models_dir.mkdir(parents=True, exist_ok=True)
-        for model_id in args.models:
-            model_path = build_random_model(model_id, tokenizer, models_dir, cpu=args.cpu)
-            for name in args.recipes:
-                spec = recipe(name, model_id)
-                for k in args.staleness:
-                    for backend in args.backends:
-                        out_dir = Path(scratch) / f"run-{len(results)}"
-                        run = one_run(model_path, tokenizer, spec, backend, k, args, out_dir)
-                        run.update(model=model_id, recipe=name, recipe_file=spec["_path"])
-                        results.append(run)
-                        gen = run["generation_tokens_per_s"]
-                        memory = run.get("peak_allocated_gb", run.get("peak_rss_gb"))
-                        print(
-                            f"{model_id} {name} ({RECIPES[name]}) {backend:>19} k={k}: steady step "
-                            f"{run['steady_step_s']:.3f} s (first {run['first_step_s']:.2f} s), generation "
-                            f"{'n/a' if gen is None else f'{gen:,.0f}'} tokens/s, peak {memory:.2f} GB"
-                        )
+        paths: dict[str, str] = {}
+        for model_id, name, k, backend in plan(args):
+            label = f"{model_id} {name} ({RECIPES[name]}) {backend} k={k}"
+            if args.budget_min and time.perf_counter() - started > args.budget_min * 60:
+                not_run.append(f"{label}: --budget_min {args.budget_min:g} reached")
+                continue
+            if model_id not in paths:
+                paths[model_id] = build_random_model(model_id, tokenizer, models_dir, cpu=args.cpu)
+            spec = recipe(name, model_id)
+            try:
+                run = one_run(paths[model_id], tokenizer, spec, backend, k, args, Path(scratch) / f"run-{len(results)}")
+            except Exception as error:  # noqa: BLE001 - one failed run must not lose the others' numbers
+                failed.append(f"{label}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+                print(f"FAILED {failed[-1]}", flush=True)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                continue
+            run.update(model=model_id, recipe=name, recipe_file=spec["_path"])
+            results.append(run)
+            write(out, dict(header, results=results, failed=failed, partial=True))
+            gen = run["generation_tokens_per_s"]
+            memory = run.get("peak_allocated_gb", run.get("peak_rss_gb"))
+            print(
+                f"{label}: steady step {run['steady_step_s']:.3f} s (first {run['first_step_s']:.2f} s), generation "
+                f"{'n/a' if gen is None else f'{gen:,.0f}'} tokens/s, peak {memory:.2f} GB",
+                flush=True,
+            )
+    for line in not_run:
+        print(f"not run: {line}")
+    for line in failed:
+        print(f"failed: {line}")
     summary = ratios(results)
     print("\nratios (measured):")
     for key, value in summary.items():
@@ -392,22 +451,8 @@ def main(argv=None) -> dict:
             ("MET" if t["met"] else "NOT MET") if judged else "not judged (--cpu smoke run; targets are for a GPU)"
         )
         print(f"  {t['target']}: measured {t['measured']:.2f} ({t['by']}): {verdict}")
-    report = dict(
-        command=command,
-        device=device,
-        cpu_smoke=args.cpu,
-        torch=torch.__version__,
-        transformers=__import__("transformers").__version__,
-        steps_per_run=args.steps,
-        results=results,
-        ratios=summary,
-        targets=found,
-    )
-    out = (
-        Path(args.out) if args.out else RESULTS / f"gpu_rollouts_{re.sub(r'[^a-z0-9]+', '_', device.lower())[:40]}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    report = dict(header, results=results, failed=failed, not_run=not_run, ratios=summary, targets=found)
+    write(out, report)
     print(f"\nwrote {out}")
     return report
 

@@ -190,6 +190,29 @@ def test_gpu_rollouts_cpu_smoke_measures_every_backend(bench, tmp_path, capsys):
     for r in saved["results"]:
         assert r["steady_step_s"] > 0 and r["generation_tokens_per_s"] > 0 and r["peak_rss_gb"] > 0
         assert all(n > 0 for n in r["sampled_tokens_per_step"])
+    assert saved["failed"] == [] and saved["not_run"] == []
     assert all(t["met"] is None for t in saved["targets"]) and len(saved["targets"]) == 3
     assert "MET" not in printed.replace("not judged", "")
     assert report["ratios"] == saved["ratios"] and saved["ratios"]
+
+
+def test_gpu_rollouts_keeps_going_past_a_failed_run(bench, tmp_path, capsys, monkeypatch):
+    module = bench("gpu_rollouts")
+    real = module.one_run
+
+    def failing(model_path, tokenizer, spec, backend, *rest):
+        if backend == "static_cache":
+            raise RuntimeError("CUDA out of memory (stand-in)\nmore lines")
+        return real(model_path, tokenizer, spec, backend, *rest)
+
+    monkeypatch.setattr(module, "one_run", failing)
+    out = tmp_path / "r.json"
+    args = ["--cpu", "--recipes", "arithmetic", "--staleness", "0", "--backends", "static_cache", "generate"]
+    module.main([*args, "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert [r["backend"] for r in saved["results"]] == ["generate"]
+    assert saved["failed"] == [
+        "Qwen/Qwen2.5-0.5B-Instruct arithmetic (single turn) static_cache k=0: "
+        "RuntimeError: CUDA out of memory (stand-in)"
+    ]
+    assert "FAILED Qwen/Qwen2.5-0.5B-Instruct arithmetic" in capsys.readouterr().out
