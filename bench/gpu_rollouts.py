@@ -21,10 +21,11 @@ Headline, from measured numbers only: generation tokens/s of each backend over `
 async's; the targets (0.5B arithmetic step <= 3.0 s; generation tokens/s >= 3x generate; async k=1 >= 1.3x sync on the
 multi-turn recipe with env wait) are printed MET / NOT MET on a GPU, and not judged on a ``--cpu`` smoke run. Results
 go to ``--out`` (JSON, with the device's name and this exact command), rewritten after every run. A run that fails
-is reported and the others go on; ``--budget_min`` (10 on a GPU) stops starting runs, in order of the targets they
-serve.
+is reported and the others go on; ``--budget_min`` (2.5 on a GPU; 0 for the whole matrix) stops starting runs, which
+go in order of the targets they serve.
 
-    python bench/gpu_rollouts.py                       # one GPU: all models, recipes, backends, sync and async
+    python bench/gpu_rollouts.py                       # one GPU, the first runs that fit in 2.5 minutes
+    python bench/gpu_rollouts.py --budget_min 0        # one GPU: all models, recipes, backends, sync and async
     python bench/gpu_rollouts.py --cpu                 # smoke run on the CPU, tiny sizes: ~1 min of CPU time
 """
 
@@ -95,16 +96,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--budget_min",
         type=float,
         default=None,
-        help="start no new run after this many minutes (default: 10 on a GPU, none with --cpu); runs go in order of "
-        "the targets they serve (0.5B arithmetic sync, then the multi-turn recipe sync and async, then the rest); "
-        "the runs left out are listed in the results",
+        help="start no new run after this many minutes (default: 2.5 on a GPU, so that the whole bench fits a "
+        "5-minute check stage; 0: no limit, the whole matrix; none with --cpu); runs go in order of the targets "
+        "they serve (0.5B arithmetic sync, then the multi-turn recipe sync and async, then the rest); the runs "
+        "left out are listed in the results",
     )
     args = parser.parse_args(argv)
     args.models = args.models or (MODELS[:1] if args.cpu else list(MODELS))
     args.steps = args.steps or (2 if args.cpu else 4)
     args.env_wait_ms = args.env_wait_ms if args.env_wait_ms is not None else (20.0 if args.cpu else 200.0)
     if args.budget_min is None and not args.cpu:
-        args.budget_min = 10.0
+        args.budget_min = 2.5
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step is reported apart from the steady ones)")
     return args
