@@ -343,3 +343,17 @@ def test_generate_stays_the_default_and_unchanged(model, tokenizer, requests):
     assert [o.tokens for o in sampler.sample(requests)] == [
         o.tokens for o in HFSampler(copy.deepcopy(model), tokenizer, temperature=0).sample(requests)
     ]
+
+
+@pytest.mark.timeout(300)
+def test_static_cache_samples_the_same_tokens_as_generate_under_one_seed(model, tokenizer, requests):
+    """With a batch already at a bucketed size (no padding rows draw random numbers) the static cache changes only
+    where keys and values live: the same seed samples the same rows."""
+    batch = requests[:4]
+    torch.manual_seed(123)
+    expected = HFSampler(model, tokenizer, temperature=1.0).sample(batch)
+    torch.manual_seed(123)
+    got = StaticCacheSampler(model, tokenizer, temperature=1.0).sample(batch)
+    assert [(o.tokens, o.finish_reason) for o in got] == [(o.tokens, o.finish_reason) for o in expected]
+    for g, e in zip(got, expected):
+        assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(e.logprobs), atol=1e-4)
