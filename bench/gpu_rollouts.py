@@ -365,6 +365,12 @@ def targets(results: list[dict], judged: bool) -> list[dict]:
     return found
 
 
+def headline(target: dict, judged: bool) -> str:
+    """One target in a few words: what was measured, by which run, and the verdict (on a GPU)."""
+    verdict = ("MET" if target["met"] else "NOT MET") if judged else "not judged"
+    return f"{target['target']}: {target['measured']:.2f} ({target['by']}) {verdict}"
+
+
 def write(out: Path, report: dict) -> None:
     """Write the results JSON (after every run too, so that a run cut short keeps what it measured)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -456,6 +462,7 @@ def main(argv=None) -> dict:
     report = dict(header, results=results, failed=failed, not_run=not_run, ratios=summary, targets=found)
     write(out, report)
     print(f"\nwrote {out}")
+    print("headline: " + ("; ".join(headline(t, judged) for t in found) or "no target could be computed"))
     return report
 
 
