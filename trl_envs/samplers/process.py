@@ -1,5 +1,5 @@
-""":class:`SamplerProcess`: an :class:`~trl_envs.samplers.hf.HFSampler` running in a child process, on a copy of a
-policy whose weights the parent updates while the child samples.
+""":class:`SamplerProcess`: a sampler (:class:`~trl_envs.samplers.hf.HFSampler`, or the config's ``sampler_backend``)
+running in a child process, on a copy of a policy whose weights the parent updates while the child samples.
 
 The parent (a trainer) keeps training the policy; the child generates with its own copy at the same time, on its own
 CPU cores or its own share of the GPU, and without the parent's GIL. This is how rollouts overlap training
@@ -42,7 +42,7 @@ import torch.multiprocessing
 from ..cli.errors import RunFailed
 from ..core.types import TokensWithLogprobs
 from .base import SampleRequest
-from .hf import HFSampler
+from .choice import build_sampler
 
 START_TIMEOUT_S = 600.0  # importing torch and transformers and receiving the weights; a loaded machine is slow
 STOP_GRACE_S = 3.0  # an idle child exits at once when told to; one still generating after this is terminated
@@ -72,6 +72,8 @@ class _ChildSetup:
     autocast_dtype: torch.dtype | None
     num_threads: int
     seed: int
+    backend: str = "generate"
+    continuous_batching_config: Any = None
 
 
 class SamplerProcess:
@@ -86,6 +88,8 @@ class SamplerProcess:
         autocast_dtype: generate under ``torch.autocast`` with this dtype (the trainer's mixed precision), or not.
         num_threads: torch threads of the child (default: the parent's).
         seed: the child's torch seed.
+        backend: the child's sampler, one of ``trl_envs.samplers.choice.SAMPLER_BACKENDS`` (``sampler_backend``).
+        continuous_batching_config: with ``backend="continuous_batching"``: transformers' config (or a dict of it).
 
     Raises:
         SamplerProcessError: the child could not start (its error is in the message).
@@ -101,6 +105,8 @@ class SamplerProcess:
         autocast_dtype: torch.dtype | None = None,
         num_threads: int | None = None,
         seed: int = 0,
+        backend: str = "generate",
+        continuous_batching_config: Any = None,
     ):
         frozen = {id(p): p for p in policy.parameters() if not p.requires_grad}
         self.model = _plain_copy(policy, frozen)  # kept alive here: CUDA IPC needs the producer's tensors
@@ -126,6 +132,8 @@ class SamplerProcess:
             autocast_dtype,
             num_threads or torch.get_num_threads(),
             seed,
+            backend,
+            continuous_batching_config,
         )
         self.process = context.Process(
             target=_child_main,
@@ -137,7 +145,7 @@ class SamplerProcess:
             self.process.start()
         child_conn.close()
         try:
-            self._receive("start", START_TIMEOUT_S)
+            self.sampler_class: str = self._receive("start", START_TIMEOUT_S)  # the child's sampler, by class name
         except BaseException:
             self.close()
             raise
@@ -309,11 +317,28 @@ def _child_main(conn, setup: _ChildSetup, lock, staged_version, version: int) ->
                 with torch.autocast(device.type, dtype=setup.autocast_dtype):
                     yield model
 
-        sampler = HFSampler(model, setup.tokenizer, model_context=generation_model, **setup.sampling_settings)
+        sampler = build_sampler(
+            setup.backend,
+            model,
+            setup.tokenizer,
+            model_context=generation_model,
+            continuous_batching_config=setup.continuous_batching_config,
+            keep_running=True,  # the copy never trains: one continuous-batching session for the child's life
+            **setup.sampling_settings,
+        )
     except BaseException as error:  # noqa: BLE001 - sent to the parent
         _send_error(conn, error)
         return
-    conn.send(("ok", None))
+    conn.send(("ok", type(sampler).__name__))
+    try:
+        _serve(conn, setup, sampler, mine, lock, staged_version, version)
+    finally:
+        close = getattr(sampler, "close", None)  # a continuous-batching loop is a thread that must end first
+        if close is not None:
+            close()
+
+
+def _serve(conn, setup: _ChildSetup, sampler, mine, lock, staged_version, version: int) -> None:
     while True:
         try:
             requests = conn.recv()

@@ -196,6 +196,8 @@ class AsyncRolloutsMixin:
                 autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed),
                 num_threads=sampler_threads,
                 seed=args.seed + self.accelerator.process_index,
+                backend=args.resolved_sampler_backend(),
+                continuous_batching_config=args.continuous_batching_options(),
             )
             undo.callback(sampler.close)
             pipeline = RolloutPipeline(

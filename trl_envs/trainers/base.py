@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import torch
 from trl.models import unwrap_model_for_generation
 
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
@@ -24,6 +26,7 @@ from ..registry.env_datasets import resolve_row_datasets
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch
 from ..rollout.event_loop import run_sync
 from ..samplers.base import Sampler
+from ..samplers.choice import build_sampler
 from ..samplers.hf import HFSampler
 from ..samplers.lockstep import LockstepSampler
 from . import trl_seam
@@ -47,12 +50,15 @@ class EnvTrainerMixin:
     Attributes:
         last_rollout: the :class:`RolloutBatchResult` of this rank's latest training rollout (for inspection); set by
             :meth:`_rollout_step`.
+        policy_sampler: the in-process sampler of a ``sampler_backend`` other than ``generate`` (``static_cache``,
+            ``continuous_batching``), built at the first rollout and kept; ``None`` before, and for ``generate``.
 
     A trainer calls :meth:`_init_env_trainer` before the TRL trainer's ``__init__`` and :meth:`_check_env_launch`
     after it.
     """
 
     custom_sampler: Sampler | None = None
+    policy_sampler: Sampler | None = None
     last_rollout: RolloutBatchResult | None = None
 
     def _init_env_trainer(self, sampler: Sampler | None) -> None:
@@ -67,6 +73,7 @@ class EnvTrainerMixin:
         (:func:`check_single_process_launch`) and, with ``chat_template``, a tokenizer without chat template (env
         renderers render chat messages)."""
         check_single_process_launch(self.accelerator.num_processes, os.environ, owner)
+        self._check_sampler_backend(owner)
         if chat_template:
             require_chat_template(trl_seam.tokenizer_of(self), owner)
 
@@ -116,20 +123,60 @@ class EnvTrainerMixin:
         )
 
     def _sampler(self) -> Sampler:
-        """The sampler of this rollout: the custom one, TRL's vLLM generation (``use_vllm``), or ``generate`` on the
-        policy being trained."""
+        """The sampler of this rollout: the custom one, TRL's vLLM generation (``use_vllm``), or the config's
+        in-process backend (``sampler_backend``: ``generate``, ``static_cache``, ``continuous_batching``) on the
+        policy being trained. The in-process sampler is built once and kept (a static cache's compiled shapes)."""
         if self.custom_sampler is not None:
             return self.custom_sampler
         if getattr(self.args, "use_vllm", False):
             from ..samplers.vllm import VLLMSampler
 
             return VLLMSampler(self.vllm_generation, trl_seam.tokenizer_of(self))
-        return HFSampler(
-            self.model_wrapped,
-            trl_seam.tokenizer_of(self),
-            model_context=self.generation_model,
-            **self.sampling_settings(),
-        )
+        backend = self.args.resolved_sampler_backend()
+        if backend == "generate":
+            return HFSampler(
+                self.model_wrapped,
+                trl_seam.tokenizer_of(self),
+                model_context=self.generation_model,
+                **self.sampling_settings(),
+            )
+        if self.policy_sampler is None:
+            self.policy_sampler = build_sampler(
+                backend,
+                self.model_wrapped,
+                trl_seam.tokenizer_of(self),
+                model_context=self.generation_model,
+                continuous_batching_config=self.args.continuous_batching_options(),
+                **self.sampling_settings(),
+            )
+        return self.policy_sampler
+
+    def _check_sampler_backend(self, owner: str) -> None:
+        """Refuse, naming the config field, an in-process backend other than ``generate`` where the policy's
+        parameters are sharded (DeepSpeed ZeRO-3, FSDP): every decoding step would need them gathered."""
+        backend = self.args.resolved_sampler_backend()
+        if backend == "generate" or self.custom_sampler is not None or getattr(self.args, "use_vllm", False):
+            return
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        sharded = "DeepSpeed ZeRO-3" if plugin is not None and int(plugin.zero_stage) == 3 else None
+        if getattr(self, "is_fsdp_enabled", False):
+            sharded = "FSDP"
+        if sharded is not None:
+            raise ValueError(
+                f"{owner}: sampler_backend={backend!r} is not supported with {sharded} (the policy's parameters are "
+                "sharded); use sampler_backend='generate' (it gathers them per call), ZeRO-2 / DDP, or vLLM."
+            )
+        mixed = self.accelerator.mixed_precision
+        weights = next(self.model.parameters()).dtype
+        if backend == "continuous_batching" and mixed in ("bf16", "fp16") and weights == torch.float32:
+            warnings.warn(
+                f"{owner}: sampler_backend='continuous_batching' samples in the model's own dtype (float32): "
+                f"transformers runs it in a thread of its own, outside the trainer's {mixed} autocast, so sampling "
+                "logprobs differ slightly from the training logprobs. Load the model in that dtype (--dtype "
+                "bfloat16) to have them agree, or use sampler_backend='static_cache'.",
+                UserWarning,
+                stacklevel=2,
+            )
 
     @contextlib.contextmanager
     def generation_model(self) -> Iterator:
@@ -158,8 +205,13 @@ class EnvTrainerMixin:
         collectives: ZeRO-3, FSDP, vLLM server): on exit, a rank whose episodes ended early keeps generating until all
         are done. ``equal_batch_sizes`` also pads every call to the same number of prompts on every rank (vLLM server
         mode and tensor-parallel colocate)."""
+        policy = self._sampler()
+        if callable(getattr(policy, "submit", None)):  # continuous batching: no collective, requests go as they come
+            with policy.session():
+                yield policy
+            return
         sampler = LockstepSampler(
-            self._sampler(),
+            policy,
             [trl_seam.tokenizer_of(self).pad_token_id],
             self.accelerator.device,
             equal_batch_sizes=equal_batch_sizes,
