@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "build-tiny-model",
         help="build (or find) the offline demo chat model; print its path",
         description=f"Build the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
-        "default runs, `play` and `eval` (about a minute on a CPU, cached), or reuse "
+        "default runs, `play` and `eval` (built once on a CPU, then cached), or reuse "
         "the cached build; prints its directory.",
     )
     p.add_argument(

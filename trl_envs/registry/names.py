@@ -148,7 +148,8 @@ def register_env(
         dataset_builder: ``factory(renderer=..., **kwargs)`` returning an ``RLDatasetBuilder`` or ``RLDataset`` (train
             by name). Its ``from_row`` attribute, if any, is used when ``from_row`` is not given.
         from_row: ``from_row(renderer, group_size, **fields)`` returning the ``EnvGroupBuilder`` of one row spec.
-        description: one line for :func:`list_envs` (default: the first paragraph of the factory's or from_row's docstring).
+        description: one line for :func:`list_envs` (default: the first paragraph of the factory's or
+            from_row's docstring).
         overwrite: replace an existing registration (otherwise registering a taken name raises).
 
     Raises:
