@@ -35,7 +35,8 @@ whose env likewise plays on after a correct guess and ends on a non-number reply
 
 Target: tokens/s ratio trl_envs / TRL >= ``--min_ratio`` (default 1.0) for the headline. ``--check`` exits 1 on a miss.
 ``--handicap SIDE:MS`` (SIDE ``trl`` or ``env``) burns MS ms of CPU time inside each timed call of one side (a
-self-check that the ratio is computed from the timed calls). ``--tiny``: 2 groups x 2, 2 turns, 1 run, no warm-up, no matched.
+self-check that the ratio is computed from the timed calls). ``--tiny``: 2 groups x 2, 2 turns, 1 run, no warm-up, no
+matched.
 """
 
 from __future__ import annotations
