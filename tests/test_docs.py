@@ -242,9 +242,15 @@ def complete_python(doc: str) -> str:
 @pytest.mark.parametrize("doc", ALL_DOCS)
 def test_python_blocks_are_complete_or_marked_fragments(doc, tmp_path):
     """A reader copying a doc's python blocks in order gets every import and definition they use."""
-    ruff = __import__("shutil").which("ruff")
-    if ruff is None:
-        pytest.skip("ruff is not installed (pip install -e '.[test]' installs it)")
+    from test_house_rules import _ruff  # this interpreter's ruff module, else one on PATH; skips without one
+
+    ruff = _ruff()
+    for block in parse(doc):
+        if block.lang in PYTHON and block.get("fragment") is None:
+            try:
+                compile(block.code, block.where, "exec", flags=__import__("ast").PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            except SyntaxError as e:
+                pytest.fail(f"{block.where}: not valid Python ({e.msg}, line {e.lineno}); mark it fragment=...")
     sources = {"blocks.py": complete_python(doc)}
     sources |= {b.get("file"): b.code for b in parse(doc) if b.get("file") and b.get("fragment") is None}
     for name, code in sources.items():
@@ -253,15 +259,9 @@ def test_python_blocks_are_complete_or_marked_fragments(doc, tmp_path):
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(code, encoding="utf-8")
-        for block in parse(doc):
-            if block.lang in PYTHON and block.get("fragment") is None:
-                try:
-                    compile(block.code, block.where, "exec", flags=__import__("ast").PyCF_ALLOW_TOP_LEVEL_AWAIT)
-                except SyntaxError as e:
-                    pytest.fail(f"{block.where}: not valid Python ({e.msg}, line {e.lineno}); mark it fragment=...")
         proc = subprocess.run(
             [
-                ruff,
+                *ruff,
                 "check",
                 "--isolated",
                 "--no-cache",
