@@ -30,7 +30,6 @@ IMPORT_NAME = {
     "pytest-timeout": None,
     "ruff": None,
     "httptools": None,
-    "vllm": "vllm",
 }
 # A guard for the first library covers these (its own dependencies).
 IMPLIES = {"tinker_cookbook": {"tinker", "chz", "tml_renderers"}}
@@ -51,7 +50,7 @@ def optional_modules() -> set[str]:
         if line.strip() and not line.lstrip().startswith("#"):
             dists.add(_dist_name(line))
     names = {IMPORT_NAME.get(d, d.replace("-", "_")) for d in dists - core}
-    return {n for n in names if n} | {"chz"}
+    return {n for n in names if n}
 
 
 def _module_of(path: Path, root: Path, prefix: str = "") -> str:
