@@ -95,9 +95,12 @@ def timed(fn: Callable[[], object]) -> tuple[object, float]:
 
 
 def busy_wait(seconds: float) -> None:
-    """Burn CPU for ``seconds`` (a deliberate, measurable slowdown for the benches' self-checks)."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    """Burn ``seconds`` of this thread's CPU time (a deliberate, measurable slowdown for the benches' self-checks).
+
+    CPU time, not wall time: on a loaded machine a wall-clock wait would burn less CPU than asked, and a self-check
+    comparing CPU time would fail; this adds at least ``seconds`` to both clocks, whatever the load."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
         pass
 
 

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--slow_agent_ms",
         type=float,
         default=0.0,
-        help="make the raw and httpx agents busy-wait this long per call (a check of the bench itself)",
+        help="make the raw and httpx agents burn this much CPU time per call (a check of the bench itself)",
     )
     parser.add_argument(
         "--out", default=None, help="write the results here as JSON (e.g. bench/results/agent_endpoint.json)"

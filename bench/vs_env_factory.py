@@ -34,8 +34,9 @@ guess. Besides the headline (guess_number as shipped), the script therefore also
 whose env likewise plays on after a correct guess and ends on a non-number reply (``--no_matched`` skips it).
 
 Target: tokens/s ratio trl_envs / TRL >= ``--min_ratio`` (default 1.0) for the headline. ``--check`` exits 1 on a miss.
-``--handicap SIDE:MS`` (SIDE ``trl`` or ``env``) busy-waits MS ms inside each timed call of one side (a self-check
-that the ratio is computed from the timed calls). ``--tiny``: 2 groups x 2, 2 turns, 1 run, no warm-up, no matched.
+``--handicap SIDE:MS`` (SIDE ``trl`` or ``env``) burns MS ms of CPU time inside each timed call of one side (a
+self-check that the ratio is computed from the timed calls). ``--tiny``: 2 groups x 2, 2 turns, 1 run, no warm-up, no
+matched.
 """
 
 from __future__ import annotations
@@ -192,8 +193,7 @@ class Side:
 
         self.trainer.model.train()  # as in a training step (generation switches modes itself)
         start = time.perf_counter()
-        while time.perf_counter() < start + self.handicap_s:  # --handicap: burnt inside the timed call
-            pass
+        _common.busy_wait(self.handicap_s)  # --handicap: CPU time burnt inside the timed call
         batch = trl_seam.score_generation_batch(self.trainer, self.inputs)
         step_seconds = time.perf_counter() - start
         # model tokens: TRL's tool_mask (1 = sampled, 0 = tool / env tokens) on the unpadded completion

@@ -32,7 +32,7 @@ delay when other jobs share the CPU) and of its minor page faults (memory handed
 * ``wide``: a randomly initialised Qwen2 built here (512 wide, 8 layers, 8 heads, the tiny tokenizer; about 25M
   parameters), sampling ``--wide_max_tokens`` tokens, so generation dominates the step. Target: ratio <= 1.02.
 
-``--handicap SIDE:MS`` busy-waits MS ms inside every timed step of one side (a self-check: the ratio must move).
+``--handicap SIDE:MS`` burns MS ms of CPU time inside every timed step of one side (a self-check: the ratio must move).
 
     python bench/vs_trl_grpo.py                       # both models
     python bench/vs_trl_grpo.py --models tiny --steps 20 --repeats 3
@@ -49,7 +49,7 @@ import tempfile
 import time
 import traceback
 
-import _common  # noqa: F401 - offline settings first
+import _common  # offline settings first
 from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
@@ -126,9 +126,7 @@ class StepTimer(TrainerCallback):
         usage = resource.getrusage(resource.RUSAGE_SELF)
         self._switches, self._faults = usage.ru_nvcsw, usage.ru_minflt
         self._wall, self._cpu = time.perf_counter(), time.process_time()
-        end = time.perf_counter() + self.handicap_s
-        while time.perf_counter() < end:
-            pass
+        _common.busy_wait(self.handicap_s)  # CPU time: the same slowdown on a loaded machine
 
     def on_step_end(self, args, state, control, **kwargs):
         self.wall.append(time.perf_counter() - self._wall)

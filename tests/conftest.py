@@ -17,6 +17,31 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
+# Modules (or module::test prefixes) whose tests train a model or launch processes: marked `slow`, so that
+# `pytest -m "not slow"` gives a quick local pass. CI runs every test (the README's test line has no -m).
+SLOW = (
+    "test_distributed.py",
+    "test_docs.py::test_doc_code_blocks_run",
+    "test_async_rollouts.py",
+    "test_resume.py",
+    "test_dpo.py",
+    "test_tiny_model.py",
+    "test_real_model_configs.py",
+    "test_train_commands.py",
+    "test_benches.py",
+    "test_reliability_signals.py",
+    "test_tinker_training.py",
+    "test_hub.py",
+    "test_training_consistency.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.nodeid.rsplit("/", 1)[-1]
+        if name.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def tiny_model_path() -> str:

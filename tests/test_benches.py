@@ -134,14 +134,15 @@ def test_agent_endpoint_overhead_rises_when_the_agent_is_slowed(bench, tiny_mode
         "80",
     ]
     base = run(tiny)
-    slowed = run(tiny + ["--slow_agent_ms", "30"])
+    slowed = run(tiny + ["--slow_agent_ms", "100"])
     out = capsys.readouterr().out
     assert "generate calls/wave 1.00" in out and "done 4/4" in out
-    # 2 scripted calls per agent, 4 agents, 30 ms each, on one event loop: >= 0.2 s more outside the sampler, in
-    # wall and in CPU time (a busy wait)
+    # Each call of the slowed agents burns 100 ms of CPU time (not wall time: under load that would burn less), so
+    # it adds >= 100 ms per call outside the sampler to both clocks, against the unslowed control run in this process;
+    # half of it is the margin for the noise of a busy machine.
     for agent in ("raw agent", "httpx agent"):
         for key in ("overhead_per_call", "overhead_cpu_per_call"):
-            assert slowed["scripted"][agent][key] > base["scripted"][agent][key] + 0.02, (agent, key)
+            assert slowed["scripted"][agent][key] > base["scripted"][agent][key] + 0.05, (agent, key)
 
 
 def test_async_rollouts_overlap_shows_when_envs_wait(bench, capsys):

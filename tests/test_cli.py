@@ -211,6 +211,28 @@ def test_eval_is_reproducible_and_the_seed_matters(tiny_model_path):
     assert any(run(seed) != first for seed in (2, 3))
 
 
+def test_eval_writes_its_json_in_the_models_folder_not_the_current_directory(
+    tmp_path, tiny_model_path, monkeypatch, capsys
+):
+    import shutil
+
+    from trl_envs.cli.commands import main
+
+    model = tmp_path / "my-run"
+    shutil.copytree(tiny_model_path, model)
+    (model / "eval_results.json").write_text("{}")  # the training run's own evaluation: kept as it is
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    argv = ["eval", "--model", str(model), "--env", "arithmetic", "--num_problems", "1", "--samples_per_problem", "2"]
+    argv += ["--max_tokens", "8", "--device", "cpu", "--no_progress"]
+    assert main(argv) == 0
+    written = model / "evals" / "arithmetic-test.json"
+    assert json.loads(written.read_text())["settings"]["model"] == str(model)
+    assert f"wrote {written}" in capsys.readouterr().out
+    assert list(cwd.iterdir()) == [] and (model / "eval_results.json").read_text() == "{}"
+
+
 def test_eval_refuses_more_problems_than_the_split_holds(tiny_model_path):
     from transformers import AutoTokenizer
 

@@ -14,7 +14,15 @@ Markdown conventions (see docs/custom_envs.md, "How these docs are tested"):
   - ``sub="OLD => NEW"``: replace OLD by NEW in the block before running it (repeatable);
   - ``stdin="8\\n4\\n"``: what the command reads on stdin;
   - ``file="my_env.py"``: write the block to that file (relative to the working directory) instead of running it;
-  - ``skip="why"``: not run; the reason is required.
+  - ``skip="why"``: not run; the reason is required (a complete block too costly or needing a service or the Hub);
+  - ``fragment="what it needs"``: an excerpt, not complete on its own (an ``...`` argument, a method body); the
+    reason is required. Every python block not marked ``fragment`` must be complete: in each document, the python
+    blocks read in order define or import every name they use (checked with ruff's undefined-name rule);
+  - ``needs="textarena"``: the block runs only where that optional library is installed (skipped, with the reason,
+    elsewhere).
+
+* Every document of README.md and docs/ follows these rules. The learning docs (``RUN_DOCS``) are run whole; in every
+  other document the python blocks not marked ``skip`` or ``fragment`` are run, in order, in one namespace.
 
 * ``TRL_ENVS_DOCS_FULL=1`` runs the blocks exactly as written (no ``append``/``sub``), printing their output: that
   is how the outputs shown in the docs were produced.
@@ -50,6 +58,9 @@ RUN_DOCS = [
 ]
 SAME_CODE_AS = {"docs/zh/tutorial_first_rl.md": "docs/tutorial_first_rl.md"}
 LEARN_DOCS = RUN_DOCS + list(SAME_CODE_AS)
+ALL_DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
+OTHER_DOCS = [doc for doc in ALL_DOCS if doc not in LEARN_DOCS]
+DIRECTIVES = {"append", "sub", "stdin", "file", "skip", "fragment", "needs"}
 SHELL = {"bash", "sh", "shell"}
 PYTHON = {"python", "py"}
 NOT_RUN = {"text", "yaml", "json", "toml", "diff"}
@@ -123,6 +134,15 @@ def python_code(block: Block) -> str:
     return code
 
 
+def not_run_reason(block: Block) -> str | None:
+    """Why a block is not run (``skip`` or ``fragment``, each with its reason required), or None."""
+    for key in ("skip", "fragment"):
+        if block.get(key) is not None:
+            assert block.get(key).strip(), f"{block.where}: {key} needs a reason"
+            return block.get(key)
+    return None
+
+
 def child_env(workdir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -153,9 +173,10 @@ def run_doc(doc: str, workdir: Path, monkeypatch) -> list[tuple[str, float]]:
         for block in parse(doc):
             if block.lang in NOT_RUN:
                 continue
-            if block.get("skip") is not None:
-                assert block.get("skip").strip(), f"{block.where}: skip needs a reason"
+            if not_run_reason(block):
                 continue
+            for module in (block.get("needs") or "").split():
+                pytest.importorskip(module, reason=f"{block.where} needs {module}")
             start = time.perf_counter()
             if block.get("file"):
                 path = workdir / block.get("file")
@@ -201,13 +222,79 @@ def test_doc_code_blocks_run(doc, tmp_path, monkeypatch):
     print("\n".join(f"{t:6.1f}s  {where}" for where, t in timings))
 
 
-@pytest.mark.parametrize("doc", LEARN_DOCS)
+@pytest.mark.parametrize("doc", ALL_DOCS)
 def test_blocks_are_labelled_and_directives_known(doc):
     for block in parse(doc):
         assert block.lang, f"{block.where}: label every code block (```bash, ```python, ```text for output ...)"
         assert block.lang in SHELL | PYTHON | NOT_RUN, f"{block.where}: unknown code block language {block.lang!r}"
-        unknown = set(block.directives) - {"append", "sub", "stdin", "file", "skip"}
+        unknown = set(block.directives) - DIRECTIVES
         assert not unknown, f"{block.where}: unknown doctest directives {unknown}"
+
+
+def complete_python(doc: str) -> str:
+    """The python blocks of ``doc`` not marked ``fragment``, in order, as one module (file blocks included: a later
+    block imports them by module name, so each file block is also checked on its own)."""
+    return "\n\n".join(
+        b.code for b in parse(doc) if b.lang in PYTHON and b.get("fragment") is None and not b.get("file")
+    )
+
+
+@pytest.mark.parametrize("doc", ALL_DOCS)
+def test_python_blocks_are_complete_or_marked_fragments(doc, tmp_path):
+    """A reader copying a doc's python blocks in order gets every import and definition they use."""
+    from test_house_rules import _ruff  # this interpreter's ruff module, else one on PATH; skips without one
+
+    ruff = _ruff()
+    for block in parse(doc):
+        if block.lang in PYTHON and block.get("fragment") is None:
+            try:
+                compile(block.code, block.where, "exec", flags=__import__("ast").PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            except SyntaxError as e:
+                pytest.fail(f"{block.where}: not valid Python ({e.msg}, line {e.lineno}); mark it fragment=...")
+    sources = {"blocks.py": complete_python(doc)}
+    sources |= {b.get("file"): b.code for b in parse(doc) if b.get("file") and b.get("fragment") is None}
+    for name, code in sources.items():
+        if not code.strip():
+            continue
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code, encoding="utf-8")
+        proc = subprocess.run(
+            [
+                *ruff,
+                "check",
+                "--isolated",
+                "--no-cache",
+                "--select",
+                "F821,F822",
+                "--output-format",
+                "concise",
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, (
+            f"{doc} ({name}): python blocks use names they never define or import (add them, or mark the block "
+            f'<!-- doctest: fragment="..." -->):\n{proc.stdout}'
+        )
+
+
+@pytest.mark.parametrize("doc", [d for d in OTHER_DOCS if any(b.lang in PYTHON for b in parse(d))])
+def test_python_blocks_of_the_other_docs_run(doc, tmp_path, monkeypatch):
+    """The python blocks outside the learning docs, not marked skip or fragment, run in order in one namespace."""
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__doc__"}
+    ran = 0
+    for block in parse(doc):
+        if block.lang not in PYTHON or not_run_reason(block):
+            continue
+        for module in (block.get("needs") or "").split():
+            pytest.importorskip(module, reason=f"{block.where} needs {module}")
+        exec(compile(python_code(block), block.where, "exec"), namespace)
+        ran += 1
+    if not ran:
+        pytest.skip(f"{doc}: every python block is marked skip or fragment")
 
 
 @pytest.mark.parametrize("doc,original", sorted(SAME_CODE_AS.items()))

@@ -3,16 +3,17 @@
 import asyncio
 import pickle
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
-from trl_envs import RolloutBudget, do_single_rollout, make_env_dataset, run_rollout_batch
-from trl_envs.envs.cartpole import ACTION_NAMES, cartpole_text, lean_policy
-from trl_envs.gym.env import GymDataset, GymEnv, GymGroupBuilder
-from trl_envs.gym.evaluation import evaluate_gym, evaluate_policy
-from trl_envs.gym.text import ActionParseError, ActionParser, ObservationFormatter, default_action
-from trl_envs.samplers.text_policy import TextPolicySampler
+gym = pytest.importorskip("gymnasium")
+
+from trl_envs import RolloutBudget, do_single_rollout, make_env_dataset, run_rollout_batch  # noqa: E402
+from trl_envs.envs.cartpole import ACTION_NAMES, cartpole_text, lean_policy  # noqa: E402
+from trl_envs.gym.env import GymDataset, GymEnv, GymGroupBuilder  # noqa: E402
+from trl_envs.gym.evaluation import evaluate_gym, evaluate_policy  # noqa: E402
+from trl_envs.gym.text import ActionParseError, ActionParser, ObservationFormatter, default_action  # noqa: E402
+from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
 
 
 def _reply(renderer, text: str, end: bool = True) -> list[int]:

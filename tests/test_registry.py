@@ -466,3 +466,14 @@ def test_imported_objects_reach_their_library_adapter_by_name(monkeypatch):
     assert get_env("json.decoder:JSONDecoder").source == "import (fake)"
     assert get_env("json.encoder:JSONEncoder").source == "import"  # the adapter declined it
     assert seen == [("json.decoder:JSONDecoder", json.JSONDecoder), ("json.encoder:JSONEncoder", json.JSONEncoder)]
+
+
+def test_every_built_in_envs_description_is_a_whole_sentence():
+    """`trl-envs list` shows the docstring's summary whole, even when it wraps over two lines."""
+    from trl_envs.envs import BUILTIN_ENVS
+    from trl_envs.registry.names import list_envs
+
+    envs = list_envs()
+    for name in BUILTIN_ENVS:
+        assert envs[name].endswith("."), f"{name}: {envs[name]!r} is cut"
+    assert envs["openenv"].endswith("reply -> action.")

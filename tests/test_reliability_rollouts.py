@@ -245,7 +245,7 @@ def test_abandoned_to_thread_call_does_not_hold_up_the_batch(strategy):
         result = run_rollout_batch([Group(lambda c, i: SlowInThread(), size=2)], Sampler(), strategy=strategy)
         assert result.groups == [None]
     elapsed = time.perf_counter() - start
-    assert elapsed < 2.0, f"the batch waited {elapsed:.1f}s for abandoned threads"
+    assert elapsed < 3.5, f"the batch waited {elapsed:.1f}s for abandoned threads (they sleep 4 s)"
 
 
 # -- transient builder failures under retry -------------------------------------------------------------------------

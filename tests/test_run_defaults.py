@@ -95,3 +95,22 @@ def test_env_budgets():
         "max_turns": 6,
     }
     assert env_budgets("my_pkg.envs:factory", {}) == {}
+
+
+@pytest.fixture(scope="module")
+def dpo_script():
+    spec = importlib.util.spec_from_file_location("train_dpo_defaults_by_model", REPO / "scripts" / "train_dpo.py")
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_offline_dpo_shows_no_env_settings_and_env_dpo_does(dpo_script, capsys):
+    env_only = ("env_name", "num_rounds", "max_tokens_per_turn", "max_turns", "temperature")
+    _, table = parse(dpo_script, capsys)  # offline: the built-in preference dataset, no env
+    shown = {line.split()[0] for line in table.splitlines()[1:]}
+    assert not shown & set(env_only), table
+    assert {"learning_rate", "output_dir"} <= shown
+    _, table = parse(dpo_script, capsys, "--env", "arithmetic")
+    assert source(table, "env_name") == "command line" and "num_rounds" in table

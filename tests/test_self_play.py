@@ -183,8 +183,8 @@ def test_a_cancelled_player_abandons_the_match_and_wakes_the_other():
         match.abandon("O")
         start = time.perf_counter()
         with pytest.raises(OpponentAbandoned, match="player O stopped mid-game"):
-            await asyncio.wait_for(x_waits, 5)
-        assert time.perf_counter() - start < 1
+            await asyncio.wait_for(x_waits, 30)
+        assert time.perf_counter() - start < 15  # woken by the abandon, not by the 30 s move timeout
 
     run_sync(go)
 

@@ -37,6 +37,9 @@ ENV_BUDGETS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 """Per built-in env: the token budgets it needs, from its options (``env_kwargs``). ``max_completion_length`` is the
 budget of one turn (GRPO; DPO's env mode calls it ``max_tokens_per_turn``)."""
 
+ENV_ONLY_SETTINGS = ("env_name", "num_rounds", "max_tokens_per_turn", "max_turns", "temperature")
+"""Settings of a run driven by an env (rounds, sampling, turn budgets): not shown for offline DPO."""
+
 SHOWN = (
     "model_name_or_path",
     "env_name",
@@ -204,6 +207,11 @@ def parse_run_args(
     if settings.values.get("model_name_or_path") is None and "model_name_or_path" in settings.values:
         settings.values["model_name_or_path"] = getattr(script_args, "tiny_model", None)
         settings.sources["model_name_or_path"] = "script default (offline demo model)"
+    if env_name is None and not getattr(script_args, "env_dataset", None):  # offline DPO: no env, so the env's
+        # settings (rounds, sampling, turn budgets) mean nothing and are not shown
+        for name in ENV_ONLY_SETTINGS:
+            settings.values.pop(name, None)
+            settings.sources.pop(name, None)
     return parsed, settings
 
 

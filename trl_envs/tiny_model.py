@@ -1,4 +1,4 @@
-"""Tiny ChatML chat models, built offline on a CPU in about a minute, for tests, examples and smoke runs.
+"""Tiny ChatML chat models, built offline on a CPU once per machine, for tests, examples and smoke runs.
 
 :func:`build_tiny_model` returns the directory of a Hugging Face model that loads with
 ``AutoTokenizer.from_pretrained`` / ``AutoModelForCausalLM.from_pretrained``. Two recipes, by name:
@@ -192,10 +192,7 @@ def build_tiny_model(
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.{_STAGING}-", dir=target.parent))
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the finished model is an ordinary cache directory
         try:
-            _log(
-                f"building the tiny model {name} into {target} "
-                f"({'about a minute' if name == DEMO_MODEL_NAME else 'about half a minute'})"
-            )
+            _log(f"building the tiny model {name} into {target} (once: it is cached; progress every 10 s)")
             _run_build_subprocess(staging, seed, name)
             _move_into_place(staging, target)
         finally:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 
 from ..model_names import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES  # names only: the builder is imported when used
@@ -112,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "build-tiny-model",
         help="build (or find) the offline demo chat model; print its path",
         description=f"Build the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
-        "default runs, `play` and `eval` (about a minute on a CPU, cached), or reuse "
+        "default runs, `play` and `eval` (built once on a CPU, then cached), or reuse "
         "the cached build; prints its directory.",
     )
     p.add_argument(
@@ -191,8 +193,9 @@ def _add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk_size", type=int, default=32, help="problems played at once; bounds memory (default: 32)")
     p.add_argument(
         "--output",
-        default="eval_results.json",
-        help="JSON file for the results (default: eval_results.json; '' to write none)",
+        default=None,
+        help="JSON file for the results (default: evals/<env>-<split>.json in the model's folder, never the current "
+        "directory; '' to write none)",
     )
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
 
@@ -261,10 +264,23 @@ def _eval(args: argparse.Namespace) -> int:
     settings["model"] = model
     print(f"{model} on {args.env} ({args.split} split), temperature {args.temperature}, seed {args.seed}:")
     print(result.format_table())
-    if args.output:
-        result.to_json(args.output, settings=settings)
-        print(f"wrote {args.output}")
+    output = default_eval_output(args.model, args.env, args.split) if args.output is None else args.output
+    if output:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        result.to_json(output, settings=settings)
+        print(f"wrote {output}")
+    elif args.output is None:
+        print("(--output FILE writes these results as JSON)")
     return 0
+
+
+def default_eval_output(model: str | None, env: str, split: str) -> str | None:
+    """Where `trl-envs eval` writes its JSON by default: ``evals/<env>-<split>.json`` in the folder given as
+    ``--model`` (beside, not over, the ``eval_results.json`` of its training run); None for a Hub id or the demo
+    model (no ``--model``), whose folder is a cache."""
+    if not model or not os.path.isdir(model):
+        return None
+    return os.path.join(model, "evals", f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', env)}-{split}.json")
 
 
 def _show(args: argparse.Namespace) -> int:

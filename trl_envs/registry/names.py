@@ -19,7 +19,7 @@ Where names come from, in order of precedence:
 
 1. :func:`register_env` (this process);
 2. the built-in envs, :data:`trl_envs.envs.BUILTIN_ENVS` (a factory there gains row support by having a
-   ``from_row`` attribute; its description is the first line of its docstring);
+   ``from_row`` attribute; its description is the first paragraph of its docstring);
 3. other installed packages, through the entry-point group ``trl_envs.envs`` (see :data:`ENTRY_POINT_GROUP`),
    read lazily with :mod:`importlib.metadata` (cached, and read again whenever a name is found neither above nor in
    the cache, and by :func:`list_envs`);
@@ -149,7 +149,8 @@ def register_env(
         dataset_builder: ``factory(renderer=..., **kwargs)`` returning an ``RLDatasetBuilder`` or ``RLDataset`` (train
             by name). Its ``from_row`` attribute, if any, is used when ``from_row`` is not given.
         from_row: ``from_row(renderer, group_size, **fields)`` returning the ``EnvGroupBuilder`` of one row spec.
-        description: one line for :func:`list_envs` (default: first line of the factory's or from_row's docstring).
+        description: one line for :func:`list_envs` (default: the first paragraph of the factory's or
+            from_row's docstring).
         overwrite: replace an existing registration (otherwise registering a taken name raises).
 
     Raises:
@@ -389,5 +390,8 @@ def _import_kind(ref: str) -> EnvKind:
 
 
 def _first_line(obj: Any) -> str:
+    """The docstring's summary (its first paragraph, on one line: a summary wrapped over two lines stays whole)."""
     doc = getattr(obj, "__doc__", None) if obj is not None else None  # own docstring only, not a base class's
-    return inspect.cleandoc(doc).strip().splitlines()[0].strip() if isinstance(doc, str) and doc.strip() else ""
+    if not isinstance(doc, str) or not doc.strip():
+        return ""
+    return " ".join(inspect.cleandoc(doc).strip().split("\n\n")[0].split())
