@@ -63,6 +63,7 @@ PREFIXED_ENVS: dict[str, tuple[str, str]] = {
     "reasoning_gym/": ("reasoning_gym", "trl_envs.reasoning_gym.registry"),
     "textarena/": ("textarena", "trl_envs.textarena.registry"),
     "pettingzoo/": ("pettingzoo", "trl_envs.pettingzoo.registry"),
+    "verifiers/": ("verifiers", "trl_envs.verifiers.registry"),
 }
 """Env-name families of the ecosystem adapters (docs/ecosystem.md): prefix -> (the package the adapter needs, the
 adapter module). The module defines ``env_kind(name) -> EnvKind`` (raising :class:`UnknownEnvError` with the closest
