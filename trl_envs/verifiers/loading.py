@@ -21,6 +21,41 @@ class VerifiersEnvError(ValueError):
     """A verifiers environment that cannot be loaded as given: the message names the env and what is wrong."""
 
 
+INSTALL = "pip install 'trl-envs[verifiers]'"
+
+
+def require_verifiers() -> None:
+    """Raise :class:`VerifiersEnvError` (one line, with the install command) unless verifiers 0.4's ``verifiers.v1``
+    and the ``mcp`` 2 it needs (its built-in tasksets and tool servers import ``mcp.server.mcpserver``) import here."""
+    from importlib import metadata
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    try:
+        found = importlib.util.find_spec("verifiers.v1") is not None
+    except ImportError:
+        found = False
+    if not found:
+        raise VerifiersEnvError(
+            f"verifiers environments need verifiers 0.4 (the verifiers.v1 package); this Python has verifiers "
+            f"{version('verifiers')}: {INSTALL}"
+        )
+    try:
+        found = importlib.util.find_spec("mcp.server.mcpserver") is not None
+    except ImportError:
+        found = False
+    if not found:
+        raise VerifiersEnvError(
+            f"verifiers {version('verifiers')} needs mcp 2 (mcp.server.mcpserver); this Python has mcp "
+            f"{version('mcp')}: pip install 'mcp==2.0.0' (OpenEnv's client needs mcp<2: keep the two in separate "
+            "environments)"
+        )
+
+
 def module_name(env_id: str) -> str:
     """The module verifiers imports for ``env_id`` (``owner/name@version`` -> ``name``, ``-`` -> ``_``, lowercased)."""
     return env_id.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
@@ -28,6 +63,7 @@ def module_name(env_id: str) -> str:
 
 def is_importable(env_id: str) -> bool:
     """Whether verifiers can import the environment ``env_id`` (its built-in tasksets first, then a module)."""
+    require_verifiers()
     name = module_name(env_id)
     if not name.isidentifier():
         return False
@@ -52,6 +88,7 @@ def env_config(env_id: str, taskset: Mapping[str, Any] | None = None, env: Mappi
 
     from . import harness
 
+    require_verifiers()
     where = f"verifiers env {env_id!r}"
     data: dict[str, Any] = {**(env or {}), "taskset": {**(taskset or {}), "id": env_id}}
     try:

@@ -47,7 +47,7 @@ def env_kind(name: str) -> EnvKind:
 
     def factory(renderer: Renderer, **options: Any) -> VerifiersDatasetBuilder:
         own = {k: options.pop(k) for k in OWN_OPTIONS if k in options}
-        taskset = {**options.pop("taskset", None) or {}, **options}
+        taskset = {**(options.pop("taskset", None) or {}), **options}
         return VerifiersDatasetBuilder(env_id, renderer, taskset=taskset, **own)
 
     description = f"verifiers environment {env_id}: its own rollout, rubric and metrics"
@@ -57,7 +57,8 @@ def env_kind(name: str) -> EnvKind:
 
 def env_names() -> dict[str, str]:
     """The verifiers environments installed here: the tasksets built into verifiers, and every installed package
-    that depends on ``verifiers`` and exports a module of its own name."""
+    that depends on ``verifiers`` and whose module of the same name exports a ``Taskset`` (as ``vf-init`` lays an
+    environment out). An environment only on ``PYTHONPATH`` trains by name all the same."""
     names: dict[str, str] = {}
     import verifiers.v1.tasksets as builtin
 
@@ -68,9 +69,24 @@ def env_names() -> dict[str, str]:
         if not any(_requirement_name(r) == "verifiers" for r in requires):
             continue
         module = module_name(dist.metadata["Name"] or "")
-        if module and importlib.util.find_spec(module) is not None:
+        if module.isidentifier() and _exports_a_taskset(module):
             names[PREFIX + dist.metadata["Name"]] = f"verifiers environment ({dist.metadata['Name']} {dist.version})"
     return dict(sorted(names.items()))
+
+
+def _exports_a_taskset(module: str) -> bool:
+    """Whether ``module``'s ``__init__`` names a ``Taskset`` (read, not imported: listing imports no environment)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    try:
+        with open(spec.origin, encoding="utf-8") as f:
+            return "Taskset" in f.read()
+    except OSError:
+        return False
 
 
 def _iter_modules(path) -> list[str]:
