@@ -43,7 +43,8 @@ def calc_policy(prompt: str) -> str:
     if role == "tool":
         return f"The answer is {text}"
     a, b = re.findall(r"What is (\d+) \+ (\d+)", prompt)[-1]
-    return "<tool_call>\n" + json.dumps({"name": "calc_add", "arguments": {"a": int(a), "b": int(b)}}) + "\n</tool_call>"
+    call = {"name": "calc_add", "arguments": {"a": int(a), "b": int(b)}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
 POLICIES = {"echo": echo_policy, "wrong": wrong_policy, "guess": guess_policy, "calc": calc_policy}
