@@ -15,7 +15,7 @@ from typing import Any
 from ..core.renderer import Renderer
 from ..registry.names import EnvKind, UnknownEnvError
 from .dataset import VerifiersDatasetBuilder
-from .loading import PREFIX, is_importable, module_name
+from .loading import PREFIX, is_importable, module_name, require_verifiers
 
 OWN_OPTIONS = (
     "batch_size",
@@ -59,10 +59,10 @@ def env_names() -> dict[str, str]:
     """The verifiers environments installed here: the tasksets built into verifiers, and every installed package
     that depends on ``verifiers`` and whose module of the same name exports a ``Taskset`` (as ``vf-init`` lays an
     environment out). An environment only on ``PYTHONPATH`` trains by name all the same."""
+    require_verifiers()
     names: dict[str, str] = {}
-    import verifiers.v1.tasksets as builtin
-
-    for info in _iter_modules(builtin.__path__):
+    builtin = importlib.util.find_spec("verifiers.v1.tasksets")  # not imported: it imports every built-in taskset
+    for info in _iter_modules(builtin.submodule_search_locations or []):
         names[PREFIX + info] = "verifiers built-in taskset"
     for dist in importlib.metadata.distributions():
         requires = dist.requires or []
