@@ -81,6 +81,22 @@ def test_single_turn_env_groups_and_rewards_come_from_its_rubric():
     assert wrong["groups"][0]["trajectories"][0]["metrics"]["said_the_word"] == 0.0
 
 
+def test_a_failed_episode_is_a_rollout_error_naming_the_env_and_task():
+    out = run(
+        [str(REPO / "tests" / "verifiers_rollouts.py"), "vf_echo", "--policy", "echo", "--batch_size", "1"]
+        + ["--env_kwargs", '{"broken_rubric": true}']
+    )
+    assert out.returncode != 0
+    assert "verifiers env 'vf_echo': episode of task 'apple' failed" in out.stderr
+    assert "the rubric broke" in out.stderr
+
+
+def test_importing_the_adapter_imports_no_verifiers():
+    code = "import sys, trl_envs, trl_envs.registry, trl_envs.verifiers; print('verifiers' in sys.modules)"
+    out = run(["-c", code])
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
 def test_multi_turn_env_plays_the_user_and_scores_after_the_exchange():
     result = rollouts("vf_guess", "guess", "--batch_size", "2", "--group_size", "2")
     assert result["errors"] == {}
