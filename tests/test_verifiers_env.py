@@ -123,6 +123,7 @@ def test_tool_env_calls_its_mcp_tool_through_the_endpoint():
             assert trajectory["turns"] == 2 and trajectory["extends"]
             assert '"name": "calc_add"' in trajectory["text"]
     assert "<|im_start|>tool\n30<|im_end|>" in result["groups"][0]["trajectories"][0]["text"]
+    assert result["processes_left"] == []  # the tool server and every chat program stopped with the batch
 
 
 def test_train_script_trains_one_grpo_step_by_name(tiny_model_path, tmp_path):

@@ -107,7 +107,11 @@ def main() -> None:
                 }
             )
         groups.append({"tags": list(group.tags), "trajectories": trajectories})
-    print(json.dumps({"groups": groups, "errors": result.error_counts, "test_split": test is not None}))
+    import psutil
+
+    left = [p.cmdline() for p in psutil.Process().children(recursive=True) if p.is_running()]
+    out = {"groups": groups, "errors": result.error_counts, "test_split": test is not None, "processes_left": left}
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
