@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("verifiers.v1")
+if importlib.util.find_spec("verifiers") is None or importlib.util.find_spec("verifiers.v1") is None:
+    pytest.skip("needs verifiers 0.4 (pip install 'trl-envs[verifiers]')", allow_module_level=True)
 pytest.importorskip("uvicorn")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -190,6 +191,9 @@ def test_bad_names_options_and_a_missing_package_end_in_one_line(tmp_path):
     bad_option = run([*script, "verifiers/vf_echo", "--env_kwargs", '{"num_taskz": 3}'])
     assert bad_option.returncode == 2 and "Traceback" not in bad_option.stderr
     assert "verifiers env 'vf_echo'" in bad_option.stderr and "num_taskz" in bad_option.stderr
+    needs_a_package = run([*script, "verifiers/vf_needs_a_package"])
+    assert needs_a_package.returncode == 2 and "Traceback" not in needs_a_package.stderr
+    assert "No module named 'trl_envs_test_missing_dependency'" in needs_a_package.stderr
     stand_in = tmp_path / "site" / "verifiers"  # a verifiers without verifiers.v1 (an old release, or none)
     stand_in.mkdir(parents=True)
     (stand_in / "__init__.py").write_text("")

@@ -111,10 +111,10 @@ def env_config(env_id: str, taskset: Mapping[str, Any] | None = None, env: Mappi
         first = e.errors()[0]
         place = ".".join(str(p) for p in first.get("loc", ())) or "config"
         raise VerifiersEnvError(f"{where}: {place}: {first.get('msg')} (got {first.get('input')!r})") from None
-    except (TypeError, AttributeError, ValueError) as e:
+    except (TypeError, AttributeError, ValueError, ImportError) as e:
         if isinstance(e, VerifiersEnvError):
             raise
-        raise VerifiersEnvError(f"{where}: {e}") from e
+        raise VerifiersEnvError(f"{where}: {_with_cause(e)}") from e
 
 
 def load_env(config):
@@ -123,5 +123,12 @@ def load_env(config):
 
     try:
         return vf.load_environment(config)
-    except (TypeError, AttributeError, ValueError) as e:
-        raise VerifiersEnvError(f"verifiers env {config.env_id!r}: {e}") from e
+    except (TypeError, AttributeError, ValueError, ImportError) as e:
+        raise VerifiersEnvError(f"verifiers env {config.env_id!r}: {_with_cause(e)}") from e
+
+
+def _with_cause(error: BaseException) -> str:
+    """The error's message, and its cause's when verifiers re-raised one (a module the environment imports is
+    missing: verifiers says the environment was not found, its cause names the module)."""
+    cause = error.__cause__
+    return f"{error} ({type(cause).__name__}: {cause})" if cause is not None else str(error)
