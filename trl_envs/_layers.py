@@ -48,6 +48,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "trl_envs.textarena",
             "trl_envs.pettingzoo",
             "trl_envs.skyrl_gym",
+            "trl_envs.verifiers",
         ),
     ),
     # Trajectories -> what is trained (training rows, preference pairs, the built-in preference dataset).

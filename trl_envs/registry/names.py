@@ -64,6 +64,7 @@ PREFIXED_ENVS: dict[str, tuple[str, str]] = {
     "textarena/": ("textarena", "trl_envs.textarena.registry"),
     "pettingzoo/": ("pettingzoo", "trl_envs.pettingzoo.registry"),
     "skyrl_gym/": ("skyrl_gym", "trl_envs.skyrl_gym.registry"),
+    "verifiers/": ("verifiers", "trl_envs.verifiers.registry"),
 }
 """Env-name families of the ecosystem adapters (docs/ecosystem.md): prefix -> (the package the adapter needs, the
 adapter module). The module defines ``env_kind(name) -> EnvKind`` (raising :class:`UnknownEnvError` with the closest
