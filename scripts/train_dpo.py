@@ -88,7 +88,6 @@ class ScriptArguments(EnvArguments):
 
 # Defaults that make `python scripts/train_dpo.py` a short, visible CPU run. Any of them can be overridden.
 CPU_FRIENDLY_DEFAULTS = dict(
-    output_dir="outputs/dpo",
     learning_rate=1e-4,
     beta=0.1,
     per_device_train_batch_size=8,
