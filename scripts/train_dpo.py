@@ -100,7 +100,7 @@ CPU_FRIENDLY_DEFAULTS = dict(
     disable_tqdm=True,
     save_strategy="no",
     report_to="none",
-    gradient_checkpointing=False,
+    activation_checkpointing=False,
     seed=0,
 )
 

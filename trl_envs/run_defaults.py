@@ -59,7 +59,7 @@ SHOWN = (
     "use_peft",
     "bf16",
     "use_cpu",
-    "gradient_checkpointing",
+    "activation_checkpointing",
     "logging_steps",
     "report_to",
     "seed",

@@ -25,6 +25,9 @@ EPILOG = "Run 'trl-envs COMMAND --help' for the options of a command."
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``trl-envs`` console script; returns the exit status."""
+    from .quiet import quiet_run
+
+    quiet_run()  # one line per warning; no noise that says nothing a user can act on
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("grpo", "dpo"):  # the training scripts parse their own (many) options
         from .train import run

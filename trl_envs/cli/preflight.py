@@ -166,8 +166,21 @@ def _next_multiple(n: int, k: int) -> int:
     return max(k, -(-n // k) * k)
 
 
+def check_output_dir(value: str | None, flag: str = "--output_dir") -> None:
+    """``value`` is a folder, or can become one: not an existing file, nor under one."""
+    if not value:
+        return
+    path = os.path.abspath(os.path.expanduser(value))
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path) if os.path.dirname(path) != path else ""
+    if path and not os.path.isdir(path):
+        where = "is a file" if path == os.path.abspath(os.path.expanduser(value)) else f"is under the file {path}"
+        raise UsageError(f"{flag} {shorten(value)} {where}; give a folder (it is created if missing)")
+
+
 def check_script_settings(script_args: Any, training_args: Any, model_args: Any) -> None:
     """Everything the training scripts can check before loading a model."""
+    check_output_dir(getattr(training_args, "output_dir", None))
     check_model_path(getattr(model_args, "model_name_or_path", None))
     check_sampling(getattr(training_args, "temperature", None), getattr(training_args, "top_p", None))
     check_counts(
@@ -185,6 +198,7 @@ __all__ = [
     "check_group_geometry",
     "check_hub_access",
     "check_model_path",
+    "check_output_dir",
     "check_pass_k",
     "check_sampling",
     "check_script_settings",

@@ -196,4 +196,9 @@ def main_entry(prog: str, parse: Callable[..., tuple], main: Callable[..., Any])
 __all__ = [
     "EnvArguments",
     "default_output_dir",
-    "load_tokenizer", "main_entry", "make_envs", "make_parser", "parse_args"]
+    "load_tokenizer",
+    "main_entry",
+    "make_envs",
+    "make_parser",
+    "parse_args",
+]

@@ -26,7 +26,9 @@ def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
     return " (did you mean " + " or ".join(f"{prefix}{c}" for c in close) + "?)"
 
 
-def check_known_args(parser, argv: Sequence[str], config: Mapping[str, Any] | None = None, config_path: str = "") -> None:
+def check_known_args(
+    parser, argv: Sequence[str], config: Mapping[str, Any] | None = None, config_path: str = ""
+) -> None:
     """Every ``--flag`` of ``argv`` and every key of the ``--config`` YAML mapping ``config`` (read from
     ``config_path``) is one ``parser`` knows.
 

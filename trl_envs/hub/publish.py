@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +80,7 @@ class PublishArguments:
         default=None,
         metadata={
             "help": "Progress bars (training steps with elapsed time and ETA, the card's evaluations): true, false, or "
-            "unset for 'when stderr is a terminal'."
+            "unset for 'when stderr or stdout is a terminal' (stdout under accelerate launch)."
         },
     )
 
@@ -324,8 +323,10 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: s
 
 
 def show_progress(asked: bool | None) -> bool:
-    """Whether to draw progress bars: as ``asked``, else (``None``) when stderr is a terminal."""
-    return asked if asked is not None else sys.stderr.isatty()
+    """Whether to draw progress bars: as ``asked``, else (``None``) when stderr or stdout is a terminal."""
+    from ..trainers.progress import on_terminal
+
+    return asked if asked is not None else on_terminal()
 
 
 def _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push) -> None:
