@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
@@ -19,8 +20,10 @@ import re
 import select
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -256,6 +259,7 @@ def test_the_step_counter_shows_on_a_terminal_under_accelerate_launch(tmp_path):
     if accelerate is None:
         pytest.skip("accelerate's launcher is not installed")
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal's size, as a window has
     argv = [accelerate, "launch", "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no"]
     argv += ["--dynamo_backend", "no", "--cpu", str(GRPO), "--tiny_model", "tiny-chat-v1", "--max_steps", "2"]
     argv += ["--per_device_train_batch_size", "16", "--card_eval", "false", "--output_dir", str(tmp_path / "run")]
