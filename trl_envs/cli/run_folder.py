@@ -4,7 +4,8 @@ A run writes :data:`RUN_RECORD` (``trl_envs_run.json``) into its ``output_dir`` 
 env (or dataset) and the model (:class:`RunIdentity`). The next run into that folder is compared with it
 (:func:`claim_output_dir`):
 
-* another algorithm, env or model: refused with one line naming both runs, unless ``--overwrite_output_dir true``
+* another algorithm, env or model, and the folder holds its model (weights, an adapter or a ``checkpoint-*``
+  folder): refused with one line naming both runs, unless ``--overwrite_output_dir true``
   (the old run's traces and ``checkpoint-*`` folders are removed; its model files are overwritten when this run
   saves) or ``--resume_from_checkpoint`` (whose own check refuses a checkpoint of other settings);
 * the same run again: allowed; it starts afresh.
@@ -141,8 +142,9 @@ def claim_output_dir(
     os.makedirs(output_dir, exist_ok=True)
     previous = recorded_identity(output_dir)
     if resume_from is None:
-        other = previous is not None and not previous.same_run(identity)
-        unknown = previous is None and holds_a_model(output_dir)
+        model = holds_a_model(output_dir)  # a run that stopped before saving anything leaves nothing to protect
+        other = bool(model) and previous is not None and not previous.same_run(identity)
+        unknown = previous is None and model
         if (other or unknown) and not overwrite:
             what = f"another run's model ({previous.describe()})" if other else f"a model ({unknown}) of another run"
             raise UsageError(
