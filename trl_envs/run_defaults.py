@@ -240,7 +240,9 @@ def parse_run_args(
         added, label = env_budgets(env_name, env_kwargs, per_turn_key=per_turn_key), f"env {env_name}"
     run_model = model or peeked.get("tiny_model")
     common = {
-        k: v for k, v in (script_defaults(env_name, run_model) if script_defaults else {}).items() if k not in added
+        k: v
+        for k, v in (script_defaults(env_name or _dataset_name(peeked), run_model) if script_defaults else {}).items()
+        if k not in added
     }
     common.update(eval_batch_default(parser, peeked, {**common, **added}))
     if common or added:
@@ -270,6 +272,14 @@ def parse_run_args(
         settings.values["model_name_or_path"] = peeked.get("tiny_model")
         settings.sources["model_name_or_path"] = "script default (offline demo model)"
     return parsed, settings
+
+
+def _dataset_name(peeked: dict[str, Any]) -> str | None:
+    """The last part of ``--env_dataset`` without its file extension (``my_rows`` for ``data/my_rows.jsonl``)."""
+    dataset = peeked.get("env_dataset")
+    if not dataset:
+        return None
+    return os.path.splitext(os.path.basename(os.path.normpath(str(dataset))))[0] or None
 
 
 def eval_batch_default(parser, peeked: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

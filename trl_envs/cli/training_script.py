@@ -128,7 +128,8 @@ def parse_args(
 
 
 def default_output_dir(algorithm: str, env: str, model: str | None) -> str:
-    """Where a run writes unless ``--output_dir`` says: ``outputs/<algorithm>-<env>`` for the demo model
+    """Where a run writes unless ``--output_dir`` says: ``outputs/<algorithm>-<env>`` (``env``: the env's name, or the
+    ``--env_dataset``'s) for the demo model
     (``outputs/grpo-arithmetic``), ``outputs/<algorithm>-<env>-<model>`` for any other (``outputs/grpo-guess-number-
     Qwen2.5-0.5B-Instruct``: the last part of its Hub id or path), so that runs of other envs or models never share a
     folder."""
