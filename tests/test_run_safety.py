@@ -273,3 +273,19 @@ def test_the_step_counter_shows_on_a_terminal_under_accelerate_launch(tmp_path):
             process.kill()
     assert process.returncode == 0, out[-3000:]
     assert re.search(r"step 2/2 · \S+ elapsed · ETA", out), out[-3000:]
+
+
+def test_the_configs_use_the_checkpointing_name_transformers_expects(tmp_path):
+    import warnings
+
+    from trl_envs import EnvDPOConfig, EnvGRPOConfig
+
+    common = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    for config in (EnvGRPOConfig, EnvDPOConfig):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)  # no deprecation warning when the user names neither
+            assert config(**common).activation_checkpointing is True  # TRL's default: on
+            assert config(**common, activation_checkpointing=False).gradient_checkpointing is False
+        with pytest.warns(FutureWarning, match="activation_checkpointing"):
+            old = config(**common, gradient_checkpointing=False)  # the old name still works, and says the new one
+        assert (old.activation_checkpointing, old.gradient_checkpointing) == (False, False)
