@@ -88,7 +88,6 @@ class ScriptArguments(EnvArguments):
 
 # Defaults that make `python scripts/train_dpo.py` a short, visible CPU run. Any of them can be overridden.
 CPU_FRIENDLY_DEFAULTS = dict(
-    output_dir="outputs/dpo",
     learning_rate=1e-4,
     beta=0.1,
     per_device_train_batch_size=8,
@@ -101,7 +100,7 @@ CPU_FRIENDLY_DEFAULTS = dict(
     disable_tqdm=True,
     save_strategy="no",
     report_to="none",
-    gradient_checkpointing=False,
+    activation_checkpointing=False,
     seed=0,
 )
 

@@ -47,7 +47,6 @@ DEFAULT_ENV_KWARGS = {"arithmetic": {"max_operand": 9, "held_out_fraction": 0.2}
 
 # Defaults that make `python scripts/train_grpo.py` a short, visible CPU run. Any of them can be overridden.
 CPU_FRIENDLY_DEFAULTS = dict(
-    output_dir="outputs/grpo-arithmetic",
     learning_rate=1e-3,
     lr_scheduler_type="linear",
     warmup_steps=10,
@@ -63,7 +62,7 @@ CPU_FRIENDLY_DEFAULTS = dict(
     disable_tqdm=True,
     save_strategy="no",
     report_to="none",
-    gradient_checkpointing=False,
+    activation_checkpointing=False,
     seed=0,
 )
 

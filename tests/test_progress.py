@@ -72,3 +72,31 @@ def test_script_shows_steps_and_the_card_evaluations(tiny_model_path, tmp_path, 
     )
     assert "evaluating the model after training" in captured.out
     assert re.search(r"evaluate: 100%.*2/2", captured.err), captured.err[-2000:]  # the evaluations' bar
+
+
+def test_step_counter_draws_on_stdout_when_stderr_is_piped(monkeypatch):
+    """``accelerate launch`` pipes the script's stderr through itself; stdout is still the user's terminal."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal's size, as a window has
+    with os.fdopen(slave, "w", encoding="utf-8") as terminal:
+        monkeypatch.setattr(sys, "stdout", terminal)
+        monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe: not a terminal
+        callback = StepProgressCallback()
+        callback.on_train_begin(None, _state(0), None)
+        callback.on_step_end(None, _state(1), None)
+        callback.on_train_end(None, _state(1), None)
+        terminal.flush()
+        chunks = []
+        while select.select([master], [], [], 1.0)[0]:
+            chunks.append(os.read(master, 65536))
+        text = b"".join(chunks).decode()
+    os.close(master)
+    assert sys.stderr.getvalue() == ""
+    assert re.search(r"step 1/3 · \d\d:\d\d elapsed · ETA", text), text

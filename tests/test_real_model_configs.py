@@ -125,7 +125,7 @@ def test_recipe_trains_one_step(recipe, shrunk_models, tmp_path, monkeypatch, ca
         "false",
         "--dtype",
         "float32",
-        "--gradient_checkpointing",
+        "--activation_checkpointing",
         "false",
         "--card_eval",
         "false",

@@ -106,7 +106,7 @@ def test_default_run_is_the_arithmetic_recipe(monkeypatch):
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, script)
     spec.loader.exec_module(script)
-    script_args, training_args, _, _ = script.make_parser().parse_args_and_config([])
+    _, (script_args, training_args, _, _), _ = script.parse_args([], report=False)
     recipe = yaml.safe_load((REPO / "scripts" / "configs" / "arithmetic.yaml").read_text())
     for key, value in recipe.items():
         if key == "env_kwargs":

@@ -50,6 +50,7 @@ SHOWN = (
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
     "num_generations",
+    "per_device_eval_batch_size",
     "max_steps",
     "num_train_epochs",
     "num_rounds",
@@ -61,7 +62,7 @@ SHOWN = (
     "use_peft",
     "bf16",
     "use_cpu",
-    "gradient_checkpointing",
+    "activation_checkpointing",
     "logging_steps",
     "report_to",
     "seed",
@@ -125,27 +126,84 @@ class RunSettings:
         return "\n".join(lines)
 
 
-def explicit_settings(parser, argv: Sequence[str]) -> dict[str, str]:
-    """Setting name -> ``command line`` or ``config <file>`` for what the user set in ``argv`` (flags, aliases
-    included) or in the ``--config`` YAML file it names."""
-    found: dict[str, str] = {}
+def config_path(argv: Sequence[str]) -> str | None:
+    """The ``--config`` YAML file ``argv`` names, or ``None``."""
     config = None
     for i, token in enumerate(argv):
         if token == "--config" and i + 1 < len(argv):
             config = argv[i + 1]
         elif token.startswith("--config="):
             config = token.split("=", 1)[1]
-    if config:
-        import yaml
+    return config
 
-        with open(config, encoding="utf-8") as f:
+
+def read_config(path: str | None) -> dict[str, Any]:
+    """The mapping of the ``--config`` YAML file ``path`` (``{}`` for none).
+
+    Raises:
+        UsageError: the file is missing, unreadable, or not a mapping of settings.
+    """
+    if not path:
+        return {}
+    import yaml
+
+    from .cli.errors import UsageError
+
+    try:
+        with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise UsageError(f"--config {path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: a YAML mapping of settings (key: value) is expected")
+    return data
+
+
+def explicit_settings(parser, argv: Sequence[str]) -> dict[str, str]:
+    """Setting name -> ``command line`` or ``config <file>`` for what the user set in ``argv`` (flags, aliases
+    included) or in the ``--config`` YAML file it names."""
+    found: dict[str, str] = {}
+    config = config_path(argv)
+    if config:
+        data = read_config(config)
         found.update({key: f"config {config}" for key in data if key != "env"})  # `env:` sets environment variables
     flags = {token.split("=", 1)[0] for token in argv if token.startswith("-")}
     for action in parser._actions:
         if any(option in flags for option in action.option_strings):
             found[action.dest] = "command line"
     return found
+
+
+PEEKED = (
+    "model_name_or_path",
+    "env_name",
+    "env_dataset",
+    "env_kwargs",
+    "tiny_model",
+    "num_generations",
+    "per_device_eval_batch_size",
+)
+"""What decides a run's defaults: read from the command line and ``--config`` before the full parse."""
+
+
+def peek_settings(parser, argv: Sequence[str]) -> dict[str, Any]:
+    """The values of :data:`PEEKED` in ``argv`` / its ``--config`` file, else ``parser``'s defaults, without building
+    the training dataclasses (whose checks need the defaults this decides: the demo recipe's batch, for one)."""
+    import argparse
+
+    values = {
+        action.dest: action.default
+        for action in parser._actions
+        if action.dest in PEEKED and action.default is not argparse.SUPPRESS
+    }
+    values.update({k: v for k, v in read_config(config_path(argv)).items() if k in PEEKED})
+    peek = argparse.ArgumentParser(add_help=False)
+    for action in parser._actions:
+        if action.dest in PEEKED and action.option_strings:
+            peek.add_argument(*action.option_strings, dest=action.dest, default=argparse.SUPPRESS)
+    given, _ = peek.parse_known_args(list(argv))
+    values.update(vars(given))
+    return values
 
 
 def parse_run_args(
@@ -163,24 +221,33 @@ def parse_run_args(
 
     ``per_turn_key`` names the trainer's per-turn token budget; ``env_default`` is the env trained on when none is
     named (the GRPO script's ``arithmetic``; ``None`` when no env is the default, as for offline DPO);
-    ``script_defaults(env_name)`` gives defaults of the script for any model (e.g. an output directory named after the
-    env), under the recipe and the env's budgets."""
+    ``script_defaults(env_name, model)`` gives defaults of the script for any model (e.g. an output directory named
+    after the env and the model), under the recipe and the env's budgets.
+
+    Raises:
+        UsageError: an unknown flag or ``--config`` key (named, with the closest known names)."""
+    from .cli.unknown_args import check_known_args
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    first = parser.parse_args_and_config(args=argv)
-    script_args, model_args = first[0], _find(first, "model_name_or_path")
-    model = getattr(model_args, "model_name_or_path", None)
+    check_known_args(parser, argv, read_config(config_path(argv)), config_path(argv) or "")
+    peeked = peek_settings(parser, argv)
+    model = peeked.get("model_name_or_path")
     demo = is_demo_model(model)
-    env_name = getattr(script_args, "env_name", None) or (
-        None if getattr(script_args, "env_dataset", None) else env_default
-    )
+    env_name = peeked.get("env_name") or (None if peeked.get("env_dataset") else env_default)
     if demo:
         added, label = dict(demo_recipe), "demo recipe"
     else:
         from .registry import parse_env_kwargs
 
-        env_kwargs = parse_env_kwargs(getattr(script_args, "env_kwargs", None)) or {}
+        env_kwargs = parse_env_kwargs(peeked.get("env_kwargs")) or {}
         added, label = env_budgets(env_name, env_kwargs, per_turn_key=per_turn_key), f"env {env_name}"
-    common = {k: v for k, v in (script_defaults(env_name) if script_defaults else {}).items() if k not in added}
+    run_model = model or peeked.get("tiny_model")
+    common = {
+        k: v
+        for k, v in (script_defaults(env_name or _dataset_name(peeked), run_model) if script_defaults else {}).items()
+        if k not in added
+    }
+    common.update(eval_batch_default(parser, peeked, {**common, **added}))
     if common or added:
         parser.set_defaults_with_config(**{**common, **added})
     parsed = parser.parse_args_and_config(args=argv)
@@ -205,7 +272,7 @@ def parse_run_args(
     if "env_name" in settings.values and settings.values["env_name"] is None and env_name:
         settings.values["env_name"], settings.sources["env_name"] = env_name, "script default"
     if settings.values.get("model_name_or_path") is None and "model_name_or_path" in settings.values:
-        settings.values["model_name_or_path"] = getattr(script_args, "tiny_model", None)
+        settings.values["model_name_or_path"] = peeked.get("tiny_model")
         settings.sources["model_name_or_path"] = "script default (offline demo model)"
     if env_name is None and not getattr(script_args, "env_dataset", None):  # offline DPO: no env, so the env's
         # settings (rounds, sampling, turn budgets) mean nothing and are not shown
@@ -213,6 +280,31 @@ def parse_run_args(
             settings.values.pop(name, None)
             settings.sources.pop(name, None)
     return parsed, settings
+
+
+def _dataset_name(peeked: dict[str, Any]) -> str | None:
+    """The last part of ``--env_dataset`` without its file extension (``my_rows`` for ``data/my_rows.jsonl``)."""
+    dataset = peeked.get("env_dataset")
+    if not dataset:
+        return None
+    return os.path.splitext(os.path.basename(os.path.normpath(str(dataset))))[0] or None
+
+
+def eval_batch_default(parser, peeked: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``{"per_device_eval_batch_size": n}`` when the user did not set it and TRL's default would not hold whole groups
+    of the run's ``num_generations`` (TRL refuses an evaluation batch that splits a group): the default rounded up to
+    a multiple of it. ``{}`` otherwise, and for trainers without groups."""
+    dests = {action.dest: action.default for action in parser._actions}
+    if "num_generations" not in dests or "per_device_eval_batch_size" not in dests:
+        return {}
+    if peeked.get("per_device_eval_batch_size") not in (None, dests["per_device_eval_batch_size"]):
+        return {}
+    given = peeked.get("num_generations")
+    group = int(given if given not in (None, dests["num_generations"]) else defaults.get("num_generations", given) or 0)
+    batch = int(dests["per_device_eval_batch_size"] or 0)
+    if group < 1 or batch < 1 or batch % group == 0:
+        return {}
+    return {"per_device_eval_batch_size": -(-batch // group) * group}
 
 
 def _is_upstream_field(obj: Any, name: str) -> bool:

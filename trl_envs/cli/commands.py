@@ -27,6 +27,9 @@ EPILOG = "Run 'trl-envs COMMAND --help' for the options of a command."
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``trl-envs`` console script; returns the exit status."""
+    from .quiet import quiet_run
+
+    quiet_run()  # one line per warning; no noise that says nothing a user can act on
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("grpo", "dpo"):  # the training scripts parse their own (many) options
         from .train import run
@@ -233,9 +236,10 @@ def _eval(args: argparse.Namespace) -> int:
     from ..hub.model_eval import evaluate_model
     from ..registry.names import get_env
     from ..tiny_model import build_tiny_model
-    from .preflight import check_model_path, check_pass_k, check_sampling
+    from .preflight import check_hub_model, check_model_path, check_pass_k, check_sampling
 
     check_model_path(args.model, "--model")  # every check that needs no model, before loading it
+    check_hub_model(args.model, "--model", revision=getattr(args, "revision", None))
     get_env(args.env)
     check_sampling(args.temperature, args.top_p)
     check_pass_k(args.pass_k, args.samples_per_problem)

@@ -19,8 +19,9 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
 
 def check_model_path(value: str | None, flag: str = "--model_name_or_path") -> None:
-    """``value`` is an existing model folder, or a Hub id (``org/name``) left to the Hub: a path that does not exist,
-    or that is a file, is refused."""
+    """``value`` is an existing model folder, or a Hub id (``org/name``, or a bare name the local Hugging Face cache
+    holds) left to the Hub: a path that does not exist, a file, or a bare name that is neither a folder here nor a
+    cached model is refused."""
     if value is None:
         return
     path = os.path.expanduser(value)
@@ -41,6 +42,66 @@ def check_model_path(value: str | None, flag: str = "--model_name_or_path") -> N
     )
     if looks_like_path:
         raise UsageError(f"{flag} {shorten(value)}: no such folder (and not a Hub id of the form org/name)")
+    if "/" not in value and not _in_hub_cache(value):
+        near = [p for p in (os.path.join("outputs", value),) if os.path.isdir(p)]
+        hint = f"did you mean {near[0]}? Otherwise " if near else ""
+        raise UsageError(
+            f"{flag} {shorten(value)}: no such folder in {os.getcwd()}, and not a Hub id (org/name); {hint}give "
+            "the model folder's path (e.g. outputs/grpo-arithmetic) or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct"
+        )
+
+
+HUB_MODEL_FILES = ("config.json", "adapter_config.json")
+"""A Hub model repo holds one of these (a full model, a PEFT adapter)."""
+
+
+def _in_hub_cache(repo_id: str, revision: str | None = None) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return any(
+            isinstance(try_to_load_from_cache(repo_id, name, revision=revision), str) for name in HUB_MODEL_FILES
+        )
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def check_hub_model(value: str | None, flag: str = "--model_name_or_path", revision: str | None = None) -> None:
+    """A Hub id ``value`` (not a local folder) can be loaded: it is in the local cache, or the Hub answers for it.
+    Offline (``HF_HUB_OFFLINE=1``) or without a network, a model that is not cached is refused at once, instead of
+    after the loaders' retries."""
+    if value is None or os.path.isdir(os.path.expanduser(value)) or _in_hub_cache(value, revision):
+        return
+    from huggingface_hub import HfApi
+    from huggingface_hub.constants import HF_HUB_CACHE, is_offline_mode
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    if is_offline_mode():
+        raise UsageError(
+            f"{flag} {shorten(value)}: not in the local Hugging Face cache ({HF_HUB_CACHE}) and HF_HUB_OFFLINE=1 "
+            f"keeps the Hub out; download it first (hf download {value}) or unset HF_HUB_OFFLINE"
+        )
+    try:
+        HfApi().model_info(value, revision=revision, timeout=10)
+    except RepositoryNotFoundError:
+        raise UsageError(
+            f"{flag} {shorten(value)}: no such model on the Hub (or it is private: log in with `hf auth login`), "
+            "and no such folder here"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - a gated repo, a bad token: left to the loader, whose message says so
+        if _is_network_error(e):
+            raise UsageError(
+                f"{flag} {shorten(value)}: not in the local Hugging Face cache and the Hub cannot be reached "
+                f"({type(e).__name__}: {shorten(str(e), 200)}); check the network, or download the model where "
+                "there is one"
+            ) from None
+
+
+def _is_network_error(error: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(error).__mro__}
+    return bool(names & {"ConnectError", "TimeoutException", "NetworkError", "ConnectionError", "Timeout"}) or (
+        isinstance(error, OSError) and not type(error).__module__.startswith("huggingface_hub")
+    )
 
 
 def check_sampling(temperature: float | None, top_p: float | None = None, prefix: str = "--") -> None:
@@ -166,9 +227,25 @@ def _next_multiple(n: int, k: int) -> int:
     return max(k, -(-n // k) * k)
 
 
+def check_output_dir(value: str | None, flag: str = "--output_dir") -> None:
+    """``value`` is a folder, or can become one: not an existing file, nor under one."""
+    if not value:
+        return
+    path = os.path.abspath(os.path.expanduser(value))
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path) if os.path.dirname(path) != path else ""
+    if path and not os.path.isdir(path):
+        where = "is a file" if path == os.path.abspath(os.path.expanduser(value)) else f"is under the file {path}"
+        raise UsageError(f"{flag} {shorten(value)} {where}; give a folder (it is created if missing)")
+
+
 def check_script_settings(script_args: Any, training_args: Any, model_args: Any) -> None:
     """Everything the training scripts can check before loading a model."""
+    check_output_dir(getattr(training_args, "output_dir", None))
     check_model_path(getattr(model_args, "model_name_or_path", None))
+    check_hub_model(
+        getattr(model_args, "model_name_or_path", None), revision=getattr(model_args, "model_revision", None)
+    )
     check_sampling(getattr(training_args, "temperature", None), getattr(training_args, "top_p", None))
     check_counts(
         **{
@@ -184,7 +261,9 @@ __all__ = [
     "check_data_columns",
     "check_group_geometry",
     "check_hub_access",
+    "check_hub_model",
     "check_model_path",
+    "check_output_dir",
     "check_pass_k",
     "check_sampling",
     "check_script_settings",

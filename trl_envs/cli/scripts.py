@@ -3,7 +3,8 @@
 :func:`run_training_script` parses the command line (or YAML ``--config``) with the script's parser, which picks the
 defaults for the model (:mod:`trl_envs.run_defaults`), makes every check that needs no model
 (:func:`preflight_training`), holds ``output_dir``'s lock for the whole run (a second run on the same folder is
-refused), then calls the script's ``main``. Input mistakes, stopped runs and signals end as described in
+refused), claims the folder (:mod:`~trl_envs.cli.run_folder`: a folder holding another run's model is refused), then
+calls the script's ``main``. Input mistakes, stopped runs and signals end as described in
 :mod:`~trl_envs.cli.errors`: one line on stderr and a non-zero exit status.
 """
 
@@ -52,17 +53,34 @@ def run_training_script(
     (see :func:`~trl_envs.cli.errors.run_command`)."""
 
     def body() -> None:
-        from ..trainers.checkpoints import hold_output_dir
+        from ..trainers.checkpoints import hold_output_dir, is_main_launch_process
+        from ..trainers.resume import resume_option
+        from .quiet import quiet_run
+        from .run_folder import claim_output_dir, run_identity
 
+        quiet_run()
         parsed, settings = parse(argv)
         script_args, training_args, model_args = parsed[:3]
         preflight_training(script_args, training_args, model_args)
-        if settings is not None:  # after the checks: a mistake is one line, not a table and then the line
-            settings.report()
         with hold_output_dir(training_args.output_dir):
+            if is_main_launch_process():  # another run's model in output_dir: refused before the settings table
+                claim_output_dir(
+                    training_args.output_dir,
+                    run_identity(algorithm_of(prog), script_args, model_args),
+                    overwrite=bool(getattr(training_args, "overwrite_output_dir", False)),
+                    resume_from=resume_option(training_args),
+                )
+            if settings is not None:  # after the checks: a mistake is one line, not a table and then the line
+                settings.report()
             main(*parsed)
 
     return run_command(prog, body)
 
 
-__all__ = ["preflight_training", "run_training_script"]
+def algorithm_of(prog: str) -> str:
+    """``grpo`` for ``train_grpo.py`` (``dpo`` for ``train_dpo.py``): the algorithm a training script's name says."""
+    name = prog.rsplit("/", 1)[-1].removesuffix(".py")
+    return name.removeprefix("train_")
+
+
+__all__ = ["algorithm_of", "preflight_training", "run_training_script"]

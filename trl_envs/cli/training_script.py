@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -107,7 +109,7 @@ def parse_args(
 ):
     """Parse ``argv`` (default ``sys.argv[1:]``) and ``--config`` with ``parser`` (made with ``demo_defaults=False``):
     the demo model gets ``demo_recipe``, any other model TRL's defaults plus the env's token budgets, and the output
-    folder defaults to ``outputs/<algorithm>-<env>`` (``options``: see :func:`~trl_envs.run_defaults.parse_run_args`).
+    folder defaults to :func:`default_output_dir` (``options``: see :func:`~trl_envs.run_defaults.parse_run_args`).
     Prints the settings chosen and where each came from (``report``); returns ``(parser, parsed dataclasses,
     settings)``."""
     from ..run_defaults import parse_run_args
@@ -117,12 +119,26 @@ def parse_args(
         parser,
         demo_recipe,
         argv,
-        script_defaults=lambda env: {"output_dir": f"outputs/{algorithm}-{(env or fallback).replace('_', '-')}"},
+        script_defaults=lambda env, model: {"output_dir": default_output_dir(algorithm, env or fallback, model)},
         **options,
     )
     if report:
         settings.report()
     return parser, parsed, settings
+
+
+def default_output_dir(algorithm: str, env: str, model: str | None) -> str:
+    """Where a run writes unless ``--output_dir`` says: ``outputs/<algorithm>-<env>`` (``env``: the env's name, or the
+    ``--env_dataset``'s) for the demo model
+    (``outputs/grpo-arithmetic``), ``outputs/<algorithm>-<env>-<model>`` for any other (``outputs/grpo-guess-number-
+    Qwen2.5-0.5B-Instruct``: the last part of its Hub id or path), so that runs of other envs or models never share a
+    folder."""
+    name = f"{algorithm}-{env.replace('_', '-')}"
+    if model and model != DEMO_MODEL_NAME:
+        last = os.path.basename(os.path.normpath(os.path.expanduser(model)))
+        if last and last != DEMO_MODEL_NAME:
+            name += f"-{last}"
+    return os.path.join("outputs", re.sub(r"[^\w.+-]+", "-", name))
 
 
 def load_tokenizer(model_args, tiny_model: str) -> tuple[str, Any]:
@@ -182,4 +198,12 @@ def main_entry(prog: str, parse: Callable[..., tuple], main: Callable[..., Any])
         sys.exit(status)
 
 
-__all__ = ["EnvArguments", "load_tokenizer", "main_entry", "make_envs", "make_parser", "parse_args"]
+__all__ = [
+    "EnvArguments",
+    "default_output_dir",
+    "load_tokenizer",
+    "main_entry",
+    "make_envs",
+    "make_parser",
+    "parse_args",
+]

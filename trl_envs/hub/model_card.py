@@ -23,7 +23,8 @@ class ModelCardInfo:
         algorithm: ``"grpo"`` or ``"dpo"`` (or any name).
         envs: the env(s) trained on (names as given to the scripts); empty for preference data alone.
         is_adapter: the folder holds a PEFT adapter (else a full model).
-        repo_id: where it is pushed; used in the loading snippets (default: ``model_name``).
+        repo_id: what the loading snippets load: the Hub repo it is pushed to, or the folder's path (default:
+            ``model_name``).
         eval_env: the env the evaluation table was measured on.
         eval_before, eval_after: evaluation of the base model and of the trained model (same problems, seeds and
             settings), or ``None`` when not evaluated.

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +80,7 @@ class PublishArguments:
         default=None,
         metadata={
             "help": "Progress bars (training steps with elapsed time and ETA, the card's evaluations): true, false, or "
-            "unset for 'when stderr is a terminal'."
+            "unset for 'when stderr or stdout is a terminal' (stdout under accelerate launch)."
         },
     )
 
@@ -195,6 +194,9 @@ def publish_run(
     _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push)
 
     repo_id = args.hub_model_id or Path(output_dir).absolute().name
+    # What the card's commands and snippets load: the Hub repo when there is one, else the folder, as a path that
+    # resolves from where the run was started (a bare folder name would be taken for a Hub id).
+    model_ref = repo_id if (push or args.hub_model_id) else output_dir
     env = publish_args.card_eval_env or eval_env or (envs[0] if envs else None)
     settings: dict[str, Any] = {}
     if publish_args.card_eval and env is None:
@@ -205,7 +207,7 @@ def publish_run(
         kwargs = env_kwargs if env in envs else eval_env_kwargs if env == eval_env else None
         try:
             result.eval_before, result.eval_after, settings = _evaluate_before_after(
-                trainer, base_model, output_dir, repo_id, env, kwargs, publish_args
+                trainer, base_model, output_dir, model_ref, env, kwargs, publish_args
             )
         except NoTestSplitError:  # the trained model is saved; the card just has nothing held out to report
             print(
@@ -219,7 +221,7 @@ def publish_run(
         algorithm=algorithm,
         envs=list(envs),
         is_adapter=is_adapter,
-        repo_id=repo_id,
+        repo_id=model_ref,
         eval_env=env if result.eval_after is not None else None,
         eval_before=result.eval_before,
         eval_after=result.eval_after,
@@ -250,7 +252,9 @@ def _card_hyperparameters(args) -> dict[str, Any]:
     return shown
 
 
-def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: str, env: str, env_kwargs, publish_args):
+def _evaluate_before_after(
+    trainer, base_model: str, output_dir: str, model_ref: str, env: str, env_kwargs, publish_args
+):
     from .model_eval import evaluate_model
 
     args = trainer.args
@@ -264,7 +268,7 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: s
         "temperature": temperature,
         "seed": publish_args.card_eval_seed,
     }
-    command = ["trl-envs", "eval", "--model", repo_id, "--env", env]
+    command = ["trl-envs", "eval", "--model", model_ref, "--env", env]
     if env_kwargs:
         command += ["--env_kwargs", json.dumps(env_kwargs)]
     command += [
@@ -324,8 +328,10 @@ def _evaluate_before_after(trainer, base_model: str, output_dir: str, repo_id: s
 
 
 def show_progress(asked: bool | None) -> bool:
-    """Whether to draw progress bars: as ``asked``, else (``None``) when stderr is a terminal."""
-    return asked if asked is not None else sys.stderr.isatty()
+    """Whether to draw progress bars: as ``asked``, else (``None``) when stderr or stdout is a terminal."""
+    from ..trainers.progress import on_terminal
+
+    return asked if asked is not None else on_terminal()
 
 
 def _write_config(output_dir, algorithm, base_model, envs, env_kwargs, args, script_args, model_args, push) -> None:

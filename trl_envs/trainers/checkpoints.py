@@ -49,7 +49,16 @@ class CheckpointError(UsageError):
 
 @dataclass
 class ResumeArguments:
-    """Resume option of the env trainers' configs."""
+    """Resume and overwrite options of the env trainers' configs."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train into an output_dir that holds another run's model (another algorithm, env or model), "
+            "replacing that run: its traces and checkpoint folders are removed, its model files overwritten. "
+            "Refused by default (the training scripts)."
+        },
+    )
 
     resume_allow_changes: bool = field(
         default=False,
@@ -243,11 +252,16 @@ def check_resume_settings(
 _held: dict[str, list] = {}
 
 
+def is_main_launch_process() -> bool:
+    """Whether this is the main process of a launch (``RANK`` unset or 0), known before any model or accelerator."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
 @contextlib.contextmanager
 def hold_output_dir(output_dir: str | os.PathLike[str] | None) -> Iterator[None]:
     """Hold ``output_dir``'s lock (:data:`LOCK_FILE`) for the block; another process holding it is refused at once
     with :class:`UsageError`. Re-entrant within a process; only the main process (``RANK`` 0) locks."""
-    if output_dir is None or int(os.environ.get("RANK", "0") or 0) != 0:
+    if output_dir is None or not is_main_launch_process():
         yield
         return
     from filelock import FileLock, Timeout
@@ -285,6 +299,7 @@ __all__ = [
     "ResumeArguments",
     "check_resume_settings",
     "hold_output_dir",
+    "is_main_launch_process",
     "last_complete_checkpoint",
     "run_settings",
     "verify_checkpoint",

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .activation_checkpointing import ActivationCheckpointing
 from .checkpoints import ResumeArguments
 from .rollout_args import RolloutArguments, check_count
 
@@ -13,7 +14,7 @@ ASYNC_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence
 
 
 @dataclass
-class EnvGRPOConfig(RolloutArguments, ResumeArguments, GRPOConfig):
+class EnvGRPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, GRPOConfig):
     """``GRPOConfig`` with the settings of env rollouts. Every GRPO option keeps its TRL meaning.
 
     ``num_generations`` is the group size: every env group must have exactly that many envs.

@@ -14,20 +14,41 @@ STEP_BAR_FORMAT = "step {n_fmt}/{total_fmt} · {elapsed} elapsed · ETA {remaini
 """The step counter: ``step 12/150 · 00:21 elapsed · ETA 02:30``."""
 
 
+def terminal_stream() -> TextIO | None:
+    """The standard stream on a terminal, ``sys.stderr`` first, else ``sys.stdout``; ``None`` when neither is one.
+
+    Under ``accelerate launch`` the script's stderr is a pipe (accelerate copies it through) while stdout is still the
+    terminal: the progress goes to stdout there."""
+    for stream in (sys.stderr, sys.stdout):
+        try:
+            if stream is not None and stream.isatty():
+                return stream
+        except (AttributeError, ValueError):  # replaced or closed streams
+            continue
+    return None
+
+
+def on_terminal() -> bool:
+    """Whether the user watches this process on a terminal (:func:`terminal_stream`)."""
+    return terminal_stream() is not None
+
+
 class StepProgressCallback(TrainerCallback):
     """A tqdm counter of optimizer steps, ``step 12/150 · 00:21 elapsed · ETA 02:30``, on the main process.
 
     Args:
-        enabled: draw it; ``None`` (default): only when ``file`` is a terminal. Off, the callback does nothing.
-        file: where to draw it (default: ``sys.stderr``).
+        enabled: draw it; ``None`` (default): only when stderr or stdout is a terminal (:func:`terminal_stream`). Off,
+            the callback does nothing.
+        file: where to draw it (default: the terminal's stream, else ``sys.stderr``).
 
     It replaces the Trainer's own bar (``transformers.ProgressCallback``): remove that one when adding this one
     (:func:`use_step_progress` does both).
     """
 
     def __init__(self, enabled: bool | None = None, file: TextIO | None = None):
-        self.file = file if file is not None else sys.stderr
-        self.enabled = self.file.isatty() if enabled is None else enabled
+        terminal = terminal_stream()
+        self.file = file if file is not None else terminal or sys.stderr
+        self.enabled = (terminal is not None if file is None else self.file.isatty()) if enabled is None else enabled
         self.bar: tqdm | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
