@@ -260,7 +260,7 @@ class Check:
         if self.cpu:  # as tests/test_real_model_configs.py shrinks a recipe to seconds on a CPU
             cmd += ["--max_steps", "1", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"]
             cmd += ["--num_generations", "2", "--max_completion_length", "4", "--use_cpu", "true", "--bf16", "false"]
-            cmd += ["--dtype", "float32", "--gradient_checkpointing", "false"]
+            cmd += ["--dtype", "float32", "--activation_checkpointing", "false"]
         else:
             cmd += ["--max_steps", "4"]
         code, output = self.run(cmd, self.out / "recipe_0.5b.log")

@@ -135,6 +135,6 @@ def test_out_of_memory_names_the_settings_that_lower_memory_for_its_phase(
     assert named in line, line
     for knob in ("per_device_train_batch_size", "max_completion_length", "num_generations", "max_staleness 0"):
         assert knob in line, (knob, line)
-    assert ("gradient_checkpointing true" in line) == (phase == "training"), line
+    assert ("activation_checkpointing true" in line) == (phase == "training"), line
     assert "(torch: CUDA out of memory. Tried to allocate 2.00 GiB (simulated))" in line
     assert not (out / "README.md").exists()

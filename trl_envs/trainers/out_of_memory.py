@@ -24,7 +24,7 @@ GENERATION_KNOBS = (
 )
 TRAINING_KNOBS = (
     "fewer rows per micro-batch (per_device_train_batch_size, with gradient_accumulation_steps raised to keep the "
-    "step's rows), gradient_checkpointing true, fewer tokens per turn (max_completion_length) or per episode "
+    "step's rows), activation_checkpointing true, fewer tokens per turn (max_completion_length) or per episode "
     "(max_context_tokens), a smaller group (num_generations), "
     "and max_staleness 0 (the sampler process of max_staleness >= 1 holds its own copy of the policy)"
 )
