@@ -274,7 +274,7 @@ def parse_run_args(
     if settings.values.get("model_name_or_path") is None and "model_name_or_path" in settings.values:
         settings.values["model_name_or_path"] = peeked.get("tiny_model")
         settings.sources["model_name_or_path"] = "script default (offline demo model)"
-    if env_name is None and not getattr(script_args, "env_dataset", None):  # offline DPO: no env, so the env's
+    if env_name is None and not peeked.get("env_dataset"):  # offline DPO: no env, so the env's
         # settings (rounds, sampling, turn budgets) mean nothing and are not shown
         for name in ENV_ONLY_SETTINGS:
             settings.values.pop(name, None)
