@@ -104,7 +104,7 @@ class EnvTrainerMixin:
         if getattr(self.args, "use_vllm", False):
             from ..samplers.vllm import VLLMSampler
 
-            return VLLMSampler(self.vllm_generation, trl_seam.tokenizer_of(self))
+            return VLLMSampler(trl_seam.vllm_generation(self), trl_seam.tokenizer_of(self))
         return HFSampler(
             self.model_wrapped,
             trl_seam.tokenizer_of(self),
