@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...multiplayer.game import Opponent
 from ...multiplayer.match import GameMatch, OpponentAbandoned, OpponentTimeout
-from .game import TicTacToeGame, seat_of
+from .game import MARKS, TicTacToeGame, seat_of
 from .rules import Board, Mark, Outcome
 
 __all__ = ["OpponentAbandoned", "OpponentTimeout", "TicTacToeMatch"]
@@ -41,6 +41,17 @@ class TicTacToeMatch(GameMatch):
     @property
     def board(self) -> Board:
         return self.game.board
+
+    @property
+    def to_move(self) -> Mark | None:
+        """The mark whose move the game waits for; ``None`` once it is over."""
+        seat = None if self.over else self.game.to_move()
+        return None if seat is None else MARKS[seat]
+
+    @property
+    def forfeited_by(self) -> Mark | None:
+        """The mark that lost by an illegal or unreadable move, if one did."""
+        return self.game.forfeited_by
 
     @property
     def result(self) -> Outcome | None:
