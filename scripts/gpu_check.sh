@@ -1,82 +1,67 @@
 #!/usr/bin/env bash
-# GPU check of trl_envs' distributed paths: tiny multi-turn GRPO runs of the offline tiny model through our
-# accelerate configs, with the same assertions as the CPU tests (every rank finished, whole groups per rank, rewards and
-# advantages equal to a single-process computation, env metrics over all ranks' episodes, generate calls in lock-step).
-# Each stage is one test of tests/test_gpu.py (skipped there without a GPU):
+# The GPU check of trl_envs in one command, offline: installs what the GPU image lacks from the bundle that
+# scripts/gpu_bundle.py gathered on a machine with the network, then runs scripts/gpu_check.py's stages (each prints
+# PASS / FAIL / SKIP with its time; summary.json and summary.txt in the output folder):
 #
-#   vllm_colocate  accelerate_configs/single_gpu.yaml, use_vllm colocate, guess_number (multi-turn); TRL's
-#                  importance-sampling correction uses our per-token vLLM logprobs (ratio logged, finite, near 1)
-#   zero2          accelerate_configs/zero2.yaml, min(2, GPUs) processes (2 GPUs: + ranks of uneven episode lengths);
-#                  also max_staleness 1 (a sampler process per GPU, its weights shared through CUDA IPC)
-#   zero3          accelerate_configs/zero3.yaml, likewise (parameter gathering around every generate call)
-#   fsdp2          accelerate_configs/fsdp2.yaml, likewise
-#   ddp            accelerate_configs/multi_gpu.yaml, 2 processes (needs 2 GPUs)
-#   vllm_server    `trl vllm-serve` on the last GPU + 2 training ranks (needs 3 GPUs): equal prompt lists per rank
+#   versions      torch, CUDA, the GPU, transformers, trl, accelerate, deepspeed, peft
+#   zero2 zero3 fsdp2   tests/test_gpu.py's runs of accelerate_configs/{zero2,zero3,fsdp2}.yaml on one GPU (zero2 also
+#                 with max_staleness 1: a sampler process on the GPU)
+#   async_exit    scripts/train_grpo.py --max_staleness 1: exits 0 and leaves no child process
+#   recipe_0.5b   scripts/configs/qwen2.5-0.5b/arithmetic.yaml, 4 steps, full-size random Qwen2.5-0.5B: step time, memory
+#   gpu_rollouts  bench/gpu_rollouts.py (the samplers' speed), when the tree has it
+#   (opt-in with --stages: vllm_colocate, ddp, vllm_server: they need vllm, 2 or 3 GPUs)
 #
-# Usage (from anywhere; a few minutes per stage at most, most of it start-up):
-#   bash scripts/gpu_check.sh                          # every stage; those the machine cannot run are SKIPPED
-#   STAGES="vllm_colocate zero2" bash scripts/gpu_check.sh
-# Writes one log per stage and summary.txt to $OUT (default ./gpu_check_out); exits 1 if a stage FAILED, 2 if no GPU.
-# Needs torch with CUDA, and vllm / deepspeed for their stages (missing ones are reported as SKIPPED, not passed).
-# The tiny model is built on first use (about a minute on a multi-core machine) unless a built one is found in
-# $TRL_ENVS_CACHE, or in .cache/trl_envs/ inside the repository (copy ~/.cache/trl_envs there to carry it along).
+# Usage, from the repository (with .gpu_bundle/ in it, or --bundle DIR):
+#   python scripts/gpu_bundle.py                     # on a machine with the network: gathers .gpu_bundle/ (~23 MB)
+#   bash scripts/gpu_check.sh                        # on the GPU machine: about 6 minutes on one H200
+#   bash scripts/gpu_check.sh --stages versions zero3 --out /tmp/check
+#   bash scripts/gpu_check.sh --cpu                  # the same stages on the CPU, small; no bundle needed
+# Output folder: --out, else $OUT when set, else ./gpu_check_out. Exit status: 0 no stage failed, 1 one did, 2 no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
-if [ -z "${TRL_ENVS_CACHE:-}" ] && [ -d .cache/trl_envs ]; then export TRL_ENVS_CACHE="$PWD/.cache/trl_envs"; fi
-OUT_DIR="${OUT:-$PWD/gpu_check_out}"
-mkdir -p "$OUT_DIR"
-STAGES="${STAGES:-vllm_colocate zero2 zero3 fsdp2 ddp vllm_server}"
-STAGE_TIMEOUT="${STAGE_TIMEOUT:-300}"
-declare -A TESTS=(
-  [vllm_colocate]=test_gpu_vllm_colocate_multi_turn [zero2]=test_gpu_zero2 [zero3]=test_gpu_zero3
-  [fsdp2]=test_gpu_fsdp2 [ddp]=test_gpu_ddp_multi_gpu [vllm_server]=test_gpu_vllm_server_two_ranks
-)
+BUNDLE="$PWD/.gpu_bundle"
+SITE="${GPU_CHECK_SITE:-/tmp/trl_envs_gpu_site}"
+CPU=0
+ARGS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle)
+      if [ ! -d "${2:-}" ]; then
+        echo "gpu_check.sh: --bundle: no folder at '${2:-}' (python scripts/gpu_bundle.py makes one)" >&2; exit 2
+      fi
+      BUNDLE="$(cd "$2" && pwd)"; shift 2 ;;
+    --cpu) CPU=1; ARGS+=("$1"); shift ;;
+    *) ARGS+=("$1"); shift ;;
+  esac
+done
 
-{
-  date -u
-  nvidia-smi -L 2>&1 || echo "nvidia-smi: not found"
-  python - <<'EOF'
-import importlib, torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())
-for name in ("transformers", "trl", "accelerate", "deepspeed", "vllm", "peft"):
-    try:
-        print(name, importlib.import_module(name).__version__)
-    except Exception as e:  # noqa: BLE001 - report, do not fail
-        print(name, "NOT AVAILABLE:", type(e).__name__, str(e)[:200])
-EOF
-} 2>&1 | tee "$OUT_DIR/env.txt"
+# Offline: no Hub requests; transformers 5 turns Hub kernels on by default on CUDA (needs the network and `kernels`).
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 USE_HUB_KERNELS=NO TRL_EXPERIMENTAL_SILENCE=1
+export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
+PY="$(command -v python3 || command -v python)"
 
-if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  echo "no CUDA GPU visible: nothing to check (the CPU paths are covered by: python -m pytest tests)" \
-    | tee "$OUT_DIR/summary.txt"
-  exit 2
+if [ "$CPU" = 0 ] && [ -d "$BUNDLE/wheels" ]; then
+  stamp="$(ls -l "$BUNDLE/wheels" "$BUNDLE/sdist" | cksum)"
+  if [ "$(cat "$SITE/.bundle" 2>/dev/null)" != "$stamp" ]; then
+    echo "installing $BUNDLE into $SITE (offline)"
+    start=$(date +%s)
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+      "$BUNDLE"/wheels/*.whl || { echo "FAIL: installing the bundle's wheels"; exit 1; }
+    DS_BUILD_OPS=0 "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
+      --upgrade --target "$SITE" "$BUNDLE"/sdist/deepspeed-*.tar.gz || { echo "FAIL: installing deepspeed"; exit 1; }
+    echo "$stamp" > "$SITE/.bundle"
+    echo "installed in $(( $(date +%s) - start ))s"
+  fi
+  export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  export TRL_ENVS_CACHE="${TRL_ENVS_CACHE:-$BUNDLE/cache/trl_envs}"
+elif [ "$CPU" = 0 ]; then
+  echo "no bundle at $BUNDLE: using the packages installed here (python scripts/gpu_bundle.py gathers one)"
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
-echo "tiny model: $(python -m trl_envs.tiny_model 2>"$OUT_DIR/tiny_model.log")" | tee -a "$OUT_DIR/env.txt"
-
-failed=0
-: > "$OUT_DIR/summary.txt"
-for stage in $STAGES; do
-  test_name="${TESTS[$stage]:-}"
-  if [ -z "$test_name" ]; then echo "unknown stage: $stage (known: ${!TESTS[*]})"; failed=1; continue; fi
-  start=$(date +%s)
-  timeout --kill-after=20 "$STAGE_TIMEOUT" python -m pytest "tests/test_gpu.py::$test_name" -q -s -rs \
-    -p no:cacheprovider >"$OUT_DIR/$stage.log" 2>&1
-  rc=$?
-  seconds=$(( $(date +%s) - start ))
-  if [ $rc -eq 0 ] && grep -qE "^[0-9]+ passed" <(tail -n 3 "$OUT_DIR/$stage.log"); then
-    verdict=PASSED
-  elif [ $rc -eq 0 ]; then
-    verdict="SKIPPED ($(grep -m1 -oE 'SKIPPED \[[0-9]+\] [^ ]+: .*' "$OUT_DIR/$stage.log" | cut -d: -f3- | sed 's/^ //'))"
-  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    verdict="FAILED (timed out after ${STAGE_TIMEOUT}s: hang?)"; failed=1
-  else
-    verdict="FAILED (exit $rc, see $stage.log)"; failed=1
-  fi
-  printf '%-14s %5ss  %s\n' "$stage" "$seconds" "$verdict" | tee -a "$OUT_DIR/summary.txt"
-done
-echo "logs: $OUT_DIR"
-exit $failed
+OUT_ARGS=()
+if [ -n "${OUT:-}" ]; then OUT_ARGS=(--out "$OUT"); fi
+exec "$PY" scripts/gpu_check.py "${OUT_ARGS[@]}" "${ARGS[@]}"

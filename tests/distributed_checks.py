@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 import pytest
-from mp_launch import accelerate_launch, read_ranks
+from mp_launch import accelerate_launch, accelerate_launch_machines, read_ranks
 
 G = 4  # num_generations
 PER_DEVICE = 8  # rows per rank = 2 groups per rank
@@ -25,35 +25,51 @@ def run_worker(
     timeout_s: float,
     launch_args=(),
     worker_args=(),
+    num_machines: int = 1,
 ) -> list[dict]:
-    """Launch tests/distributed_worker.py with ``config``; every rank's result (all must have finished)."""
+    """Launch tests/distributed_worker.py with ``config``; every rank's result (all must have finished). With
+    ``num_machines`` > 1, as many launches on this machine standing in for machines (``accelerate_launch_machines``),
+    ``world_size`` processes over all of them."""
     out = tmp_path / "out"
-    accelerate_launch(
-        config,
-        "tests/distributed_worker.py",
-        [
-            "--out",
-            str(out),
-            "--scenarios",
-            *scenarios,
-            "--steps",
-            str(STEPS),
-            "--num_generations",
-            str(G),
-            "--per_device_batch",
-            str(PER_DEVICE),
-            "--short_turns",
-            str(SHORT),
-            "--long_turns",
-            str(LONG),
-            "--model_path",
-            model_path,
-            *worker_args,
-        ],
-        timeout_s=timeout_s,
-        log_path=tmp_path / "launch.log",
-        launch_args=list(launch_args),
-    )
+    script_args = [
+        "--out",
+        str(out),
+        "--scenarios",
+        *scenarios,
+        "--steps",
+        str(STEPS),
+        "--num_generations",
+        str(G),
+        "--per_device_batch",
+        str(PER_DEVICE),
+        "--short_turns",
+        str(SHORT),
+        "--long_turns",
+        str(LONG),
+        "--model_path",
+        model_path,
+        *worker_args,
+    ]
+    worker = "tests/distributed_worker.py"
+    if num_machines > 1:
+        accelerate_launch_machines(
+            config,
+            worker,
+            script_args,
+            num_machines=num_machines,
+            timeout_s=timeout_s,
+            log_dir=tmp_path,
+            launch_args=list(launch_args),
+        )
+    else:
+        accelerate_launch(
+            config,
+            worker,
+            script_args,
+            timeout_s=timeout_s,
+            log_path=tmp_path / "launch.log",
+            launch_args=list(launch_args),
+        )
     ranks = read_ranks(out, world_size)
     assert all(r["finished"] for r in ranks)
     return ranks

@@ -377,7 +377,12 @@ def main(argv=None) -> None:
 
     state = PartialState(cpu=args.device == "cpu")  # the process group the trainers below use too
     rank = state.process_index
-    out: dict = {"rank": rank, "world_size": state.num_processes}
+    out: dict = {
+        "rank": rank,
+        "world_size": state.num_processes,
+        "machine_rank": int(os.environ.get("GROUP_RANK", "0")),  # torchrun's node rank (--machine_rank)
+        "local_rank": state.local_process_index,
+    }
     if args.lockstep_checks:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import lockstep_worker

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,66 @@ def accelerate_launch(
         *script_args,
     ]
     return run_with_timeout(cmd, timeout_s, log_path)
+
+
+def accelerate_launch_machines(
+    config: str,
+    script: str,
+    script_args: list[str],
+    *,
+    num_machines: int,
+    timeout_s: float,
+    log_dir: Path,
+    launch_args: list[str] = (),
+) -> None:
+    """``num_machines`` launches of ``config`` on this machine, as if on as many machines: the same command with
+    ``--num_machines``, its own ``--machine_rank`` and the main machine at ``127.0.0.1`` on one free port; all run at
+    once (the workers meet at the rendezvous). Every launch must exit 0 within ``timeout_s``, else all are killed and
+    the test fails with the tail of each machine's log (``log_dir/machine<k>.log``)."""
+    port = str(free_port())
+    procs, logs = [], []
+    try:
+        for rank in range(num_machines):
+            cmd = [
+                sys.executable,
+                "-m",
+                "accelerate.commands.launch",
+                "--config_file",
+                str(CONFIGS / config),
+                "--num_machines",
+                str(num_machines),
+                "--machine_rank",
+                str(rank),
+                "--main_process_ip",
+                "127.0.0.1",
+                "--main_process_port",
+                port,
+                *launch_args,
+                str(REPO / script),
+                *script_args,
+            ]
+            logs.append(log_dir / f"machine{rank}.log")
+            with open(logs[-1], "w") as log:
+                procs.append(
+                    subprocess.Popen(
+                        cmd, cwd=REPO, env=launch_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+                )
+        deadline = time.monotonic() + timeout_s
+        codes = [proc.poll() for proc in procs]
+        # until all exited, one failed (the others would wait for it at the next collective), or the time is up
+        while None in codes and not any(codes) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            codes = [proc.poll() for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_tree(proc)
+    tails = "\n".join(f"--- machine {k} ---\n{_tail(log, 3000)}" for k, log in enumerate(logs))
+    if any(codes):
+        pytest.fail(f"{num_machines}-machine run failed, exit codes {codes} (None: still running)\n{tails}")
+    if None in codes:
+        pytest.fail(f"{num_machines}-machine run did not finish within {timeout_s:.0f}s (hang?)\n{tails}")
 
 
 def torchrun(script: str, script_args: list[str], *, nproc: int, timeout_s: float, log_path: Path) -> str:

@@ -1,8 +1,9 @@
 """A small OpenEnv env server for the tests, written with OpenEnv's own server API (``Environment``, ``create_app``).
 
-    python tests/openenv_server.py [MAX_CONCURRENT_ENVS [WS_PING_INTERVAL_S]]
+    python tests/openenv_server.py [MAX_CONCURRENT_ENVS [WS_PING_INTERVAL_S [PORT]]]
 
-Binds 127.0.0.1 on a port the OS picks and prints ``PORT <n>`` once it accepts connections. The env: reset with a
+Binds 127.0.0.1 on PORT (default 0: a port the OS picks; a given one restarts a server where a killed one was) and
+prints ``PORT <n>`` once it accepts connections. The env: reset with a
 seed asks ``Say <seed % 10>.``; each step rewards 1.0 when the reply contains that digit, 0.0 otherwise, and the
 episode ends after two steps. A reply containing ``REJECT`` makes ``step`` raise (the env rejects the action); one
 containing ``SLOW`` takes a second. ``GET /test/sessions`` reports the env instances alive (sessions open) and made so
@@ -83,7 +84,7 @@ def main() -> None:
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", int(sys.argv[3]) if len(sys.argv) > 3 else 0))
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", lifespan="off", ws_ping_interval=ping, ws_ping_timeout=ping)
     )

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import multiprocessing
 import os
 import time
+
+from transformers import Qwen2ForCausalLM
 
 from trl_envs import EnvGroupBuilder, ListRLDataset, RLDatasetBuilder, StepResult
 from trl_envs.core.types import Env
@@ -101,3 +104,53 @@ def endless(renderer, group_size=2, batch_size=1, num_batches=1, num_test_batche
 def sleepy(renderer, group_size=2, batch_size=2, num_batches=4, step_s=60.0):
     """Each step sleeps ``step_s`` seconds: a rollout to interrupt."""
     return Builder(lambda i: Chat(renderer, 1.0, step_s=step_s), group_size, batch_size, num_batches)
+
+
+class SlowForwardLM(Qwen2ForCausalLM):
+    """The tiny model's class, whose forward sleeps ``RELIABILITY_FORWARD_S`` seconds in a child process (a sampler
+    process) after writing ``forward-<pid>-<n>`` into ``RELIABILITY_DIR``: a ``generate`` call still running when the
+    run ends. Defined in a module, so the child can import it."""
+
+    def forward(self, *args, **kwargs):
+        if multiprocessing.parent_process() is not None:
+            _touch("forward")
+            time.sleep(float(os.environ.get("RELIABILITY_FORWARD_S", "0")))
+        return super().forward(*args, **kwargs)
+
+
+class _NumberedBuilder(Builder):
+    """:class:`Builder` whose ``make(group, i)`` also gets the group's index in the dataset."""
+
+    async def __call__(self):
+        def split():
+            groups = [
+                Group(lambda i, g=g: self.make(g, i), self.group_size)
+                for g in range(self.batch_size * self.num_batches)
+            ]
+            return ListRLDataset(groups, self.batch_size)
+
+        return split(), split()
+
+
+def failing_after(renderer, ok_groups=2, group_size=2, batch_size=1, num_batches=30):
+    """The first ``ok_groups`` groups have mixed rewards; every step of the later ones raises ``RuntimeError``: an env
+    server that went away for good."""
+
+    def make(group, i):
+        if group < ok_groups:
+            return Chat(renderer, float(i))
+        return Chat(renderer, fail=RuntimeError("the env's server is gone"))
+
+    return _NumberedBuilder(make, group_size, batch_size, num_batches)
+
+
+def failing_on_rank(renderer, rank=1, group_size=2, batch_size=1, num_batches=4):
+    """Mixed rewards, except on process ``rank`` of a distributed launch (``RANK``), where every step raises."""
+    here = int(os.environ.get("RANK", "0"))
+
+    def make(i):
+        if here == rank:
+            return Chat(renderer, fail=RuntimeError("the env's server is down"))
+        return Chat(renderer, float(i))
+
+    return Builder(make, group_size, batch_size, num_batches)

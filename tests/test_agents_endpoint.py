@@ -2,8 +2,12 @@
 sampler call per wave of calls, and every bad case gets one clear error."""
 
 import asyncio
+import contextlib
 import copy
+import gc
 import json
+import logging
+import os
 
 import pytest
 
@@ -15,6 +19,7 @@ from trl_envs import Renderer  # noqa: E402
 from trl_envs.agents import AgentEnv, AgentError, AgentGroupBuilder  # noqa: E402
 from trl_envs.core.tools import CALCULATOR  # noqa: E402
 from trl_envs.rollout.engine import FailFast, RetryOnFailure, RolloutBudget, run_rollout_batch  # noqa: E402
+from trl_envs.rollout.watchdog import RolloutTimeoutError  # noqa: E402
 from trl_envs.samplers.text_policy import TextPolicySampler  # noqa: E402
 from trl_envs.training_data.row_layout import plan_rows  # noqa: E402
 from trl_envs.training_data.rows import trajectory_to_data  # noqa: E402
@@ -135,6 +140,28 @@ async def rewriting_agent(base_url, api_key, task):
             model="p", messages=[{"role": "user", "content": f"Earlier you said {first.choices[0].message.content}"}]
         )
         return float(bool(second.choices[0].message.content))
+
+
+def open_descriptors() -> int:
+    gc.collect()
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors in /proc")
+def test_256_concurrent_agents_per_step_complete_without_errors_or_descriptor_growth(renderer):
+    """256 agent episodes at once (64 groups of 4), each making two calls through its own openai client, for two
+    steps: every episode completes, no call fails, and the process holds no more open descriptors after the second
+    step than after the first (connections and sockets of finished episodes are closed)."""
+    tasks = [{"question": f"{i}*3+1?", "answer": i * 3 + 1} for i in range(64)]
+    counts = []
+    for _ in range(2):
+        result, sampler = rollout(renderer, calculator_agent, tasks, group_size=4)
+        episodes = [t for g in result.groups for t in g.trajectories]
+        assert len(episodes) == 256 and not result.error_counts
+        assert all(t.transitions[-1].reward == 1.0 and len(t.transitions) == 2 for t in episodes)
+        assert sum(len(c) for c in sampler.calls) == 512
+        counts.append(open_descriptors())
+    assert counts[1] <= counts[0], counts
 
 
 def test_rewritten_history_trains_one_row_per_call(renderer):
@@ -383,6 +410,59 @@ def test_a_timed_out_agent_is_retried_and_cancelled(renderer):
     assert result.groups[0].trajectories[0].transitions[-1].reward == 1.0
     assert len(set(calls)) == 2 and result.error_counts == {"TimeoutError": 1}
     assert cancelled == calls[:1]  # the stuck run did not outlive its rollout
+
+
+async def never_returns(base_url, api_key, task):
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+        await client.chat.completions.create(model="p", messages=[{"role": "user", "content": "Hi"}])
+        await asyncio.sleep(3600)  # its own work never ends
+
+
+@pytest.mark.parametrize("strategy", ["fail_fast", "retry"])
+def test_an_agent_that_never_returns_is_ended_by_the_timeout_naming_the_agent_function(renderer, strategy):
+    """The timeout names the agent function (what the user wrote), not ``AgentEnv.step``; under retry the group is
+    retried, then skipped, and the batch completes."""
+    timeout = 1.0
+    if strategy == "fail_fast":
+        with pytest.raises(RolloutTimeoutError) as raised:
+            rollout(
+                renderer, never_returns, ["t"], policy=lambda p: "ok", strategy=FailFast(per_rollout_timeout=timeout)
+            )
+        message = str(raised.value)
+    else:
+        with caplog_of("trl_envs.rollout.engine") as records:
+            result, _ = rollout(
+                renderer,
+                never_returns,
+                ["t", "u"],
+                policy=lambda p: "ok",
+                strategy=RetryOnFailure(max_retries=1, per_rollout_timeout=timeout),
+            )
+        assert result.groups == [None, None] and result.error_counts["TimeoutError"] == 4
+        message = "\n".join(records)
+    assert "AgentEnv running agent function 'never_returns'" in message, message
+    assert "it was in agent function 'never_returns', after the model answered its call of turn 0" in message, message
+    assert "AgentEnv.step" not in message
+
+
+@contextlib.contextmanager
+def caplog_of(logger_name: str):
+    """The messages logged by ``logger_name`` (INFO and above) while the block runs."""
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger, handler = logging.getLogger(logger_name), Keep(logging.INFO)
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
 
 
 async def raw_http_agent(base_url, api_key, task):

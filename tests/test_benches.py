@@ -5,6 +5,7 @@ self_play measure learning, not time; scaling launches processes: not run here.)
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -168,3 +169,50 @@ def test_multi_agent_pads_ours_to_the_cookbooks_prompt_length(bench, tmp_path, c
     cookbook, padded = sides["cookbook"]["prompt_tokens_per_move"], sides["ours_padded"]["prompt_tokens_per_move"]
     assert result["pad_tokens"] > 200 and abs(padded - cookbook) / cookbook < 0.15, (cookbook, padded)
     assert all(s["valve"] == 0 and s["calls"] > 0 for s in sides.values())
+
+
+def test_gpu_rollouts_cpu_smoke_measures_every_backend(bench, tmp_path, capsys):
+    """The GPU bench's --cpu smoke run: every backend, sync and async, both recipes; its results JSON carries the exact
+    command and the device, ratios come from measured numbers and no target is judged on a CPU."""
+    out = tmp_path / "gpu_rollouts.json"
+    report = bench("gpu_rollouts").main(["--cpu", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "timed: wall time between optimizer-step ends" in printed
+    saved = json.loads(out.read_text())
+    assert saved["command"] == f"python bench/gpu_rollouts.py --cpu --out {out}" and saved["device"].startswith("CPU")
+    runs = {(r["recipe"], r["backend"], r["max_staleness"]) for r in saved["results"]}
+    assert runs == {
+        (recipe, backend, k)
+        for recipe in ("arithmetic", "guess_number")
+        for backend in ("generate", "static_cache", "continuous_batching")
+        for k in (0, 1)
+    }
+    for r in saved["results"]:
+        assert r["steady_step_s"] > 0 and r["generation_tokens_per_s"] > 0 and r["peak_rss_gb"] > 0
+        assert all(n > 0 for n in r["sampled_tokens_per_step"])
+    assert saved["failed"] == [] and saved["not_run"] == []
+    assert all(t["met"] is None for t in saved["targets"]) and len(saved["targets"]) == 3
+    assert "MET" not in printed.replace("not judged", "")
+    assert report["ratios"] == saved["ratios"] and saved["ratios"]
+
+
+def test_gpu_rollouts_keeps_going_past_a_failed_run(bench, tmp_path, capsys, monkeypatch):
+    module = bench("gpu_rollouts")
+    real = module.one_run
+
+    def failing(model_path, tokenizer, spec, backend, *rest):
+        if backend == "static_cache":
+            raise RuntimeError("CUDA out of memory (stand-in)\nmore lines")
+        return real(model_path, tokenizer, spec, backend, *rest)
+
+    monkeypatch.setattr(module, "one_run", failing)
+    out = tmp_path / "r.json"
+    args = ["--cpu", "--recipes", "arithmetic", "--staleness", "0", "--backends", "static_cache", "generate"]
+    module.main([*args, "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert [r["backend"] for r in saved["results"]] == ["generate"]
+    assert saved["failed"] == [
+        "Qwen/Qwen2.5-0.5B-Instruct arithmetic (single turn) static_cache k=0: "
+        "RuntimeError: CUDA out of memory (stand-in)"
+    ]
+    assert "FAILED Qwen/Qwen2.5-0.5B-Instruct arithmetic" in capsys.readouterr().out

@@ -222,6 +222,7 @@ def test_every_config_loads_with_the_intended_distributed_type():
         "zero3.yaml": ("DEEPSPEED", 8),
         "fsdp2.yaml": ("FSDP", 8),
         "cpu_2proc.yaml": ("MULTI_GPU", 2),
+        "multi_node.yaml": ("MULTI_GPU", 16),
     }
     assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == sorted(expected)
     for name, (dist_type, nproc) in expected.items():

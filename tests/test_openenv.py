@@ -27,6 +27,7 @@ from trl_envs.openenv import (  # noqa: E402
     OpenEnvCapacityError,
     OpenEnvConnectionError,
     OpenEnvDatasetBuilder,
+    OpenEnvServerGone,
     io_loop,
 )
 from trl_envs.registry import EnvRowError, make_env_dataset, make_env_group_builder  # noqa: E402
@@ -233,20 +234,164 @@ def test_server_killed_mid_rollout_fail_fast_names_the_url(server, renderer):
     assert io_loop.open_sessions() == []
 
 
-def test_server_killed_mid_rollout_retry_skips_the_groups(server, renderer):
+def test_server_gone_for_good_under_retry_stops_naming_the_url(server, renderer, caplog):
     srv = server()
-    groups = batch(srv.url, renderer)
+    groups = batch(srv.url, renderer, reconnect_timeout_s=2)
     start = time.monotonic()
-    result = run_rollout_batch(
-        groups,
-        TextPolicySampler(renderer, killing_policy(srv)),
-        RolloutBudget(max_turns=4),
-        RetryOnFailure(max_retries=1, per_rollout_timeout=60),
-    )
-    assert time.monotonic() - start < 30
-    assert result.groups == [None, None]  # retried on a fresh session, which failed too: skipped, not crashed
-    assert result.error_counts["OpenEnvConnectionError"] >= 2 and result.error_counts["GroupSkipped"] == 2
+    with caplog.at_level("WARNING", logger="trl_envs.openenv.session"):
+        with pytest.raises(OpenEnvServerGone, match=f"OpenEnv server at {re.escape(srv.url)} did not come back"):
+            run_rollout_batch(
+                groups,
+                TextPolicySampler(renderer, killing_policy(srv)),
+                RolloutBudget(max_turns=4),
+                RetryOnFailure(max_retries=1, per_rollout_timeout=60),
+            )
+    assert time.monotonic() - start < 30  # the reconnect allowance, not a retry budget spent in a tight loop
+    waits = [float(m[1]) for r in caplog.records if (m := re.search(r"trying again in ([\d.]+) s", r.getMessage()))]
+    assert waits[:2] == [0.5, 1.0] and waits == sorted(set(waits))  # backed off, doubling; one line per wait
+    assert all(srv.url in r.getMessage() for r in caplog.records if "trying again" in r.getMessage())
     assert io_loop.open_sessions() == []
+
+
+def restarting_policy(srv: Server, down_s: float, episodes: int):
+    """Kills the server once every one of ``episodes`` episodes has asked for its first reply (all hold an open
+    session and are about to step), and starts it again on the same port ``down_s`` seconds later."""
+    port = srv.url.rsplit(":", 1)[1]
+    restarted: list[Server] = []
+    calls = []
+
+    def restart() -> None:
+        time.sleep(down_s)
+        restarted.append(Server("64", "20", port))
+
+    def policy(prompt: str) -> str:
+        calls.append(prompt)
+        if len(calls) == episodes and srv.proc.poll() is None:
+            srv.kill()  # mid-rollout: every episode has its session open and is about to step
+            threading.Thread(target=restart, daemon=True).start()
+        return digit_policy(prompt)
+
+    return policy, restarted
+
+
+def test_server_restarted_mid_rollout_retry_replays_every_episode(server, renderer, caplog):
+    srv = server()
+    groups = batch(srv.url, renderer)  # 2 groups of 3: six episodes in flight when the server dies
+    policy, restarted = restarting_policy(srv, down_s=1.5, episodes=6)
+    try:
+        with caplog.at_level("WARNING", logger="trl_envs.openenv.session"):
+            result = run_rollout_batch(
+                groups,
+                TextPolicySampler(renderer, policy),
+                RolloutBudget(max_turns=4),
+                RetryOnFailure(max_retries=1, per_rollout_timeout=60),  # fewer retries than dropped episodes
+            )
+        assert [t.step_reward for g in result.groups for t in g.trajectories] == [2.0] * 6  # none skipped
+        assert result.error_counts["OpenEnvConnectionLost"] >= 6 and "GroupSkipped" not in result.error_counts
+        assert any("trying again in" in r.getMessage() for r in caplog.records)  # it waited for the server
+        assert restarted[0].url == srv.url and restarted[0].live_sessions_soon() == 0
+        assert io_loop.open_sessions() == []
+    finally:
+        for s in restarted:
+            s.stop()
+
+
+class KillServerAfterStep:
+    """A trainer callback: kills ``srv`` when step ``step`` ends; with ``restart_after_s``, a thread starts it again on
+    the same port that many seconds later (``restarted`` holds it)."""
+
+    def __init__(self, srv: Server, step: int = 1, restart_after_s: float | None = None):
+        from transformers import TrainerCallback
+
+        self.srv, self.restarted = srv, []
+        outer = self
+
+        class Callback(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step == step:
+                    outer.srv.kill()
+                    if restart_after_s is not None:
+                        threading.Thread(target=outer.restart, args=(restart_after_s,), daemon=True).start()
+
+        self.callback = Callback()
+        self.restart_after_s = restart_after_s
+
+    def restart(self, delay: float) -> None:
+        time.sleep(delay)
+        self.restarted.append(Server("64", "20", self.srv.url.rsplit(":", 1)[1]))
+
+
+def openenv_trainer(url, tiny_model_path, tokenizer, cpu_grpo_config, callback, **env_options):
+    envs = make_env_dataset(
+        "openenv", Renderer(tokenizer), group_size=4, groups_per_batch=2, url=url, num_test_batches=0, **env_options
+    )
+    config = cpu_grpo_config(max_steps=3, max_turns=2, rollout_error_strategy="retry", rollout_timeout=120)
+    return EnvGRPOTrainer(tiny_model_path, config, envs, processing_class=tokenizer, callbacks=[callback])
+
+
+def test_training_survives_a_server_restart_and_trains_every_step(server, tiny_model_path, tokenizer, cpu_grpo_config):
+    srv = server()
+    killer = KillServerAfterStep(srv, step=1, restart_after_s=1.0)
+    trainer = openenv_trainer(srv.url, tiny_model_path, tokenizer, cpu_grpo_config, killer.callback)
+    try:
+        trainer.train()  # step 2's episodes find the server down, wait with backoff, and play once it is back
+        logged = [h for h in trainer.state.log_history if "env/openenv/reward/total" in h]
+        assert trainer.state.global_step == 3 and len(logged) == 3
+        assert all(h["env/all/skipped_groups"] == 0.0 for h in logged)  # nothing lost to the restart
+        assert killer.restarted[0].sessions()["made"] >= 2 * 2 * 4  # steps 2 and 3 played on the new server
+        assert killer.restarted[0].live_sessions_soon() == 0 and open_sessions_soon() == []
+    finally:
+        for s in killer.restarted:
+            s.stop()
+
+
+def test_training_with_a_server_that_never_returns_stops_naming_the_url(
+    server, tiny_model_path, tokenizer, cpu_grpo_config
+):
+    srv = server()
+    killer = KillServerAfterStep(srv, step=1)
+    trainer = openenv_trainer(
+        srv.url, tiny_model_path, tokenizer, cpu_grpo_config, killer.callback, reconnect_timeout_s=3
+    )
+    with pytest.raises(OpenEnvServerGone, match=f"OpenEnv server at {re.escape(srv.url)} did not come back"):
+        trainer.train()
+    assert trainer.state.global_step == 1 and open_sessions_soon() == []
+
+
+def open_sessions_soon(wait_s: float = 15.0) -> list:
+    """This process's open sessions once none is left, or those left after ``wait_s`` (a session to a dead server
+    finishes closing in the background: its close handshake times out)."""
+    deadline = time.monotonic() + wait_s
+    while (left := io_loop.open_sessions()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_a_run_whose_server_never_returns_exits_non_zero_naming_the_url(server, tiny_model_path, tmp_path):
+    srv = server()
+    options = json.dumps({"url": srv.url, "reconnect_timeout_s": 3, "num_test_batches": 1})
+    repo = Path(__file__).resolve().parents[1]
+    run = subprocess.Popen(
+        [sys.executable, str(repo / "scripts" / "train_grpo.py"), "--model_name_or_path", tiny_model_path]
+        + ["--env", "openenv", "--env_kwargs", options, "--max_steps", "30", "--health_patience", "50"]
+        + ["--rollout_error_strategy", "retry", "--card_eval", "false", "--output_dir", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while srv.sessions()["made"] < 1 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # training has started playing on the server
+        srv.kill()
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode not in (0, None)
+    last = stderr.strip().splitlines()[-1]
+    assert f"OpenEnv server at {srv.url} did not come back" in last and "Traceback" not in stderr
 
 
 def test_rejected_action_is_a_clear_error_and_no_session_leaks(shared, renderer):

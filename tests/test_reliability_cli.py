@@ -257,3 +257,67 @@ def test_a_cookbook_env_without_test_split_trains_and_writes_a_card_without_eval
     assert code == 0, err[-2000:]
     assert "has no test split, so the card has no evaluation table" in printed + err
     assert (out / "README.md").exists() and (out / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("patience", ["50", "None"])
+def test_a_run_that_mostly_trained_on_nothing_exits_1_whatever_health_patience_is(
+    patience, capsys, tmp_path, tiny_model_path
+):
+    """Every group fails after the second step (an env server gone for good), skipped after its retries; patience
+    above the run's length (or None) never stops it, but the end of the run does: more than half of the steps
+    trained on nothing."""
+    out = tmp_path / "out"
+    code, err = run_grpo(
+        capsys,
+        "--model_name_or_path",
+        tiny_model_path,
+        "--env",
+        "reliability_envs:failing_after",
+        "--env_kwargs",
+        '{"ok_groups": 4}',
+        "--rollout_error_strategy",
+        "retry",
+        "--rollout_max_retries",
+        "0",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_steps",
+        "6",
+        "--health_patience",
+        patience,
+        "--output_dir",
+        str(out),
+    )
+    assert code == 1, err[-2000:]
+    assert "train_grpo.py: error: training on" in err and "ended at step 6" in err, err[-2000:]
+    assert "in 4 of its 6 logged steps every group was skipped" in err, err[-2000:]
+    assert "Traceback" not in err
+    assert not (out / "README.md").exists() and not (out / "model.safetensors").exists()
+
+
+def test_an_env_row_missing_a_field_is_one_line_naming_row_and_field_before_training(capsys, tmp_path, tiny_model_path):
+    import json
+
+    rows = tmp_path / "rows.jsonl"
+    good = {"env": "arithmetic", "a": 1, "b": 2}
+    rows.write_text("\n".join(json.dumps(r) for r in [good, good, good, {"env": "arithmetic", "a": 4}, good]) + "\n")
+    out = tmp_path / "out"
+    printed: list[str] = []
+    code, err = run_grpo(
+        capsys,
+        "--env_dataset",
+        str(rows),
+        "--model_name_or_path",
+        tiny_model_path,
+        "--max_steps",
+        "1",
+        "--output_dir",
+        str(out),
+        out=printed,
+    )
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "env row 3, field 'b': missing required field 'b'" in lines[0], err[-2000:]
+    assert "'loss'" not in printed[0] and not (out / "model.safetensors").exists()  # stopped before training

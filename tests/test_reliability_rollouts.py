@@ -17,6 +17,9 @@ from trl_envs import (
     EnvContractError,
     EnvGroupBuilder,
     FailFast,
+    MessageEnv,
+    MessageStepResult,
+    MessageTokenEnv,
     RetryOnFailure,
     RolloutBudget,
     RolloutTimeoutError,
@@ -463,3 +466,53 @@ def test_cleanup_started_before_a_cancellation_still_runs_to_its_end():
     with pytest.raises(RuntimeError, match="late failure"):
         run_rollout_batch([healthy, failing], Sampler())
     assert healthy.cleaned == 1 and failing.cleaned == 1
+
+
+# -- observations far beyond the budget are refused before they are tokenized ----------------------------------------
+
+
+class HugeObservation(MessageEnv):
+    """Asks a question; the turn ``at`` (0: the first observation) brings a 10 MB message."""
+
+    def __init__(self, at: int):
+        self.at, self.turn = at, 0
+
+    def message(self) -> dict:
+        content = "x" * 10_000_000 if self.turn == self.at else f"question {self.turn}"
+        return {"role": "user", "content": content}
+
+    async def initial_messages(self):
+        return [self.message()]
+
+    async def step(self, response):
+        self.turn += 1
+        return MessageStepResult(0.5, False, [self.message()])
+
+
+@pytest.mark.parametrize(("at", "overflow"), [(0, "end"), (2, "error"), (2, "end")])
+def test_a_10_mb_observation_is_refused_naming_env_and_budget_without_tokenizing_it(at, overflow, renderer):
+    longest = []
+    apply = renderer.tokenizer.apply_chat_template
+
+    def recording(messages, **kwargs):
+        longest.append(max(len(str(m.get("content", ""))) for m in messages))
+        return apply(messages, **kwargs)
+
+    renderer.tokenizer.apply_chat_template = recording
+    try:
+        sampler = Sampler(lambda prompt, max_tokens: TokensWithLogprobs([7, renderer.end_of_turn_token_id], None))
+        budget = RolloutBudget(max_turns=5, max_tokens_per_turn=4, max_context_tokens=1024, context_overflow=overflow)
+        builders = [Group(lambda c, i: MessageTokenEnv(HugeObservation(at), renderer), size=1)]
+        if at == 0 or overflow == "error":
+            with pytest.raises(ContextBudgetError) as raised:
+                run_rollout_batch(builders, sampler, budget)
+            message = str(raised.value)
+            assert message.startswith(f"HugeObservation: the observation of turn {at} holds 10,000,0"), message
+            assert "over the context budget of 1,024 tokens" in message and "it was not tokenized" in message
+        else:
+            trajectory = run_rollout_batch(builders, sampler, budget).groups[0].trajectories[0]
+            assert trajectory.stop_reason == "max_tokens" and len(trajectory.transitions) == at
+            assert [t.reward for t in trajectory.transitions] == [0.5] * (at - 1) + [0.0]  # the last went unanswered
+    finally:
+        renderer.tokenizer.apply_chat_template = apply
+    assert max(longest, default=0) < 1000  # the 10 MB message never reached the tokenizer

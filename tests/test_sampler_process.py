@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from trl_envs import HFSampler, SampleRequest
-from trl_envs.samplers.process import SamplerProcess, SamplerProcessError
+from trl_envs.samplers.process import SamplerProcess, SamplerProcessDied
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -83,7 +83,9 @@ def test_child_errors_are_raised_in_the_parent_and_a_dead_child_is_named(policy,
         assert len(sampler.sample(requests(tokenizer))) == 3  # the child serves on after an error
 
         os.kill(sampler.process.pid, signal.SIGKILL)
-        with pytest.raises(SamplerProcessError, match=r"sampler process \(pid \d+\) died at 'sample', exit code -9"):
+        with pytest.raises(
+            SamplerProcessDied, match=r"sampler process \(pid \d+, .*\) was killed by SIGKILL \(exit code -9"
+        ):
             sampler.sample(requests(tokenizer))
     finally:
         sampler.close()
@@ -121,7 +123,7 @@ def test_a_model_class_defined_in_the_training_script_is_named_at_start(tmp_path
         textwrap.dedent(
             f"""
             from transformers import AutoTokenizer, Qwen2ForCausalLM
-            from trl_envs.samplers.process import SamplerProcess, SamplerProcessError
+            from trl_envs.samplers.process import SamplerProcess, SamplerProcessDied, SamplerProcessError
 
             class MyModel(Qwen2ForCausalLM):
                 pass

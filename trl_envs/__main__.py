@@ -3,5 +3,8 @@
 import sys
 
 from .cli.commands import main
+from .cli.errors import bound_exit
 
-sys.exit(main())
+status = main()
+bound_exit("trl-envs", status)  # whatever would hold the process at exit, it ends within seconds
+sys.exit(status)

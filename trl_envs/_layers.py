@@ -42,7 +42,13 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # name is asked for (registry.names.PREFIXED_ENVS, registry.names.IMPORTED_OBJECT_ADAPTERS).
     (
         "ecosystem",
-        ("trl_envs.tinker", "trl_envs.reasoning_gym", "trl_envs.textarena", "trl_envs.pettingzoo"),
+        (
+            "trl_envs.tinker",
+            "trl_envs.reasoning_gym",
+            "trl_envs.textarena",
+            "trl_envs.pettingzoo",
+            "trl_envs.skyrl_gym",
+        ),
     ),
     # Trajectories -> what is trained (training rows, preference pairs, the built-in preference dataset).
     ("training_data", ("trl_envs.training_data",)),

@@ -76,6 +76,7 @@ class AgentEnv(Env):
         self.prompts = renderer if isinstance(renderer, PromptBuilder) else PromptBuilder(renderer)
         self.name = name or getattr(agent, "__name__", type(agent).__name__)
         self.observations_extend = True  # instance attributes, read by the rollout engine
+        self.runs = f"agent function {self.name!r}"  # what timeouts and stall reports name, not AgentEnv.step
         self.max_tokens_next_turn: int | None = None
         self._endpoint: AgentEndpoint | None = None
         self._session: Session | None = None

@@ -5,8 +5,12 @@
 * a plain input mistake (:class:`UsageError`, and the ``ValueError`` / ``KeyError`` family the library raises for bad
   settings, unknown envs and bad rows) prints ``<prog>: error: <message>`` and exits 2 -- no traceback, no usage
   dump; messages longer than :data:`MAX_MESSAGE_CHARS` are shortened. ``TRL_ENVS_TRACEBACK=1`` shows the traceback.
-* a run stopped on purpose (:class:`RunFailed`: the training-health watchdog, non-finite rewards) prints its message
-  and exits 1;
+* a run stopped on purpose (:class:`RunFailed`: the training-health watchdog, non-finite rewards, a dead sampler
+  process, a full disk while writing a checkpoint) prints its message and exits 1; so does a full disk met anywhere
+  else (:func:`disk_full_message`: the file and the free space of its disk);
+* :func:`bound_exit`: once a command's work is done, the process exits within :data:`EXIT_GRACE_S` seconds even if
+  something would hold it (a thread or child process the interpreter waits for at exit); a line names what was
+  still running.
 * Ctrl-C and ``SIGTERM`` take the same path (see :func:`termination_signals`): the rollouts in flight are cancelled,
   every env's ``cleanup()`` runs, a line says what stopped the run, and the exit status is 130 (SIGINT) or 143
   (SIGTERM). A second signal exits at once.
@@ -15,7 +19,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import signal
 import sys
 import traceback
@@ -27,6 +33,12 @@ MAX_VALUE_CHARS = 200
 MAX_MESSAGE_CHARS = 2000
 """Longest error message printed by :func:`run_command`."""
 TRACEBACK_ENV = "TRL_ENVS_TRACEBACK"
+EXIT_GRACE_S = 20.0
+"""How long a finished command's process may take to exit (see :func:`bound_exit`)."""
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_TEXTS = ("No space left on device", "os error 28", "Disk quota exceeded")
 
 
 class UsageError(ValueError):
@@ -51,6 +63,51 @@ def shorten_message(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
         return message
     half = limit // 2
     return f"{message[:half]} [... {len(message) - 2 * half:,} characters left out ...] {message[-half:]}"
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or an error it was raised from) says the disk is full: ``ENOSPC`` / ``EDQUOT``, or the text of
+    one (safetensors' writer reports ``os error 28`` in its message)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(error) for text in DISK_FULL_TEXTS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def describe_disk(path: str | os.PathLike[str]) -> str:
+    """``"the disk holding <path> has <free> free of <total>"`` (the nearest existing folder of ``path``)."""
+    folder = os.path.abspath(os.fspath(path))
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        usage = shutil.disk_usage(folder)
+    except OSError:
+        return f"the disk holding {path} (its free space could not be read)"
+    return f"the disk holding {folder} has {_size(usage.free)} free of {_size(usage.total)}"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"  # pragma: no cover
+
+
+def disk_full_message(error: BaseException) -> str | None:
+    """One line for a full disk met outside a checkpoint (the final model save, a log file): the file and the free
+    space of its disk; ``None`` when ``error`` is not a full disk."""
+    if not is_disk_full(error):
+        return None
+    filename = getattr(error, "filename", None)
+    where = f"while writing {filename}" if filename else "while writing"
+    disk = describe_disk(filename) if filename else "check the free space of the output folder's disk"
+    return f"no space left on device {where}: {disk}. Free some space and run again."
 
 
 def is_plain_error(error: BaseException) -> bool:
@@ -159,10 +216,52 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
             _report(prog, e)
             return 1
         except BaseException as e:  # noqa: BLE001 - input mistakes become one line; anything else is re-raised
+            if (disk_full := disk_full_message(e)) is not None:
+                _report(prog, RunFailed(disk_full))
+                return 1
             if not is_plain_error(e):
                 raise
             _report(prog, e)
             return 2
+
+
+def bound_exit(prog: str, status: int, grace_s: float = EXIT_GRACE_S) -> None:
+    """Call when ``prog``'s work is done and the process is about to exit with ``status``: if it is still alive
+    ``grace_s`` seconds later (the interpreter waits at exit for non-daemon threads, thread pools and child
+    processes), print one line naming what still runs and exit at once with ``status``."""
+    import threading
+    import time
+
+    def force() -> None:
+        time.sleep(grace_s)
+        with contextlib.suppress(Exception):
+            print(f"{prog}: {_still_running(grace_s)}; exiting now (status {status})", file=sys.stderr, flush=True)
+        os._exit(status)
+
+    threading.Thread(target=force, name="trl_envs-bound-exit", daemon=True).start()
+
+
+def _still_running(grace_s: float) -> str:
+    import multiprocessing
+    import threading
+
+    threads = [
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.current_thread() and t is not threading.main_thread() and not t.daemon
+    ]
+    children = [f"{p.name} (pid {p.pid})" for p in multiprocessing.active_children()]
+    held = ", ".join(
+        part
+        for part in (
+            f"threads {', '.join(threads)}" if threads else "",
+            f"child processes {', '.join(children)}" if children else "",
+        )
+        if part
+    )
+    return f"the process had not exited {grace_s:g} s after its work ended" + (
+        f" (still running: {held})" if held else ""
+    )
 
 
 def _report(prog: str, error: BaseException) -> None:
@@ -176,6 +275,10 @@ __all__ = [
     "MAX_VALUE_CHARS",
     "RunFailed",
     "UsageError",
+    "bound_exit",
+    "describe_disk",
+    "disk_full_message",
+    "is_disk_full",
     "received_signal",
     "run_command",
     "shorten",

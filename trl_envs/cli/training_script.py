@@ -171,10 +171,14 @@ def make_envs(
 
 def main_entry(prog: str, parse: Callable[..., tuple], main: Callable[..., Any]) -> None:
     """A script's ``if __name__ == "__main__"``: parse (``parse(argv, report=False)`` -> ``(parser, parsed,
-    settings)``), check, run ``main(*parsed)``; mistakes and signals end in one line and a non-zero exit status."""
+    settings)``), check, run ``main(*parsed)``; mistakes and signals end in one line and a non-zero exit status, and
+    the process exits within :data:`~trl_envs.cli.errors.EXIT_GRACE_S` seconds of the end of its work."""
+    from .errors import bound_exit
     from .scripts import run_training_script
 
-    if status := run_training_script(prog, lambda argv: parse(argv, report=False)[1:], main):
+    status = run_training_script(prog, lambda argv: parse(argv, report=False)[1:], main)
+    bound_exit(prog, status)  # whatever would hold the process at exit, it ends within seconds
+    if status:
         sys.exit(status)
 
 

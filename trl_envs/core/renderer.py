@@ -3,11 +3,17 @@
 The multi-turn rule (docs/DESIGN.md, "token-exact multi-turn"): the next observation is the previous observation,
 then the action tokens exactly as sampled, then the rendered tokens of the *new* messages only. History is never
 re-rendered or re-tokenized, so what the trainer scores is exactly what the model sampled.
+
+Messages that cannot fit are not tokenized: while :data:`observation_token_limit` holds a limit (the rollout engine
+sets it to the episode's context budget), messages whose text is longer than ``limit`` times the tokenizer's longest
+token (:attr:`Renderer.max_token_chars`: no token covers more characters, so they need more than ``limit`` tokens)
+raise :class:`ObservationOverBudgetError` at once -- tokenizing a 10 MB observation takes tens of seconds.
 """
 
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -17,6 +23,28 @@ Message: TypeAlias = dict[str, Any]
 """A chat message: ``{"role": ..., "content": ...}`` (plus ``tool_calls`` etc. where the template knows them)."""
 
 ResponseEnd: TypeAlias = Literal["stop", "eos", "malformed"]
+
+observation_token_limit: ContextVar[int | None] = ContextVar("observation_token_limit", default=None)
+"""The most tokens an observation may have in the running episode (set by the rollout engine to
+``RolloutBudget.max_context_tokens``); ``None``: no limit known."""
+
+
+class ObservationOverBudgetError(ValueError):
+    """Messages whose text alone needs more tokens than :data:`observation_token_limit` (raised before tokenizing).
+
+    Attributes:
+        chars: characters of text in the messages; ``min_tokens``: the fewest tokens they can take; ``limit``: the
+            budget.
+    """
+
+    def __init__(self, chars: int, min_tokens: int, limit: int, longest: int):
+        self.chars, self.min_tokens, self.limit = chars, min_tokens, limit
+        super().__init__(
+            f"holds {chars:,} characters of message text: at least {min_tokens:,} tokens (no token of the tokenizer "
+            f"is longer than {longest} characters), over the context budget of {limit:,} tokens "
+            "(max_context_tokens; a trainer defaults it to the model's maximum positions); it was not tokenized"
+        )
+
 
 _PROBE_USER = {"role": "user", "content": "Hi"}
 _PROBE_ASSISTANT = {"role": "assistant", "content": "Hello"}
@@ -76,6 +104,7 @@ class Renderer:
             stops.append(self.eos_token_id)
         self._stop_ids = stops
         self._render_cache: dict[tuple[Any, bool], tuple[int, ...]] = {}
+        self._max_token_chars: int | None = None
         self._probe_prefix = self._apply([_PROBE_USER, _PROBE_ASSISTANT], add_generation_prompt=False)
         # The tokens the template puts after an assistant turn's end-of-turn token and before the next message
         # (e.g. "\n" for ChatML) come from the suffix rendering; see `extend_observation`.
@@ -94,11 +123,27 @@ class Renderer:
             out = out["input_ids"]
         return list(out)
 
+    @property
+    def max_token_chars(self) -> int:
+        """The most characters one token of the tokenizer stands for (its longest vocabulary entry, at least 1)."""
+        if self._max_token_chars is None:
+            self._max_token_chars = max(1, max((len(t) for t in self.tokenizer.get_vocab()), default=1))
+        return self._max_token_chars
+
+    def _check_fits(self, messages: list[Message]) -> None:
+        limit = observation_token_limit.get()
+        if limit is None:
+            return
+        chars = _text_chars(messages)
+        if chars > limit * self.max_token_chars:
+            raise ObservationOverBudgetError(chars, -(-chars // self.max_token_chars), limit, self.max_token_chars)
+
     def _apply_cached(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
         """``_apply`` memoized on the messages' JSON: envs render the same few conversations and replies over and
         over (every env of a group, every "Higher."), and every chat-template render is event-loop time. Messages that
         are not JSON-serializable (images, ...) are rendered every time. Templates that print the current date keep the
         date of their first render for the life of the Renderer."""
+        self._check_fits(messages)
         key = _plain_key(messages)  # text-only messages: a tuple, several times cheaper than their JSON
         if key is None:
             try:
@@ -187,6 +232,17 @@ class Renderer:
             f"Renderer: cannot find the end-of-turn token of {self.name!r}'s chat template, and the tokenizer has "
             "no EOS token."
         )
+
+
+def _text_chars(value: Any) -> int:
+    """Characters of every string in ``value`` (messages: contents, text parts, tool calls)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_text_chars(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_text_chars(v) for v in value)
+    return 0
 
 
 def _plain_key(messages: list[Message]) -> tuple | None:

@@ -21,7 +21,7 @@ from ..core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder, check
 from ..core.message_env import MessageTokenEnv
 from ..core.renderer import Renderer
 from ..core.types import TEST_SEED_OFFSET, Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
-from .game import Opponent, TurnGame
+from .game import IllegalReply, Opponent, TurnGame
 from .match import GameMatch
 from .player import GamePlayerEnv
 
@@ -120,6 +120,76 @@ class GameGroupBuilder(EnvGroupBuilder):
         return {**self.__dict__, "_matches": []}  # live games stay with the process that plays them
 
 
+def game_group_from_row(
+    name: str,
+    make_factory: Callable[[dict[str, Any]], Callable[[int], TurnGame]],
+    renderer: Renderer,
+    group_size: int,
+    *,
+    seed: int,
+    opponent: str | None,
+    seat: int | None,
+    make_kwargs: dict | None,
+    move_timeout: float,
+    invalid_reply_penalty: float,
+) -> GameGroupBuilder:
+    """The group of one game row of env ``name`` (the ``from_row`` of every game adapter): ``make_factory(options)``
+    is the adapter's game factory for the row's ``make_kwargs`` (a dataset's struct nulls dropped); a game made from
+    ``seed`` tells the player count. A row's opponent is a name (``"random"``, ``"self"``/``None``), never an import
+    path: a dataset must not make trl_envs import code."""
+    options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}
+    if opponent not in (None, "random", "self"):
+        raise ValueError(f"env {name!r}: a row's 'opponent' must be 'random' or 'self' (or null), got {opponent!r}")
+    make_game = make_factory(options)
+    probe = make_game(seed)
+    probe.close()
+    return GameGroupBuilder(
+        make_game,
+        renderer,
+        group_size,
+        probe.num_players,
+        seed,
+        None if opponent == "self" else opponent,
+        seat,
+        move_timeout,
+        invalid_reply_penalty,
+        tag=name,
+    )
+
+
+def import_function(name: str, option: str, ref: str, signature: str) -> Callable[..., Any]:
+    """The function ``"package.module:function"`` an option of env ``name`` names; ``ValueError`` naming the env, the
+    option and what is wrong (not importable, not callable) otherwise."""
+    import importlib
+
+    module_name, _, attr = ref.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"env {name!r}: option {option!r}: cannot import {ref!r}: {e}") from e
+    if not callable(found):
+        raise ValueError(f"env {name!r}: option {option!r}: {ref!r} is not a function {signature}")
+    return found
+
+
+def resolve_opponent(name: str, option: str, value: Any) -> Opponent | str | None:
+    """An ``opponent`` / ``test_opponent`` option as the group takes it: ``None`` or ``"self"`` (self-play),
+    ``"random"``, a callable, or ``"package.module:function"`` imported (a command line cannot pass a callable);
+    ``ValueError`` naming ``name`` and ``option`` otherwise."""
+    if value is None or value == "random" or callable(value):
+        return value
+    if value == "self":
+        return None
+    if isinstance(value, str) and ":" in value:
+        return import_function(name, option, value, "(text, rng) -> reply")
+    raise ValueError(
+        f"env {name!r}: option {option!r} must be 'random', 'self' (or null: self-play), or an opponent function "
+        f"'package.module:function' taking (text, rng) and returning the reply; got {value!r}"
+    )
+
+
 def check_options_known(builder_class: type, name: str, options: dict[str, Any], internal: set[str]) -> None:
     """Raise ``ValueError`` naming ``name`` and the option for an ``--env_kwargs`` key ``builder_class`` (a dataclass)
     does not take; ``internal`` are fields the adapter sets itself."""
@@ -186,6 +256,11 @@ class GameDataset(BuiltinDataset):
 class GameDatasetBuilder(BuiltinDatasetBuilder):
     """Training games (self-play, or against ``opponent``) and a test set against ``test_opponent``.
 
+    An opponent is ``"random"`` (the game's :meth:`~trl_envs.multiplayer.game.TurnGame.random_reply`), ``None`` /
+    ``"self"`` (self-play), a callable ``(text, rng) -> reply``, or its import path ``"package.module:function"``
+    (what a command line passes). ``test_opponent`` left out is ``"random"`` where the game names its legal moves and
+    self-play elsewhere (the test split then measures the model's play, legal moves and finished games).
+
     Subclasses (one per adapter) set ``env_name`` on the instance and supply :meth:`game_factory`.
     """
 
@@ -194,7 +269,7 @@ class GameDatasetBuilder(BuiltinDatasetBuilder):
     group_size: int = 4
     num_players: int = 2
     opponent: str | None = None
-    test_opponent: str = "random"
+    test_opponent: str | None = None
     seat: int | None = None
     move_timeout: float = 120.0
     invalid_reply_penalty: float = 0.0
@@ -204,23 +279,39 @@ class GameDatasetBuilder(BuiltinDatasetBuilder):
     def check_options(self) -> None:
         self.env_name = self.name  # errors name the env the user asked for
         super().check_options()
-        for option in ("opponent", "test_opponent"):
-            value = getattr(self, option)
-            if value is not None and value != "random" and not callable(value):
-                raise ValueError(
-                    f"env {self.name!r}: option {option!r} must be 'random' (or None for self-play, "
-                    f"'opponent' only), got {value!r}"
-                )
-        if self.test_opponent is None:
-            raise ValueError(
-                f"env {self.name!r}: option 'test_opponent' must be 'random' (the test split plays a fixed opponent)"
-            )
+        self.opponent = resolve_opponent(self.name, "opponent", self.opponent)
+        self.test_opponent = resolve_opponent(self.name, "test_opponent", self.test_opponent)
+        if "random" in (self.opponent, self.test_opponent) or self.test_opponent is None:
+            random_plays = self.random_opponent_plays()
+            for option in ("opponent", "test_opponent"):
+                if getattr(self, option) == "random" and not random_plays:
+                    raise ValueError(
+                        f"env {self.name!r}: option {option!r} is 'random', but the game names no moves to draw "
+                        "from; name an opponent function instead: 'package.module:function' taking (text, rng)"
+                    )
+            if self.test_opponent is None:  # the default: 'random' where the game names its moves, else self-play
+                self.test_opponent = "random" if random_plays else None
         check_number_option(self.name, "move_timeout", self.move_timeout, positive=True)
         check_number_option(self.name, "invalid_reply_penalty", self.invalid_reply_penalty)
         check_group(self.name, self.group_size, self.num_players, self.opponent, self.seat)
 
     def game_factory(self) -> Callable[[int], TurnGame]:
         raise NotImplementedError(f"{type(self).__name__} must define game_factory()")
+
+    def random_opponent_plays(self) -> bool:
+        """Whether the ``"random"`` opponent can move in this game: the game names a legal move at its start."""
+        game = self.game_factory()(self.test_seed)
+        try:
+            seat = game.to_move()
+            if seat is None:
+                return True
+            game.observe(seat)
+            game.random_reply(seat, random.Random(0))
+            return True
+        except IllegalReply:
+            return False
+        finally:
+            game.close()
 
     def dataset(self, num_batches: int, seed: int, opponent: Any = None) -> RLDataset:
         return GameDataset(

@@ -23,7 +23,9 @@ from .session import (
     OpenEnvActionError,
     OpenEnvCapacityError,
     OpenEnvConnectionError,
+    OpenEnvConnectionLost,
     OpenEnvError,
+    OpenEnvServerGone,
     OpenEnvSession,
 )
 
@@ -33,11 +35,13 @@ __all__ = [
     "OpenEnvActionError",
     "OpenEnvCapacityError",
     "OpenEnvConnectionError",
+    "OpenEnvConnectionLost",
     "OpenEnvDataset",
     "OpenEnvDatasetBuilder",
     "OpenEnvEnv",
     "OpenEnvError",
     "OpenEnvGroupBuilder",
+    "OpenEnvServerGone",
     "OpenEnvSession",
     "TextMapping",
     "default_observation_text",

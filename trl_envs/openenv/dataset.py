@@ -21,7 +21,7 @@ from ..core.renderer import Renderer
 from ..core.types import TEST_SEED_OFFSET, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from .env import OpenEnvGroupBuilder
 from .mapping import ActionFn, ObservationFn, TextMapping
-from .session import DEFAULT_MESSAGE_TIMEOUT_S, INSTALL
+from .session import DEFAULT_MESSAGE_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S, INSTALL
 
 ENV_NAME = "openenv"
 
@@ -75,8 +75,9 @@ class OpenEnvDatasetBuilder(RLDatasetBuilder):
     Options (``--env_kwargs``): ``action_field`` / ``observation_field`` (:mod:`trl_envs.openenv.mapping`; Python:
     ``action_fn`` / ``observation_fn``), ``system_prompt``, ``reset_kwargs`` (extra arguments of the server's
     ``reset``, e.g. a task name), ``max_sessions`` (sessions open at once per server from this process; the others
-    wait), ``message_timeout_s``, ``rejected_action_reward`` (``None``: a rejected action is an error; a number: the
-    episode ends with it), ``tag`` (the metrics' logging tag).
+    wait), ``message_timeout_s``, ``reconnect_timeout_s`` (how long a new episode waits, retrying with backoff, for an
+    unreachable server to come back before the run stops, default 60), ``rejected_action_reward`` (``None``: a
+    rejected action is an error; a number: the episode ends with it), ``tag`` (the metrics' logging tag).
     """
 
     renderer: Renderer
@@ -97,6 +98,7 @@ class OpenEnvDatasetBuilder(RLDatasetBuilder):
     reset_kwargs: dict[str, Any] = field(default_factory=dict)
     max_sessions: int | None = None
     message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S
+    reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S
     rejected_action_reward: float | None = None
     tag: str = ENV_NAME
 
@@ -140,6 +142,11 @@ class OpenEnvDatasetBuilder(RLDatasetBuilder):
         if self.max_sessions is not None:
             _check_int("max_sessions", self.max_sessions, 1)
         _check_number("message_timeout_s", self.message_timeout_s, positive=True)
+        _check_number("reconnect_timeout_s", self.reconnect_timeout_s)
+        if self.reconnect_timeout_s < 0:
+            raise ValueError(
+                f"env {ENV_NAME!r}: option 'reconnect_timeout_s' must be >= 0 seconds, got {self.reconnect_timeout_s!r}"
+            )
         if self.rejected_action_reward is not None:
             _check_number("rejected_action_reward", self.rejected_action_reward)
         for name in ("action_field", "observation_field", "system_prompt", "tag"):
@@ -175,6 +182,7 @@ class OpenEnvDatasetBuilder(RLDatasetBuilder):
             system_prompt=self.system_prompt,
             max_sessions=self.max_sessions,
             message_timeout_s=self.message_timeout_s,
+            reconnect_timeout_s=self.reconnect_timeout_s,
             rejected_action_reward=self.rejected_action_reward,
         )
 

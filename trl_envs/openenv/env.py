@@ -22,7 +22,13 @@ from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.types import Env, EnvGroupBuilder
 from .mapping import TextMapping
 from .pool import acquire_slot
-from .session import DEFAULT_MESSAGE_TIMEOUT_S, OpenEnvActionError, OpenEnvError, OpenEnvSession
+from .session import (
+    DEFAULT_MESSAGE_TIMEOUT_S,
+    DEFAULT_RECONNECT_TIMEOUT_S,
+    OpenEnvActionError,
+    OpenEnvError,
+    OpenEnvSession,
+)
 
 
 class OpenEnvEnv(MessageEnv):
@@ -36,6 +42,8 @@ class OpenEnvEnv(MessageEnv):
         max_sessions: at most this many sessions open at once against ``url`` from this process (episodes beyond it
             wait); ``None``: no client-side limit.
         message_timeout_s: longest wait for one reply of the server.
+        reconnect_timeout_s: how long opening the episode's session keeps trying, with backoff, while the server is
+            unreachable (a restart); then :class:`~trl_envs.openenv.session.OpenEnvServerGone` stops the run.
         rejected_action_reward: ``None`` (default): an action the env rejects raises
             :class:`~trl_envs.openenv.session.OpenEnvActionError`; a number: the episode ends there with that reward
             (metric ``action_rejected`` = 1), a training signal like an illegal move.
@@ -50,18 +58,22 @@ class OpenEnvEnv(MessageEnv):
         system_prompt: str | None = None,
         max_sessions: int | None = None,
         message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
         rejected_action_reward: float | None = None,
     ):
         self.url, self.mapping = url, mapping
         self.reset_kwargs = dict(reset_kwargs or {})
         self.system_prompt, self.max_sessions = system_prompt, max_sessions
         self.message_timeout_s, self.rejected_action_reward = message_timeout_s, rejected_action_reward
+        self.reconnect_timeout_s = reconnect_timeout_s
         self.session: OpenEnvSession | None = None
         self._release: Callable[[], None] | None = None
 
     async def initial_messages(self) -> list[Message]:
         self._release = await acquire_slot(self.url, self.max_sessions)
-        self.session = OpenEnvSession(self.url, message_timeout_s=self.message_timeout_s)
+        self.session = OpenEnvSession(
+            self.url, message_timeout_s=self.message_timeout_s, reconnect_timeout_s=self.reconnect_timeout_s
+        )
         result = await self.session.reset(**self.reset_kwargs)
         if result.done:
             await self.close()

@@ -22,13 +22,31 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..multiplayer.game import IllegalReply, TurnGame
-from .text import FORMATTERS, Formatter, generic_text, read_action, split_observation
+from .text import Formatter, read_action, resolve_formatter, split_observation
 
 Api = Literal["aec", "parallel"]
 
 
+class MissingGameLibrary(ImportError, ValueError):
+    """A game needs a package that is not installed; the message is the line that installs it."""
+
+
+GAME_PACKAGES: dict[str, str] = {"chess": "chess", "rlcard": "rlcard", "shimmy": "'shimmy[openspiel]'"}
+"""What to ``pip install`` for a module a PettingZoo game imports (by the missing module's top-level name)."""
+
+
+def missing_package(game: str) -> str | None:
+    """The ``pip install`` argument of the package ``game`` needs and lacks, ``None`` when it imports."""
+    try:
+        import_game_module(game)
+    except MissingGameLibrary as e:
+        return e.name
+    return None
+
+
 def import_game_module(game: str):
-    """``pettingzoo.<family>.<module>`` for ``game = "<family>/<module>"``; ``ValueError`` naming it otherwise."""
+    """``pettingzoo.<family>.<module>`` for ``game = "<family>/<module>"``; ``ValueError`` naming it otherwise, and
+    :class:`MissingGameLibrary` (its ``name``: what to pip install) when a package the game needs is missing."""
     try:
         import pettingzoo  # noqa: F401
     except ImportError as e:
@@ -38,7 +56,17 @@ def import_game_module(game: str):
     family, _, module = game.partition("/")
     if not family or not module or "/" in module:
         raise ValueError(f"pettingzoo game {game!r}: expected '<family>/<module>', e.g. 'classic/tictactoe_v3'")
-    return importlib.import_module(f"pettingzoo.{family}.{module}")
+    try:
+        return importlib.import_module(f"pettingzoo.{family}.{module}")
+    except ImportError as e:
+        missing = (e.name or "").split(".")[0]
+        if not missing or missing == "pettingzoo":
+            missing = next((m for m in GAME_PACKAGES if m in str(e).lower()), missing or "?")
+        package = GAME_PACKAGES.get(missing, missing)
+        raise MissingGameLibrary(
+            f"env 'pettingzoo/{game}' needs the {missing!r} package, which is not installed: pip install {package}",
+            name=package,
+        ) from None
 
 
 class PettingZooGame(TurnGame):
@@ -50,7 +78,9 @@ class PettingZooGame(TurnGame):
         make_kwargs: keyword arguments of ``env`` / ``parallel_env``.
         api: ``"aec"`` or ``"parallel"``.
         illegal_reward: the reward of a reply that is not an action (the others get 0).
-        formatter: ``(agent, observation, legal actions) -> text`` (default: by game, see :mod:`.text`).
+        formatter: ``(agent, observation, legal actions) -> text``, or its name in
+            :data:`~trl_envs.pettingzoo.text.FORMATTERS` or import path ``"package.module:function"`` (default: the
+            game's, :data:`~trl_envs.pettingzoo.text.GAME_FORMATTERS`).
     """
 
     def __init__(
@@ -60,7 +90,7 @@ class PettingZooGame(TurnGame):
         make_kwargs: dict[str, Any] | None = None,
         api: Api = "aec",
         illegal_reward: float = -1.0,
-        formatter: Formatter | None = None,
+        formatter: Formatter | str | None = None,
     ):
         self.name = f"pettingzoo/{game}"
         module = import_game_module(game)
@@ -89,7 +119,7 @@ class PettingZooGame(TurnGame):
                     "read as one action number, so only Discrete action spaces are supported"
                 )
         self.illegal_reward = illegal_reward
-        self.formatter = formatter or FORMATTERS.get(game.rpartition("/")[2], generic_text)
+        self.formatter = resolve_formatter(self.name, formatter, game)
         self.returns = dict.fromkeys(self.agents, 0.0)
         self.forfeited_by: str | None = None
         self._log: list[tuple[str, int | str]] = []
@@ -165,6 +195,7 @@ class PettingZooGameFactory:
     make_kwargs: dict[str, Any] = field(default_factory=dict)
     api: Api = "aec"
     illegal_reward: float = -1.0
+    formatter: Formatter | str | None = None
 
     def __call__(self, seed: int) -> PettingZooGame:
-        return PettingZooGame(self.game, seed, self.make_kwargs, self.api, self.illegal_reward)
+        return PettingZooGame(self.game, seed, self.make_kwargs, self.api, self.illegal_reward, self.formatter)

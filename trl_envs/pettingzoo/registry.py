@@ -1,6 +1,7 @@
 """``pettingzoo/<family>/<module>`` names (e.g. ``pettingzoo/classic/tictactoe_v3``) as env kinds of the registry.
 
 A name trains by name with ``--env_kwargs`` (the options of :class:`PettingZooDatasetBuilder`: ``api``,
+``formatter`` (a name of :data:`~trl_envs.pettingzoo.text.FORMATTERS` or ``"package.module:function"``),
 ``make_kwargs``, ``opponent``, ``test_opponent``, ``seat``, ``illegal_reward``, ...) and from rows
 ``{"env": "pettingzoo/classic/tictactoe_v3", "seed": 3}`` (one group: self-play unless the row names an
 ``opponent``). The number of players is the game's (``possible_agents``).
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
-from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known
+from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known, game_group_from_row
 from ..registry.names import EnvKind, unknown_prefixed_name
-from .game import PettingZooGameFactory
+from .game import PettingZooGameFactory, missing_package
+from .text import FORMATTERS
 
 PREFIX = "pettingzoo/"
 LISTED_FAMILIES = ("classic",)
@@ -34,6 +36,7 @@ class PettingZooDatasetBuilder(GameDatasetBuilder):
     make_kwargs: dict[str, Any] = field(default_factory=dict)
     api: str = "aec"
     illegal_reward: float = -1.0
+    formatter: str | None = None
     game: str = field(default="classic/tictactoe_v3", kw_only=True)
 
     def check_options(self) -> None:
@@ -58,6 +61,7 @@ class PettingZooDatasetBuilder(GameDatasetBuilder):
             dict(self.make_kwargs),
             self.api,  # type: ignore[arg-type]
             self.illegal_reward,
+            self.formatter,
         )
 
 
@@ -94,23 +98,24 @@ def env_kind(name: str) -> EnvKind:
         illegal_reward: float = -1.0,
         move_timeout: float = 120.0,
         invalid_reply_penalty: float = 0.0,
+        formatter: str | None = None,
     ) -> GameGroupBuilder:
-        """One group of the game, started from ``seed``."""
-        options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}  # a Dataset's struct nulls
-        make_game = PettingZooGameFactory(game, options, api, illegal_reward)  # type: ignore[arg-type]
-        probe = make_game(seed)
-        probe.close()
-        return GameGroupBuilder(
-            make_game,
+        """One group of the game, started from ``seed``; ``formatter`` by name only (a row imports no code)."""
+        if formatter is not None and formatter not in FORMATTERS:
+            raise ValueError(
+                f"env {name!r}: a row's 'formatter' must be one of {sorted(FORMATTERS)}, got {formatter!r}"
+            )
+        return game_group_from_row(
+            name,
+            lambda options: PettingZooGameFactory(game, options, api, illegal_reward, formatter),  # type: ignore[arg-type]
             renderer,
             group_size,
-            probe.num_players,
-            seed,
-            opponent,
-            seat,
-            move_timeout,
-            invalid_reply_penalty,
-            tag=name,
+            seed=seed,
+            opponent=opponent,
+            seat=seat,
+            make_kwargs=make_kwargs,
+            move_timeout=move_timeout,
+            invalid_reply_penalty=invalid_reply_penalty,
         )
 
     description = f"PettingZoo {game}: n-player game, self-play (one env per agent)"
@@ -118,12 +123,27 @@ def env_kind(name: str) -> EnvKind:
     return EnvKind(name, description, factory, from_row, "pettingzoo")
 
 
+NOT_LISTED: dict[str, str] = {
+    "classic/chess_v6": "observations of 7,104 numbers and no text formatter",
+    "classic/hanabi_v5": "needs OpenSpiel through shimmy, and has no text formatter",
+    "classic/texas_holdem_v4": "observations of 72 numbers and no text formatter",
+}
+"""Games of :data:`LISTED_FAMILIES` left out of ``trl-envs list`` -> why (they still resolve by name: with a
+``formatter`` of your own they train)."""
+
+
 def env_names() -> dict[str, str]:
-    """The games of :data:`LISTED_FAMILIES`, as ``pettingzoo/<family>/<module>``."""
+    """The games of :data:`LISTED_FAMILIES` but :data:`NOT_LISTED`, as ``pettingzoo/<family>/<module>``; a game whose
+    package is missing says what to install."""
     out = {}
     for family in LISTED_FAMILIES:
         package = importlib.import_module(f"pettingzoo.{family}")
         for info in pkgutil.iter_modules(package.__path__):
-            if not info.ispkg and not info.name.startswith("_") and info.name != "all_modules":
-                out[f"{PREFIX}{family}/{info.name}"] = f"PettingZoo {family} game (self-play, one env per agent)"
+            game = f"{family}/{info.name}"
+            if info.ispkg or info.name.startswith("_") or info.name == "all_modules" or game in NOT_LISTED:
+                continue
+            description = f"PettingZoo {family} game (self-play, one env per agent)"
+            if (missing := missing_package(game)) is not None:
+                description += f"; needs: pip install {missing}"
+            out[PREFIX + game] = description
     return out

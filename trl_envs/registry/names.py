@@ -24,8 +24,8 @@ Where names come from, in order of precedence:
    read lazily with :mod:`importlib.metadata` (cached, and read again whenever a name is found neither above nor in
    the cache, and by :func:`list_envs`);
 4. families of names served by an adapter of another library (:data:`PREFIXED_ENVS`: ``reasoning_gym/<task>``,
-   ``textarena/<game>``, ``pettingzoo/<family>/<game>``), resolved by the adapter when such a name is asked for and
-   listed by :func:`list_envs` when the library is installed;
+   ``textarena/<game>``, ``pettingzoo/<family>/<game>``, ``skyrl_gym/<env>``), resolved by the adapter when such a
+   name is asked for and listed by :func:`list_envs` when the library is installed;
 5. for training by name only, ``"package.module:attr"``, imported on demand (never for rows: a dataset cannot make
    trl_envs import code).
 
@@ -63,6 +63,7 @@ PREFIXED_ENVS: dict[str, tuple[str, str]] = {
     "reasoning_gym/": ("reasoning_gym", "trl_envs.reasoning_gym.registry"),
     "textarena/": ("textarena", "trl_envs.textarena.registry"),
     "pettingzoo/": ("pettingzoo", "trl_envs.pettingzoo.registry"),
+    "skyrl_gym/": ("skyrl_gym", "trl_envs.skyrl_gym.registry"),
 }
 """Env-name families of the ecosystem adapters (docs/ecosystem.md): prefix -> (the package the adapter needs, the
 adapter module). The module defines ``env_kind(name) -> EnvKind`` (raising :class:`UnknownEnvError` with the closest

@@ -142,13 +142,19 @@ class RolloutPipeline:
             raise ready.error
         return ready
 
-    def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
-        """Stop: cancel the running batches (their envs are cleaned up), drop queued jobs, join the thread."""
+    def cancel(self) -> None:
+        """Start stopping, without waiting: drop queued jobs and cancel the running batches (their envs are cleaned
+        up). A ``generate`` call in flight still holds its batch until the sampler answers or is stopped."""
         with self._cond:
             self._stop = True
             self._jobs.clear()
             self._cond.notify_all()
         self._poke()
+
+    def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """Stop: :meth:`cancel`, then join the thread (a warning names it if it is still running after
+        ``timeout_s``)."""
+        self.cancel()
         self.thread.join(timeout_s)
         if self.thread.is_alive():
             warnings.warn(

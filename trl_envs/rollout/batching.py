@@ -14,6 +14,12 @@ on its own:
 
 Envs that take a while (I/O, grading) therefore cost their latency once per turn, not once per episode.
 
+A streaming sampler (one with ``submit(request) -> concurrent.futures.Future``, e.g.
+:class:`~trl_envs.samplers.continuous.ContinuousBatchingSampler` inside its session) is not batched by turn: each
+request of the policy goes to it as soon as its episode asks, and the sampler batches the requests in flight itself, so
+an episode's next turn does not wait for the slowest episode of the turn. Each such request counts as one call of one
+request; ``sampler_seconds`` is then the time during which at least one request was in flight.
+
 Requests may name another sampler (``sample(..., sampler=frozen)``: an opponent, an answerer or a judge model that is
 not the policy being trained); each sampler gets one call per flush with all of its requests. Requests made by env
 code through :func:`current_batcher` (``trl_envs.tinker.SamplerMessageCompleter``, ``ModelJudge``) join the batch of
@@ -182,6 +188,9 @@ class BatchingPolicy:
         if group_stall_timeout_s is not None and not group_stall_timeout_s > 0:
             raise ValueError(f"BatchingPolicy: group_stall_timeout_s must be > 0 or None, got {group_stall_timeout_s}")
         self.sampler = sampler
+        self._streams = callable(getattr(sampler, "submit", None))
+        self._streaming = 0  # streamed requests in flight
+        self._streaming_since = 0.0
         self.max_wait_s = max_wait_s
         self.sample_on_loop_thread = sample_on_loop_thread
         self.group_stall_timeout_s = group_stall_timeout_s
@@ -274,11 +283,13 @@ class BatchingPolicy:
             episode.asking += 1
             episode.awaiting += 1
             episode.last_progress = loop.time()
-        self._pending.append(pending)
-        if self.max_wait_s is not None and self._timer is None:
-            self._timer = loop.call_later(self.max_wait_s, self._maybe_flush, True)
-        self._maybe_flush()
         try:
+            if pending.sampler is None and self._streams:
+                return await self._submit(pending)
+            self._pending.append(pending)
+            if self.max_wait_s is not None and self._timer is None:
+                self._timer = loop.call_later(self.max_wait_s, self._maybe_flush, True)
+            self._maybe_flush()
             return await future
         finally:
             self._release(pending)
@@ -287,6 +298,23 @@ class BatchingPolicy:
                 episode.last_progress = loop.time()
 
     __call__ = sample
+
+    async def _submit(self, p: _Pending) -> TokensWithLogprobs:
+        """Send one request to a streaming sampler right away (see the module docstring) and await its result."""
+        self._release(p)
+        if p.clock is not None:
+            p.clock.resume()
+        self.num_calls += 1
+        self.batch_sizes.append(1)
+        if self._streaming == 0:
+            self._streaming_since = time.perf_counter()
+        self._streaming += 1
+        try:
+            return await asyncio.wrap_future(self.sampler.submit(p.request))
+        finally:
+            self._streaming -= 1
+            if self._streaming == 0:
+                self.sampler_seconds += time.perf_counter() - self._streaming_since
 
     async def wait_idle(self) -> None:
         """Wait for the sampler calls still running (their results are dropped), then stop the batcher's timers. A

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
+from ..cli.errors import RunFailed
+from ..core.renderer import ObservationOverBudgetError, observation_token_limit
 from ..core.types import (
     Env,
     EnvContractError,
@@ -156,6 +158,7 @@ class _EpisodeProgress:
         name = env_name(env)
         self.label = episode.links.label if episode is not None and episode.links is not None else name
         self.name = name
+        self.runs = _runs(env)
         self.ob: list[int] | None = None
         self.transitions: list[Transition] = []
         self.stepping: Any = None  # the action whose step has not returned yet
@@ -165,7 +168,7 @@ class _EpisodeProgress:
         if self.episode is not None:
             self.episode.activity = what
 
-    def ended_by_engine(self, how: str | BaseException) -> Trajectory:
+    def ended_by_engine(self, how: str | BaseException, stop_reason: str = "sibling_ended") -> Trajectory:
         if isinstance(how, BaseException):
             raise how
         transitions = list(self.transitions)
@@ -175,17 +178,33 @@ class _EpisodeProgress:
             raise SiblingEndedError(
                 f"{self.label} was left waiting in {self.episode.activity} before its first action: {how}"
             )
-        logger.info("%s ended: left waiting after %s", self.label, how)
+        if stop_reason == "sibling_ended":
+            logger.info("%s ended: left waiting after %s", self.label, how)
         final = list(self.ob) + list(self.stepping.tokens) if self.stepping is not None else list(self.ob)
-        return Trajectory(transitions, final, "sibling_ended", _extends(self.env))
+        return Trajectory(transitions, final, stop_reason, _extends(self.env))
 
 
 async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _EpisodeProgress) -> Trajectory:
+    limit = observation_token_limit.set(budget.max_context_tokens)  # renderers refuse what cannot fit, untokenized
+    try:
+        return await _play_turns(policy, env, budget, state)
+    except ObservationOverBudgetError as error:
+        turn = len(state.transitions) + (state.stepping is not None)
+        message = f"{state.name}: the observation of turn {turn} {error}"
+        if turn == 0 or budget.context_overflow == "error" or state.stepping is None:
+            raise ContextBudgetError(message) from None
+        logger.debug("%s; the episode ends with stop reason 'max_tokens'", message)
+        return state.ended_by_engine("its next observation is over the context budget", stop_reason="max_tokens")
+    finally:
+        observation_token_limit.reset(limit)
+
+
+async def _play_turns(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _EpisodeProgress) -> Trajectory:
     name = state.name
     sampler = sampler_name(policy)
     max_turns, per_turn = budget.max_turns, budget.max_tokens_per_turn
     per_trajectory, context, vocab_size = budget.max_tokens_per_trajectory, budget.max_context_tokens, budget.vocab_size
-    state.doing(f"{name}.initial_observation")
+    state.doing(f"{state.runs}, before its first turn" if state.runs else f"{name}.initial_observation")
     ob, stop = check_initial(env, await env.initial_observation())
     state.ob = ob
     transitions = state.transitions
@@ -217,7 +236,11 @@ async def _play(policy: TokenPolicy, env: Env, budget: RolloutBudget, state: _Ep
         state.doing(f"sampling turn {turn} with {sampler}")
         ac = check_sample(policy, await policy(ob, stop, max_tokens), max_tokens, vocab_size)
         tokens_used += len(ac.tokens)
-        state.doing(f"{name}.step (turn {turn})")
+        state.doing(
+            f"{state.runs}, after the model answered its call of turn {turn}"
+            if state.runs
+            else f"{name}.step (turn {turn})"
+        )
         state.stepping = ac
         result = await env.step(ac.tokens, extra={"logprobs": ac.logprobs, "finish_reason": ac.finish_reason})
         state.stepping = None
@@ -263,7 +286,9 @@ class RetryOnFailure:
     Args:
         max_retries: group-wide budget of retries, shared by replaced rollouts and repeated ``make_envs`` /
             ``compute_group_rewards`` calls that failed; when exceeded the group is skipped (returns ``None``, logged
-            and counted) instead of crashing training. Contract errors (:class:`EnvContractError`) are never retried.
+            and counted) instead of crashing training. Contract errors (:class:`EnvContractError`) and
+            :class:`UnrecoverableEnvError` are never retried; an :class:`EnvOutageError` (a server restart) is
+            replayed without spending this budget.
         per_rollout_timeout: seconds one rollout may take (env, model and grading included; time its requests
             spend waiting for other episodes to join a sampling batch is not counted), and one ``make_envs`` or
             ``compute_group_rewards`` call; ``None``: no limit.
@@ -286,6 +311,24 @@ class SkipGroupError(Exception):
     type and as ``GroupSkipped``; it is never retried."""
 
 
+class UnrecoverableEnvError(Exception):
+    """Raised by an env whose failure no retry can mend -- e.g. the server it plays on stayed unreachable for its
+    whole reconnect allowance. Never retried and never skipped: under every error strategy it propagates and stops the
+    rollout batch (and the training run, non-zero, with its message)."""
+
+
+class EnvOutageError(Exception):
+    """Base of errors that say the env's infrastructure failed, not the episode -- e.g. the connection to the server
+    it plays on dropped because the server restarted, which fails every episode in flight there at once. Under
+    :class:`RetryOnFailure` such a failure is replayed without spending the group's ``max_retries`` (up to
+    :data:`OUTAGE_RETRIES_PER_GROUP` times per group, then it spends as any error does); the env bounds the wait for
+    its infrastructure itself (:class:`UnrecoverableEnvError` when it does not come back)."""
+
+
+OUTAGE_RETRIES_PER_GROUP = 32
+"""Replays of :class:`EnvOutageError` failures a group gets before they spend its ``max_retries``."""
+
+
 class _GroupRetries:
     """A group's :class:`RetryOnFailure` budget (``None`` strategy: no retries, errors propagate)."""
 
@@ -293,20 +336,36 @@ class _GroupRetries:
         self.retry = isinstance(strategy, RetryOnFailure)
         self.max_retries = strategy.max_retries if isinstance(strategy, RetryOnFailure) else 0
         self.left = self.max_retries
+        self.outages_left = OUTAGE_RETRIES_PER_GROUP
         self.errors = errors
 
     def spend(self, error: BaseException, what: str) -> None:
         """Count ``error`` of ``what``; re-raise it (fail-fast, or a bug) or use one retry (:class:`GroupSkipped` when
         none is left)."""
-        if isinstance(error, SkipGroupError) or not self.retry or isinstance(error, EnvContractError):
-            raise error  # a broken env is a bug, not bad luck: retrying would hide it
+        if (
+            not self.retry
+            or isinstance(error, (SkipGroupError, EnvContractError, UnrecoverableEnvError, RunFailed))
+            or _out_of_memory(error)
+        ):
+            raise error  # a broken env is a bug; a gone server stays gone; a run that cannot go on, or out of memory,
+            # is no env's bad luck: retrying would hide it
         is_timeout = isinstance(error, (asyncio.TimeoutError, TimeoutError))
         self.errors["TimeoutError" if is_timeout else type(error).__name__] += 1
         reason = f"{what}: {error}" if is_timeout else f"{what} failed with {type(error).__name__}: {error}"
+        if isinstance(error, EnvOutageError) and self.outages_left > 0:
+            self.outages_left -= 1
+            logger.info("%s; replaying it (an outage of the env's server, not the episode's doing)", reason)
+            return
         if self.left <= 0:
             raise GroupSkipped(f"{reason}; retry budget of {self.max_retries} used up") from error
         self.left -= 1
         logger.info("%s; retrying", reason)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Host or accelerator memory ran out (``MemoryError``, ``torch.OutOfMemoryError``): not the env's fault, and a
+    retry would only run out again."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
 
 
 async def _builder_call(
@@ -500,7 +559,8 @@ async def _rollouts(
     group = Coupling(_own_name(builder, name))
 
     def rollout(i: int, unit: Coupling | None) -> Coroutine[Any, Any, Trajectory]:
-        where = f"{name}: rollout {i} ({env_name(envs[i])})"
+        runs = _runs(envs[i])
+        where = f"{name}: rollout {i} ({env_name(envs[i])}{' running ' + runs if runs else ''})"
         links = EpisodeLinks(group, unit, f"{group.name}: env {i} ({_own_name(envs[i], env_name(envs[i]))})")
         return _linked(
             links,
@@ -554,6 +614,13 @@ async def _rollouts(
 
     await _gather_fail_fast([one(u) for u in units])
     return [t for t in trajectories if t is not None]
+
+
+def _runs(env: Any) -> str | None:
+    """What an env runs that messages should name instead of its own methods (``Env.runs``: an
+    :class:`~trl_envs.agents.env.AgentEnv`'s agent function), or ``None``."""
+    runs = getattr(env, "runs", None)
+    return runs if isinstance(runs, str) and runs else None
 
 
 def _own_name(obj: Any, default: str) -> str:

@@ -101,7 +101,9 @@ class HFSampler:
                 raise ValueError(f"HFSampler: request {i} asks for max_tokens={r.max_tokens}; must be >= 1")
             if not r.prompt:
                 raise ValueError(f"HFSampler: request {i} has an empty prompt")
-        width = max(len(r.prompt) for r in requests)
+        real = len(requests)
+        requests = self._rows(requests)
+        width = self._width(max(len(r.prompt) for r in requests))
         # Left padding, built as Python lists and turned into tensors once (one tensor per row costs more than the
         # tiny model's forward pass).
         input_ids = torch.tensor(
@@ -123,9 +125,11 @@ class HFSampler:
             cache_implementation=self.cache_implementation,
         )
         settings.update(self.generation_kwargs)
+        max_new_tokens = max(r.max_tokens for r in requests)
+        settings.update(self._cache_fields(width, max_new_tokens))
         config = GenerationConfig(
             **settings,
-            max_new_tokens=max(r.max_tokens for r in requests),
+            max_new_tokens=max_new_tokens,
             pad_token_id=self.pad_token_id,
             eos_token_id=self.eos_token_id,
         )
@@ -154,7 +158,21 @@ class HFSampler:
         for r, stop, tokens, row_logprobs in zip(requests, stops, generated.tolist(), logprobs.tolist()):
             n, reason = stop.cut(tokens, r.max_tokens, self.tokenizer)
             results.append(TokensWithLogprobs(tokens[:n], row_logprobs[:n], reason))
-        return results
+        return results[:real]
+
+    # -- what a subclass may change about the generate call (static_cache.StaticCacheSampler) ---------------------
+
+    def _rows(self, requests: list[SampleRequest]) -> list[SampleRequest]:
+        """The rows of the ``generate`` call: ``requests`` first (their results are returned), then any padding rows."""
+        return requests
+
+    def _width(self, longest_prompt: int) -> int:
+        """The left-padded prompt width of the call, at least ``longest_prompt``."""
+        return longest_prompt
+
+    def _cache_fields(self, width: int, max_new_tokens: int) -> dict:
+        """``GenerationConfig`` fields about the KV cache of a call with this prompt width and token budget."""
+        return {}
 
 
 REQUEST_OWNED_FIELDS = frozenset(

@@ -1,5 +1,5 @@
-""":class:`SamplerProcess`: an :class:`~trl_envs.samplers.hf.HFSampler` running in a child process, on a copy of a
-policy whose weights the parent updates while the child samples.
+""":class:`SamplerProcess`: a sampler (:class:`~trl_envs.samplers.hf.HFSampler`, or the config's ``sampler_backend``)
+running in a child process, on a copy of a policy whose weights the parent updates while the child samples.
 
 The parent (a trainer) keeps training the policy; the child generates with its own copy at the same time, on its own
 CPU cores or its own share of the GPU, and without the parent's GIL. This is how rollouts overlap training
@@ -14,6 +14,12 @@ never during one. Each :meth:`SamplerProcess.sample` returns the version it samp
 Messages: the parent sends lists of :class:`~trl_envs.samplers.base.SampleRequest` through a pipe and receives the
 sampled tokens and logprobs. The child ignores Ctrl-C (the parent stops it) and exits when the parent closes the pipe
 or dies.
+
+Faults: a child that dies (killed, out of memory, a crash in torch) is noticed within :data:`POLL_S` by a waiting call,
+which raises :class:`SamplerProcessDied` -- a :class:`~trl_envs.cli.errors.RunFailed`: the commands print its one-line
+message (pid, exit, likely cause) and exit 1, without a traceback. :meth:`SamplerProcess.close` is bounded: a child
+still busy :data:`STOP_GRACE_S` after being told to stop (a ``generate`` call in flight whose answer nobody needs) is
+terminated, and killed if it ignores that.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,17 +39,25 @@ from typing import Any
 import torch
 import torch.multiprocessing
 
+from ..cli.errors import RunFailed
 from ..core.types import TokensWithLogprobs
 from .base import SampleRequest
-from .hf import HFSampler
+from .choice import build_sampler
 
 START_TIMEOUT_S = 600.0  # importing torch and transformers and receiving the weights; a loaded machine is slow
-STOP_TIMEOUT_S = 10.0
+STOP_GRACE_S = 3.0  # an idle child exits at once when told to; one still generating after this is terminated
+STOP_TIMEOUT_S = 10.0  # after SIGTERM (then SIGKILL)
 POLL_S = 0.5  # how often a waiting parent checks that the child is alive
 
 
 class SamplerProcessError(RuntimeError):
     """The sampler process failed to start, died, or raised an error it could not send back as it was."""
+
+
+class SamplerProcessDied(SamplerProcessError, RunFailed):
+    """The sampler process ended without answering (killed, out of memory, a crash): the run cannot go on. A
+    :class:`~trl_envs.cli.errors.RunFailed`, so the commands print its message and exit 1 without a traceback, and the
+    rollout engine never retries it as an env error."""
 
 
 @dataclass
@@ -57,6 +72,8 @@ class _ChildSetup:
     autocast_dtype: torch.dtype | None
     num_threads: int
     seed: int
+    backend: str = "generate"
+    continuous_batching_config: Any = None
 
 
 class SamplerProcess:
@@ -71,6 +88,8 @@ class SamplerProcess:
         autocast_dtype: generate under ``torch.autocast`` with this dtype (the trainer's mixed precision), or not.
         num_threads: torch threads of the child (default: the parent's).
         seed: the child's torch seed.
+        backend: the child's sampler, one of ``trl_envs.samplers.choice.SAMPLER_BACKENDS`` (``sampler_backend``).
+        continuous_batching_config: with ``backend="continuous_batching"``: transformers' config (or a dict of it).
 
     Raises:
         SamplerProcessError: the child could not start (its error is in the message).
@@ -86,6 +105,8 @@ class SamplerProcess:
         autocast_dtype: torch.dtype | None = None,
         num_threads: int | None = None,
         seed: int = 0,
+        backend: str = "generate",
+        continuous_batching_config: Any = None,
     ):
         frozen = {id(p): p for p in policy.parameters() if not p.requires_grad}
         self.model = _plain_copy(policy, frozen)  # kept alive here: CUDA IPC needs the producer's tensors
@@ -111,6 +132,8 @@ class SamplerProcess:
             autocast_dtype,
             num_threads or torch.get_num_threads(),
             seed,
+            backend,
+            continuous_batching_config,
         )
         self.process = context.Process(
             target=_child_main,
@@ -122,7 +145,7 @@ class SamplerProcess:
             self.process.start()
         child_conn.close()
         try:
-            self._receive("start", START_TIMEOUT_S)
+            self.sampler_class: str = self._receive("start", START_TIMEOUT_S)  # the child's sampler, by class name
         except BaseException:
             self.close()
             raise
@@ -153,14 +176,24 @@ class SamplerProcess:
             return self._receive("sample", None)
 
     def close(self) -> None:
-        """Stop the child once it has answered the request in flight (killed after :data:`STOP_TIMEOUT_S`) and wait
-        for it; safe to call twice."""
+        """Stop the child and wait for it, within bounded time; safe to call twice. An idle child exits at once; one
+        still busy after :data:`STOP_GRACE_S` (a ``generate`` call in flight: its answer is not needed any more) is
+        terminated, and killed :data:`STOP_TIMEOUT_S` later if it ignores that (a warning says so)."""
         with contextlib.suppress(BrokenPipeError, OSError), self._send_lock:
             self._conn.send(None)
-        self.process.join(STOP_TIMEOUT_S)
+        self.process.join(STOP_GRACE_S)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(STOP_TIMEOUT_S)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(STOP_TIMEOUT_S)
+            warnings.warn(
+                f"the sampler process (pid {self.process.pid}) ignored SIGTERM for {STOP_TIMEOUT_S:.0f} s and was "
+                "killed",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._conn.close()
 
     def _receive(self, what: str, timeout_s: float | None) -> Any:
@@ -185,16 +218,39 @@ class SamplerProcess:
 
     def _died(self, what: str = "sample") -> SamplerProcessError:
         self.process.join(1.0)
-        why = (
-            "a class of the model or tokenizer that the child cannot import (one defined in the training script "
-            "itself: move it to a module), or no memory left"
-            if what == "start"
-            else "killed for memory, a crash in torch"
+        code = self.process.exitcode
+        if what == "start":
+            return SamplerProcessError(
+                f"the sampler process (pid {self.process.pid}) died at 'start': it {describe_exit(code)}. Likely "
+                "causes: a class of the model or tokenizer that the child cannot import (one defined in the training "
+                "script itself: move it to a module), or no memory left"
+            )
+        return SamplerProcessDied(
+            f"the sampler process (pid {self.process.pid}, which generates the rollouts with max_staleness >= 1) "
+            f"{describe_exit(code)} while {'sampling' if what == 'sample' else repr(what)}; the run cannot go on. "
+            "Resume from the last "
+            "checkpoint (resume_from_checkpoint last), or set max_staleness 0 to generate in the training process."
         )
-        return SamplerProcessError(
-            f"the sampler process (pid {self.process.pid}) died at '{what}', exit code {self.process.exitcode}; its "
-            f"own output above says why ({why})"
-        )
+
+
+def describe_exit(code: int | None) -> str:
+    """How a child process ended, for a message: its signal or status and the likely cause."""
+    if code is None:
+        return "stopped answering (its pipe closed while it still runs)"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        cause = {
+            "SIGKILL": "sent by another process, or by the kernel when memory ran out (see `dmesg`)",
+            "SIGTERM": "sent by another process",
+            "SIGSEGV": "a crash in native code (torch, a CUDA driver)",
+            "SIGBUS": "a crash in native code, or shared memory (/dev/shm) ran out",
+            "SIGABRT": "a crash in native code (torch, a CUDA driver)",
+        }.get(name, "sent by another process or the system")
+        return f"was killed by {name} (exit code {code}: {cause})"
+    return f"exited with status {code} (anything it printed is in the output above)"
 
 
 _HOOK_DICTS = (
@@ -261,11 +317,28 @@ def _child_main(conn, setup: _ChildSetup, lock, staged_version, version: int) ->
                 with torch.autocast(device.type, dtype=setup.autocast_dtype):
                     yield model
 
-        sampler = HFSampler(model, setup.tokenizer, model_context=generation_model, **setup.sampling_settings)
+        sampler = build_sampler(
+            setup.backend,
+            model,
+            setup.tokenizer,
+            model_context=generation_model,
+            continuous_batching_config=setup.continuous_batching_config,
+            keep_running=True,  # the copy never trains: one continuous-batching session for the child's life
+            **setup.sampling_settings,
+        )
     except BaseException as error:  # noqa: BLE001 - sent to the parent
         _send_error(conn, error)
         return
-    conn.send(("ok", None))
+    conn.send(("ok", type(sampler).__name__))
+    try:
+        _serve(conn, setup, sampler, mine, lock, staged_version, version)
+    finally:
+        close = getattr(sampler, "close", None)  # a continuous-batching loop is a thread that must end first
+        if close is not None:
+            close()
+
+
+def _serve(conn, setup: _ChildSetup, sampler, mine, lock, staged_version, version: int) -> None:
     while True:
         try:
             requests = conn.recv()
@@ -297,4 +370,4 @@ def _send_error(conn, error: BaseException) -> None:
     conn.send(("error", (pickled, text)))
 
 
-__all__ = ["SamplerProcess", "SamplerProcessError"]
+__all__ = ["SamplerProcess", "SamplerProcessDied", "SamplerProcessError", "describe_exit"]

@@ -15,14 +15,33 @@ from __future__ import annotations
 import contextlib
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..multiplayer.game import IllegalReply, TurnGame
 
-_MOVES_LINE = re.compile(r"(?:available|valid) moves?\s*:(.*)$", re.IGNORECASE | re.MULTILINE)
+_MOVES_LINE = re.compile(
+    r"(?:available|valid|legal) (?:moves?|actions?)(?: are)?\s*:(.*)$", re.IGNORECASE | re.MULTILINE
+)
 _BRACKETED = re.compile(r"\[[^\[\]\n]+\]")
+PLAYER_COUNTS = (2, 1, 3, 4, 5, 6)
+"""The player counts tried, in order, for a game started without ``num_players``: the first the game accepts."""
+
+
+def _connect_four_moves(env: Any) -> list[str]:
+    board = env.state.game_state["board"]
+    return [f"[col {c}]" for c in range(len(board[0])) if board[0][c] == "."]
+
+
+def _nim_moves(env: Any) -> list[str]:
+    piles = env.state.game_state["piles"]
+    return [f"[{i} {q}]" for i, n in enumerate(piles) for q in range(1, n + 1)]
+
+
+LEGAL_MOVES: dict[str, Callable[[Any], list[str]]] = {"ConnectFourEnv": _connect_four_moves, "NimEnv": _nim_moves}
+"""Legal-move generators of games that do not list their moves to the players, by the game's class name: what the
+``"random"`` opponent draws from for them."""
 
 
 def import_textarena():
@@ -39,19 +58,25 @@ def import_textarena():
 class TextArenaGame(TurnGame):
     """One TextArena game. ``make_kwargs`` go to ``textarena.make``."""
 
-    def __init__(self, env_id: str, num_players: int = 2, seed: int = 0, make_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self, env_id: str, num_players: int | None = None, seed: int = 0, make_kwargs: dict[str, Any] | None = None
+    ):
         ta = import_textarena()
-        self.name, self.num_players = f"textarena/{env_id}", num_players
+        self.name = f"textarena/{env_id}"
         self._random_state = random.Random(seed).getstate()
-        try:
-            with self._own_random():
-                self.env = ta.make(env_id, **(make_kwargs or {}))
-                self.env.reset(num_players=num_players, seed=seed)
-        except Exception as e:
-            raise ValueError(
-                f"env {self.name!r}: textarena could not start the game with num_players={num_players}"
-                f", options {make_kwargs or {}}: {type(e).__name__}: {e}"
-            ) from e
+        counts = PLAYER_COUNTS if num_players is None else (num_players,)
+        for count in counts:
+            try:
+                with self._own_random():
+                    self.env = ta.make(env_id, **(make_kwargs or {}))
+                    self.env.reset(num_players=count, seed=seed)
+                break
+            except AssertionError as e:  # TextArena's way of refusing a player count: try the next one
+                if count == counts[-1]:
+                    raise ValueError(self._start_error(num_players, make_kwargs, e)) from e
+            except Exception as e:
+                raise ValueError(self._start_error(num_players, make_kwargs, e)) from e
+        self.num_players = count
         self.state = self.env.state
         self._done = False
         self._invalid = False
@@ -63,6 +88,19 @@ class TextArenaGame(TurnGame):
             return set_invalid_move(*args, **kwargs)
 
         self.state.set_invalid_move = recording_set_invalid_move
+
+    def _start_error(self, num_players: int | None, make_kwargs: dict[str, Any] | None, error: Exception) -> str:
+        players = f"num_players={num_players}" if num_players is not None else f"any of {list(PLAYER_COUNTS)} players"
+        if isinstance(error, LookupError) and (found := re.search(r"Resource '?([\w/.]+)'? not found", str(error))):
+            return (
+                f"env {self.name!r}: the game needs NLTK's {found[1]!r} data, which is not installed: "
+                f"python -c \"import nltk; nltk.download('{found[1]}')\""
+            )
+        message = " ".join(str(error).split())  # one line, whatever the game's message looked like
+        return (
+            f"env {self.name!r}: textarena could not start the game with {players}, options {make_kwargs or {}}: "
+            f"{type(error).__name__}: {message}"
+        )
 
     def to_move(self) -> int | None:
         return None if self._done or self.state.done else int(self.state.current_player_id)
@@ -90,13 +128,18 @@ class TextArenaGame(TurnGame):
         return {int(k): float(v) for k, v in (self.state.rewards or {}).items()}
 
     def random_reply(self, seat: int, rng: random.Random) -> str:
-        """A move drawn from the bracketed moves of the last 'Available Moves:' line the seat was shown."""
+        """A move drawn from the bracketed moves of the last 'Available Moves:' (or '... actions are:') line the seat
+        was shown, or from the game's :data:`LEGAL_MOVES` generator."""
         found = _MOVES_LINE.findall(self._last_text.get(seat, ""))
         moves = _BRACKETED.findall(found[-1]) if found else []
+        generator = LEGAL_MOVES.get(type(_innermost(self.env)).__name__)
+        if not moves and generator is not None:
+            moves = generator(_innermost(self.env))
         if not moves:
             raise IllegalReply(
-                f"{self.name}: the game listed no 'Available Moves:' to seat {seat}, so the 'random' "
-                "opponent cannot play it; pass an opponent callable (text, rng) -> reply"
+                f"{self.name}: the game listed no 'Available Moves:' to seat {seat}, so the 'random' opponent cannot "
+                "play it; play it in self-play (option opponent null) or name an opponent function (text, rng) -> "
+                "reply: option opponent 'my_module:my_opponent'"
             )
         return rng.choice(moves)
 
@@ -118,12 +161,19 @@ class TextArenaGame(TurnGame):
             random.setstate(outer)
 
 
+def _innermost(env: Any) -> Any:
+    """The game under TextArena's wrappers."""
+    while hasattr(env, "env") and env.env is not env:
+        env = env.env
+    return env
+
+
 @dataclass(frozen=True)
 class TextArenaGameFactory:
     """``factory(seed) -> TextArenaGame``: picklable, so groups of it are."""
 
     env_id: str
-    num_players: int = 2
+    num_players: int | None = None
     make_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self, seed: int) -> TextArenaGame:

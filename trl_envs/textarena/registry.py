@@ -1,7 +1,8 @@
 """``textarena/<env id>`` names (e.g. ``textarena/TicTacToe-v0``) as env kinds of the registry.
 
-A name trains by name with ``--env_kwargs`` (the options of :class:`TextArenaDatasetBuilder`: ``num_players``,
-``opponent``, ``test_opponent``, ``seat``, ``make_kwargs`` for ``textarena.make``, ...) and from rows
+A name trains by name with ``--env_kwargs`` (the options of :class:`TextArenaDatasetBuilder`: ``num_players``
+(default: the game's own, the first of :data:`~trl_envs.textarena.game.PLAYER_COUNTS` it accepts), ``opponent``,
+``test_opponent``, ``seat``, ``make_kwargs`` for ``textarena.make``, ...) and from rows
 ``{"env": "textarena/TicTacToe-v0", "seed": 3}`` (one group: self-play unless the row names an ``opponent``).
 """
 
@@ -12,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
-from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known
+from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known, game_group_from_row
 from ..registry.names import EnvKind, unknown_prefixed_name
+from .catalog import listing
 from .game import TextArenaGameFactory, import_textarena
 
 PREFIX = "textarena/"
@@ -35,14 +37,24 @@ class TextArenaDatasetBuilder(GameDatasetBuilder):
 
     env_name: ClassVar[str] = "textarena"
 
+    num_players: int | None = None  # type: ignore[assignment]  # default: the game's own (PLAYER_COUNTS)
     make_kwargs: dict[str, Any] = field(default_factory=dict)
     env_id: str = field(default="TicTacToe-v0", kw_only=True)
 
     def check_options(self) -> None:
-        super().check_options()
+        self.env_name = self.name
         if not isinstance(self.make_kwargs, dict):
             raise ValueError(f"env {self.name!r}: option 'make_kwargs' must be a JSON object, got {self.make_kwargs!r}")
-        self.game_factory()(0).close()  # a game that cannot start fails here, before any model is loaded
+        if self.num_players is not None and (
+            isinstance(self.num_players, bool) or not isinstance(self.num_players, int) or self.num_players < 1
+        ):
+            raise ValueError(
+                f"env {self.name!r}: option 'num_players' must be an integer >= 1, got {self.num_players!r}"
+            )
+        probe = self.game_factory()(0)  # a game that cannot start fails here, before any model is loaded
+        probe.close()
+        self.num_players = probe.num_players
+        super().check_options()
 
     def game_factory(self) -> Callable[[int], Any]:
         return TextArenaGameFactory(self.env_id, self.num_players, dict(self.make_kwargs))
@@ -65,7 +77,7 @@ def env_kind(name: str) -> EnvKind:
         group_size: int,
         *,
         seed: int = 0,
-        num_players: int = 2,
+        num_players: int | None = None,
         opponent: str | None = None,
         seat: int | None = None,
         make_kwargs: dict | None = None,
@@ -73,18 +85,17 @@ def env_kind(name: str) -> EnvKind:
         invalid_reply_penalty: float = 0.0,
     ) -> GameGroupBuilder:
         """One group of the game, started from ``seed``."""
-        options = {k: v for k, v in (make_kwargs or {}).items() if v is not None}  # a Dataset's struct nulls
-        return GameGroupBuilder(
-            TextArenaGameFactory(env_id, num_players, options),
+        return game_group_from_row(
+            name,
+            lambda options: TextArenaGameFactory(env_id, num_players, options),
             renderer,
             group_size,
-            num_players,
-            seed,
-            opponent,
-            seat,
-            move_timeout,
-            invalid_reply_penalty,
-            tag=name,
+            seed=seed,
+            opponent=opponent,
+            seat=seat,
+            make_kwargs=make_kwargs,
+            move_timeout=move_timeout,
+            invalid_reply_penalty=invalid_reply_penalty,
         )
 
     description = f"TextArena {env_id}: n-player game, self-play (one env per player)"
@@ -93,9 +104,7 @@ def env_kind(name: str) -> EnvKind:
 
 
 def env_names() -> dict[str, str]:
-    """Every registered TextArena id but its ``-raw`` / ``-train`` variants, as ``textarena/<id>``."""
-    return {
-        PREFIX + i: "TextArena game (self-play, one env per player)"
-        for i in sorted(_registry())
-        if not i.endswith(LISTED_VARIANT_SUFFIXES)
-    }
+    """The registered TextArena ids that train by name (:mod:`~trl_envs.textarena.catalog`; not the ``-raw`` /
+    ``-train`` variants), as ``textarena/<id>``."""
+    ids = [i for i in sorted(_registry()) if not i.endswith(LISTED_VARIANT_SUFFIXES)]
+    return {PREFIX + i: description for i, description in listing(ids).items()}

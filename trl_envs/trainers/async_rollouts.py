@@ -20,7 +20,9 @@ Contract (docs/async.md):
   the policy logprobs are the loss forward's own, ``trl_seam.ratio_from_loss_logprobs``).
 * The pipeline is started at the first training rollout (after a checkpoint was loaded, so a resumed run starts
   from the checkpoint's weights) and stopped when ``train()`` returns or raises (Ctrl-C, an env error): the running
-  batch is cancelled (its envs' cleanup runs), the thread is joined and the sampler process stopped.
+  batch is cancelled (its envs' cleanup runs), the sampler process is stopped without waiting for a ``generate``
+  call in flight (terminated after a short grace), and the thread is joined, so a run exits within seconds of its
+  last step.
 * Distributed: neither the thread nor the sampler process makes a collective call (the copy is a plain module, not
   the DDP / DeepSpeed wrapper);
   every collective (the staleness check, metrics) is made by the main thread at the same point on every rank. ZeRO-3
@@ -194,6 +196,8 @@ class AsyncRolloutsMixin:
                 autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed),
                 num_threads=sampler_threads,
                 seed=args.seed + self.accelerator.process_index,
+                backend=args.resolved_sampler_backend(),
+                continuous_batching_config=args.continuous_batching_options(),
             )
             undo.callback(sampler.close)
             pipeline = RolloutPipeline(
@@ -244,7 +248,9 @@ class AsyncRolloutsMixin:
         if state.callback is not None:
             self.remove_callback(state.callback)
         try:
-            state.pipeline.close()  # cancels the batches; a generate call in flight is answered first
+            state.pipeline.cancel()  # the batches stop; their envs are cleaned up
+            state.sampler.close()  # a generate call in flight is not waited for (bounded: SamplerProcess.close)
+            state.pipeline.close()  # so the batch that waited for it ends now and the thread joins
         finally:
             state.sampler.close()
             torch.set_num_threads(state.torch_threads)

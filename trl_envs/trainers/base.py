@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import torch
 from trl.models import unwrap_model_for_generation
 
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
@@ -24,10 +26,19 @@ from ..registry.env_datasets import resolve_row_datasets
 from ..rollout.engine import RolloutBatchResult, run_rollout_batch
 from ..rollout.event_loop import run_sync
 from ..samplers.base import Sampler
+from ..samplers.choice import build_sampler
 from ..samplers.hf import HFSampler
 from ..samplers.lockstep import LockstepSampler
 from . import trl_seam
-from .checkpoints import CheckpointMarker, check_resume_settings, run_settings, verify_checkpoint
+from .checkpoints import (
+    CheckpointMarker,
+    check_resume_settings,
+    hold_output_dir,
+    name_disk_full,
+    run_settings,
+    verify_checkpoint,
+)
+from .out_of_memory import name_out_of_memory
 from .resume import resolve_checkpoint
 
 ENV_DATASET_KINDS = "an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows"
@@ -39,12 +50,15 @@ class EnvTrainerMixin:
     Attributes:
         last_rollout: the :class:`RolloutBatchResult` of this rank's latest training rollout (for inspection); set by
             :meth:`_rollout_step`.
+        policy_sampler: the in-process sampler of a ``sampler_backend`` other than ``generate`` (``static_cache``,
+            ``continuous_batching``), built at the first rollout and kept; ``None`` before, and for ``generate``.
 
     A trainer calls :meth:`_init_env_trainer` before the TRL trainer's ``__init__`` and :meth:`_check_env_launch`
     after it.
     """
 
     custom_sampler: Sampler | None = None
+    policy_sampler: Sampler | None = None
     last_rollout: RolloutBatchResult | None = None
 
     def _init_env_trainer(self, sampler: Sampler | None) -> None:
@@ -59,6 +73,7 @@ class EnvTrainerMixin:
         (:func:`check_single_process_launch`) and, with ``chat_template``, a tokenizer without chat template (env
         renderers render chat messages)."""
         check_single_process_launch(self.accelerator.num_processes, os.environ, owner)
+        check_sampler_backend(self, owner)
         if chat_template:
             require_chat_template(trl_seam.tokenizer_of(self), owner)
 
@@ -67,7 +82,18 @@ class EnvTrainerMixin:
     def _mark_checkpoints(self, model, env: str | None) -> None:
         """Mark each checkpoint complete once saved, with this run's settings (call after the TRL ``__init__``)."""
         self._run_settings = run_settings(self.args, model, env)
-        self.add_callback(CheckpointMarker(self._run_settings))
+        self._checkpoint_marker = CheckpointMarker(self._run_settings)
+        self.add_callback(self._checkpoint_marker)
+
+    def _run_guards(self) -> contextlib.AbstractContextManager:
+        """What ``train()`` runs under: ``output_dir``'s lock; a full disk while a checkpoint is written, and running
+        out of memory, each turned into one line naming the cause (see
+        :func:`~trl_envs.trainers.checkpoints.name_disk_full`, :mod:`~trl_envs.trainers.out_of_memory`)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(hold_output_dir(self.args.output_dir))
+        stack.enter_context(name_disk_full(self.args.output_dir, getattr(self, "_checkpoint_marker", None)))
+        stack.enter_context(name_out_of_memory(lambda: self.state.global_step + 1))
+        return stack
 
     def _checked_checkpoint(self, resume_from_checkpoint) -> str | None:
         """The checkpoint ``resume_from_checkpoint`` names (complete and readable, see ``resume``), refused when it was
@@ -97,20 +123,33 @@ class EnvTrainerMixin:
         )
 
     def _sampler(self) -> Sampler:
-        """The sampler of this rollout: the custom one, TRL's vLLM generation (``use_vllm``), or ``generate`` on the
-        policy being trained."""
+        """The sampler of this rollout: the custom one, TRL's vLLM generation (``use_vllm``), or the config's
+        in-process backend (``sampler_backend``: ``generate``, ``static_cache``, ``continuous_batching``) on the
+        policy being trained. The in-process sampler is built once and kept (a static cache's compiled shapes)."""
         if self.custom_sampler is not None:
             return self.custom_sampler
         if getattr(self.args, "use_vllm", False):
             from ..samplers.vllm import VLLMSampler
 
             return VLLMSampler(trl_seam.vllm_generation(self), trl_seam.tokenizer_of(self))
-        return HFSampler(
-            self.model_wrapped,
-            trl_seam.tokenizer_of(self),
-            model_context=self.generation_model,
-            **self.sampling_settings(),
-        )
+        backend = self.args.resolved_sampler_backend()
+        if backend == "generate":
+            return HFSampler(
+                self.model_wrapped,
+                trl_seam.tokenizer_of(self),
+                model_context=self.generation_model,
+                **self.sampling_settings(),
+            )
+        if self.policy_sampler is None:
+            self.policy_sampler = build_sampler(
+                backend,
+                self.model_wrapped,
+                trl_seam.tokenizer_of(self),
+                model_context=self.generation_model,
+                continuous_batching_config=self.args.continuous_batching_options(),
+                **self.sampling_settings(),
+            )
+        return self.policy_sampler
 
     @contextlib.contextmanager
     def generation_model(self) -> Iterator:
@@ -139,8 +178,13 @@ class EnvTrainerMixin:
         collectives: ZeRO-3, FSDP, vLLM server): on exit, a rank whose episodes ended early keeps generating until all
         are done. ``equal_batch_sizes`` also pads every call to the same number of prompts on every rank (vLLM server
         mode and tensor-parallel colocate)."""
+        policy = self._sampler()
+        if callable(getattr(policy, "submit", None)):  # continuous batching: no collective, requests go as they come
+            with policy.session():
+                yield policy
+            return
         sampler = LockstepSampler(
-            self._sampler(),
+            policy,
             [trl_seam.tokenizer_of(self).pad_token_id],
             self.accelerator.device,
             equal_batch_sizes=equal_batch_sizes,
@@ -279,6 +323,35 @@ def require_chat_template(tokenizer, owner: str) -> None:
         )
 
 
+def check_sampler_backend(trainer, owner: str) -> None:
+    """Refuse, naming the config field, an in-process backend other than ``generate`` where ``trainer``'s policy
+    parameters are sharded (DeepSpeed ZeRO-3, FSDP): every decoding step would need them gathered. Warn where
+    continuous batching cannot follow the trainer's mixed-precision autocast."""
+    backend = trainer.args.resolved_sampler_backend()
+    if backend == "generate" or trainer.custom_sampler is not None or getattr(trainer.args, "use_vllm", False):
+        return
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    sharded = "DeepSpeed ZeRO-3" if plugin is not None and int(plugin.zero_stage) == 3 else None
+    if getattr(trainer, "is_fsdp_enabled", False):
+        sharded = "FSDP"
+    if sharded is not None:
+        raise ValueError(
+            f"{owner}: sampler_backend={backend!r} is not supported with {sharded} (the policy's parameters are "
+            "sharded); use sampler_backend='generate' (it gathers them per call), ZeRO-2 / DDP, or vLLM."
+        )
+    mixed = trainer.accelerator.mixed_precision
+    weights = next(trainer.model.parameters()).dtype
+    if backend == "continuous_batching" and mixed in ("bf16", "fp16") and weights == torch.float32:
+        warnings.warn(
+            f"{owner}: sampler_backend='continuous_batching' samples in the model's own dtype (float32): "
+            f"transformers runs it in a thread of its own, outside the trainer's {mixed} autocast, so sampling "
+            "logprobs differ slightly from the training logprobs. Load the model in that dtype (--dtype "
+            "bfloat16) to have them agree, or use sampler_backend='static_cache'.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
 def check_single_process_launch(num_processes: int, environ, owner: str) -> None:
     """Refuse N launched processes that each run as a separate single-process job (on a CPU-only machine, a torchrun /
     `accelerate launch --multi_gpu` job without use_cpu=True): they would train N independent models silently."""
@@ -294,6 +367,7 @@ def check_single_process_launch(num_processes: int, environ, owner: str) -> None
 
 __all__ = [
     "EnvTrainerMixin",
+    "check_sampler_backend",
     "check_single_process_launch",
     "frozen_reference",
     "load_env_datasets",

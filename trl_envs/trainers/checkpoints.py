@@ -8,6 +8,9 @@
 * The marker holds the run's settings that give a step its meaning (:func:`run_settings`: group size, batch geometry,
   processes, model, env); :func:`check_resume_settings` refuses to resume with other ones and lists the differences,
   unless ``resume_allow_changes`` is set.
+* A full disk while a checkpoint is written (:func:`name_disk_full`) stops the run with one line naming the checkpoint,
+  the disk and its free space, and the newest complete checkpoint to resume from; the half-written folder has no
+  marker, so ``resume_from_checkpoint last`` skips it and says so.
 * :func:`hold_output_dir` locks ``output_dir`` (``filelock``) for the length of a run: a second run on the same folder
   is refused at once.
 """
@@ -18,13 +21,14 @@ import contextlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainerCallback
 
-from ..cli.errors import UsageError, shorten
+from ..cli.errors import RunFailed, UsageError, describe_disk, is_disk_full, shorten
 
 MARKER = "trl_envs_checkpoint.json"
 """The completion marker of a checkpoint folder: written last, holding :func:`run_settings`."""
@@ -71,13 +75,29 @@ def run_settings(args: Any, model: Any = None, env: Any = None) -> dict[str, Any
     return settings
 
 
+class DiskFullError(RunFailed):
+    """The disk filled up while a checkpoint was written (the message names the checkpoint, the disk, its free space
+    and the checkpoint to resume from)."""
+
+
 class CheckpointMarker(TrainerCallback):
-    """Writes :data:`MARKER` into each checkpoint once the Trainer has saved it (main process; atomic rename)."""
+    """Writes :data:`MARKER` into each checkpoint once the Trainer has saved it (main process; atomic rename).
+
+    Attributes:
+        writing: the checkpoint folder the Trainer is writing now (from the step that decided to save until it is
+            marked), else ``None``.
+    """
 
     def __init__(self, settings: dict[str, Any]):
         self.settings = settings
+        self.writing: str | None = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save:  # the Trainer saves right after the step-end callbacks
+            self.writing = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
 
     def on_save(self, args, state, control, **kwargs):
+        self.writing = None
         if not state.is_world_process_zero:
             return
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
@@ -93,6 +113,47 @@ def write_marker(folder: str, content: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(folder, MARKER))
+
+
+@contextlib.contextmanager
+def name_disk_full(output_dir: str | None, marker: CheckpointMarker | None) -> Iterator[None]:
+    """Turn a full disk met while ``marker.writing`` (a checkpoint) is written into a :class:`DiskFullError` naming
+    the checkpoint, the disk with its free space, and the newest complete checkpoint left to resume from."""
+    try:
+        yield
+    except Exception as error:
+        writing = marker.writing if marker is not None else None
+        if writing is None or not _disk_full_while_writing(error, writing):
+            raise
+        folder = os.path.dirname(writing)
+        previous = last_complete_checkpoint(folder, report=lambda _: None) if os.path.isdir(folder) else None
+        resume = (
+            f"{previous} is complete: free some space (or lower save_total_limit) and resume with "
+            "resume_from_checkpoint last (it skips the incomplete one)"
+            if previous
+            else "no complete checkpoint is left: free some space and run again"
+        )
+        raise DiskFullError(
+            f"no space left on device while writing {writing}: {describe_disk(folder)}. {resume}."
+        ) from error
+
+
+def _disk_full_while_writing(error: BaseException, writing: str) -> bool:
+    """A full disk, said in so many words -- or torch's writer failing (its message never says why) on a disk with
+    almost nothing left."""
+    if is_disk_full(error):
+        return True
+    if not isinstance(error, (RuntimeError, OSError)):
+        return False
+    try:
+        free = shutil.disk_usage(os.path.dirname(writing)).free
+    except OSError:
+        return False
+    return free < NEARLY_FULL_BYTES
+
+
+NEARLY_FULL_BYTES = 64 * 2**20
+"""A checkpoint write that fails with less than this free on its disk is reported as a full disk."""
 
 
 def last_complete_checkpoint(output_dir: str, report=print) -> str | None:

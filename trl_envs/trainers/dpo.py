@@ -29,7 +29,6 @@ from ..training_data.preference_checks import (
 )
 from . import trl_seam
 from .base import EnvTrainerMixin, frozen_reference, load_env_datasets
-from .checkpoints import hold_output_dir
 from .dpo_config import EnvDPOConfig
 from .dpo_rounds import DPORounds, EmptyPairsWarning
 from .preference_collator import DataCollatorForMaskedPreference
@@ -161,7 +160,7 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         ``resume_from_checkpoint`` (a folder, or ``True`` / ``"last"`` for the newest complete one) is checked first
         (see :mod:`~trl_envs.trainers.checkpoints`); ``output_dir``'s lock is held throughout."""
         checkpoint = self._checked_checkpoint(resume_from_checkpoint)
-        with hold_output_dir(self.args.output_dir):
+        with self._run_guards():
             if self.rounds is not None:
                 return self.rounds.run(checkpoint, trial, ignore_keys_for_eval)
             return super().train(

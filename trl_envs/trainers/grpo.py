@@ -39,7 +39,6 @@ from ..training_data.rows_step import RowsStep
 from . import trl_seam
 from .async_rollouts import AsyncRolloutsMixin
 from .base import EnvTrainerMixin, frozen_reference, load_env_datasets
-from .checkpoints import hold_output_dir
 from .group_index import GroupIndex, GroupKey, keys_of_rows
 from .grpo_config import EnvGRPOConfig
 from .health import TrainingHealthCallback, check_finite_rewards
@@ -65,9 +64,9 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             loaded), or the model with its adapter switched off under PEFT.
         args: :class:`~trl_envs.trainers.grpo_config.EnvGRPOConfig`.
         env_dataset: the training envs: an :class:`RLDataset`, an :class:`RLDatasetBuilder` (whose test split
-            becomes the evaluation envs unless ``eval_env_dataset`` is given), or a ``datasets.Dataset`` /
-            ``IterableDataset`` of env row specs (one group of ``num_generations`` envs per row, see
-            :class:`~trl_envs.registry.env_datasets.EnvRowDataset`).
+            becomes the evaluation envs unless ``eval_env_dataset`` is given; unused with ``eval_strategy="no"``),
+            or a ``datasets.Dataset`` / ``IterableDataset`` of env row specs (one group of ``num_generations`` envs
+            per row, see :class:`~trl_envs.registry.env_datasets.EnvRowDataset`).
         eval_env_dataset: evaluation envs (optional; an ``RLDataset`` or a dataset of row specs); evaluation logs
             ``eval_env/...``.
         processing_class: the tokenizer (must have a chat template; it must be the tokenizer the envs' renderer
@@ -112,6 +111,9 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             groups_per_batch=max(args.generation_batch_size // args.num_generations, 1),
             seed=args.seed,
         )
+        if eval_env_dataset is None and args.eval_strategy == "no":
+            eval_envs = None  # a builder's test split serves evaluation during training only: without it, no game of
+            # it is made or checked (one whose opponent cannot play, say, must not stop a run that never evaluates)
         _check_batch_geometry(args, eval_envs is not None)
         _warn_biased_logprob_comparison(args)
         self.train_groups = GroupIndex("train", train_envs)
@@ -154,7 +156,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         """``GRPOTrainer.train`` holding ``output_dir``'s lock; ``resume_from_checkpoint`` (a folder, or ``True`` /
         ``"last"`` for the newest complete one) is checked first (see :mod:`~trl_envs.trainers.checkpoints`)."""
         checkpoint = self._checked_checkpoint(resume_from_checkpoint)
-        with hold_output_dir(self.args.output_dir):
+        with self._run_guards():
             return super().train(
                 resume_from_checkpoint=checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
             )

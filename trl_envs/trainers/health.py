@@ -8,6 +8,12 @@
   errors, a zero gradient, collapsed entropy) warns with
   :class:`TrainingHealthWarning`; ``patience`` such steps in a row stop the run with
   :class:`~trl_envs.cli.errors.RunFailed` (the scripts then exit 1 without saving a model or writing a card).
+* Whatever ``patience`` is (``None`` and values above the run's length included), a run that *mostly trained on
+  nothing* -- logged steps in which every group was skipped after env errors or timeouts, so not one row was
+  trained -- fails when training ends, the same way. "Mostly" is more than half of its logged training steps
+  (:data:`DEAD_SHARE`), or each of its last :data:`DEAD_TAIL_STEPS` logged steps (all of them, when it logged fewer):
+  an env server gone for good near the end. Both bounds are fixed, independent of ``patience``: raising ``patience``
+  can delay the stop, never turn such a run into a success.
 """
 
 from __future__ import annotations
@@ -19,6 +25,12 @@ from collections.abc import Sequence
 from transformers import TrainerCallback
 
 from ..cli.errors import RunFailed
+
+DEAD_SHARE = 0.5
+"""A run fails at its end when more than this share of its logged training steps trained on nothing."""
+DEAD_TAIL_STEPS = 10
+"""A run fails at its end when each of its last this many logged training steps trained on nothing (all of them,
+when it logged fewer)."""
 
 MAX_ABS_REWARD = 1e18
 """Largest reward magnitude whose group statistics stay finite in float32 (TRL's reward tensor): (2e18)^2 < 3.4e38."""
@@ -81,6 +93,9 @@ class TrainingHealthCallback(TrainerCallback):
         self.min_entropy = min_entropy
         self.envs = envs
         self.unhealthy_in_a_row = 0
+        self.logged_steps = 0  # training steps logged
+        self.empty_steps = 0  # ... in which every group was skipped: nothing was trained
+        self.empty_in_a_row = 0
         self.seen_mixed = False  # a step with a mixed-reward group was logged
         self.best_reward: float | None = None  # the best mean env reward logged so far
 
@@ -127,6 +142,11 @@ class TrainingHealthCallback(TrainerCallback):
                     "cannot go on (check the rewards' scale and the learning rate)"
                 )
         found = self.problems(logs)
+        self.logged_steps += 1
+        skipped = _number(logs, "env/all/skipped_groups")
+        empty = skipped is not None and skipped >= 1.0
+        self.empty_steps += empty
+        self.empty_in_a_row = self.empty_in_a_row + 1 if empty else 0
         if not found:
             self.unhealthy_in_a_row = 0
             return
@@ -145,10 +165,41 @@ class TrainingHealthCallback(TrainerCallback):
                 "raise health_patience, or set it to None to only warn."
             )
 
+    def on_train_end(self, args, state, control, **kwargs):
+        """Fail a run that mostly trained on nothing (module docstring), whatever ``patience`` is."""
+        verdict = self.mostly_empty()
+        if verdict is not None:
+            raise RunFailed(
+                f"training on {self.envs} ended at step {state.global_step}, but in {verdict} every group was "
+                "skipped after env errors or timeouts: nothing was trained. No model was saved and no card written. "
+                "Check the env's errors (an env server that is down, an agent that never returns) and "
+                "rollout_timeout."
+            )
+
+    def mostly_empty(self) -> str | None:
+        """Where the run so far trained on nothing (``"12 of its 20 logged steps"``, ``"its last 10 logged steps"``),
+        when that is more than :data:`DEAD_SHARE` of its logged steps or each of its last :data:`DEAD_TAIL_STEPS`;
+        else ``None``."""
+        if self.logged_steps == 0:
+            return None
+        if self.empty_steps > DEAD_SHARE * self.logged_steps:
+            return f"{self.empty_steps} of its {self.logged_steps} logged steps"
+        if self.empty_in_a_row >= min(DEAD_TAIL_STEPS, self.logged_steps):
+            return f"its last {self.empty_in_a_row} logged steps"
+        return None
+
 
 def _number(logs: dict, key: str) -> float | None:
     value = logs.get(key)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-__all__ = ["MAX_ABS_REWARD", "TrainingHealthCallback", "TrainingHealthWarning", "bad_reward", "check_finite_rewards"]
+__all__ = [
+    "DEAD_SHARE",
+    "DEAD_TAIL_STEPS",
+    "MAX_ABS_REWARD",
+    "TrainingHealthCallback",
+    "TrainingHealthWarning",
+    "bad_reward",
+    "check_finite_rewards",
+]

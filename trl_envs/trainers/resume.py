@@ -43,6 +43,7 @@ def resolve_checkpoint(
                 "written with save_strategy='steps' / 'epoch')"
             )
         verify_checkpoint(last)
+        print(f"[trl_envs] resuming from {last} (the newest complete checkpoint)", flush=True)
         return last
     path = os.fspath(value)
     if not os.path.isdir(path):

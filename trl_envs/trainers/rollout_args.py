@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..rollout.engine import ErrorStrategy, FailFast, RetryOnFailure, RolloutBudget
+from ..samplers.choice import SAMPLER_BACKENDS
 
 
 @dataclass
@@ -59,6 +60,16 @@ class RolloutArguments:
             "for: the requests go out once the event loop is quiet)."
         },
     )
+    sampler_backend: str = field(
+        default="generate",
+        metadata={
+            "help": "How the policy samples in this process: 'generate' (transformers' generate, one call per "
+            "turn), 'static_cache' (a static KV cache: transformers compiles the decoding step on a GPU), "
+            "'continuous_batching' (transformers' continuous batching: an episode's next turn starts as soon "
+            "as it asks; also chosen by use_transformers_continuous_batching). Not with use_vllm or a custom "
+            "sampler (docs/fast_sampling.md)."
+        },
+    )
     group_stall_timeout_s: float | None = field(
         default=600.0,
         metadata={
@@ -91,6 +102,7 @@ class RolloutArguments:
         check_seconds(self, "sampler_max_wait_s")
         check_seconds(self, "group_stall_timeout_s")
         check_count(self, "max_context_tokens", minimum=1, optional=True)
+        self.resolved_sampler_backend()
         if self.context_overflow not in ("end", "error"):
             raise ValueError(
                 f"{type(self).__name__}.context_overflow must be 'end' or 'error', got {self.context_overflow!r}"
@@ -104,6 +116,32 @@ class RolloutArguments:
                 UserWarning,
                 stacklevel=4,
             )
+
+    def resolved_sampler_backend(self) -> str:
+        """The in-process sampler the config asks for: ``sampler_backend``, or ``"continuous_batching"`` when TRL's
+        ``use_transformers_continuous_batching`` is set. Raises a ``ValueError`` naming the fields for an unknown
+        backend or one that contradicts ``use_vllm`` / ``use_transformers_continuous_batching``."""
+        name = type(self).__name__
+        backend = self.sampler_backend
+        if backend not in SAMPLER_BACKENDS:
+            raise ValueError(f"{name}.sampler_backend must be one of {list(SAMPLER_BACKENDS)}, got {backend!r}")
+        if getattr(self, "use_transformers_continuous_batching", False):
+            if backend not in ("generate", "continuous_batching"):
+                raise ValueError(
+                    f"{name}: use_transformers_continuous_batching=True asks for continuous batching but "
+                    f"sampler_backend={backend!r}; set one of them only."
+                )
+            backend = "continuous_batching"
+        if backend != "generate" and getattr(self, "use_vllm", False):
+            raise ValueError(
+                f"{name}: sampler_backend={backend!r} samples in this process; with use_vllm=True vLLM samples. "
+                "Set one of them only."
+            )
+        return backend
+
+    def continuous_batching_options(self) -> dict[str, Any]:
+        """TRL's ``transformers_continuous_batching_config`` (fields of transformers' ``ContinuousBatchingConfig``)."""
+        return dict(getattr(self, "transformers_continuous_batching_config", None) or {})
 
     def default_max_tokens_per_turn(self) -> int | None:
         """The per-turn token budget when ``max_tokens_per_turn`` is unset (``EnvGRPOConfig``:
