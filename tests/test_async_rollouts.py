@@ -9,6 +9,7 @@ CI time: about 80 s on 2 CPU cores (each run starts a sampler process: a few sec
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import threading
 import types
@@ -28,6 +29,7 @@ from trl_envs import (
     RLDataset,
     make_env_dataset,
 )
+from trl_envs.rollout.async_pipeline import RolloutPipeline
 from trl_envs.trainers import async_rollouts
 from trl_envs.trainers.async_rollouts import THREAD_NAME, SamplerProcess, check_async_supported
 
@@ -154,7 +156,10 @@ def test_stale_batches_are_rerolled_and_counted(tmp_path, tiny_model_path, token
     """The pipeline's gate is switched off and it may run 3 batches ahead: batches sampled more than k steps before
     they are trained are rolled out again by the current policy, counted, and never trained stale."""
     monkeypatch.setattr(async_rollouts, "lookahead_batches", lambda k, steps: 3)
-    monkeypatch.setattr(async_rollouts._AsyncState, "train_step_of", lambda self, index: -100)
+    submit = RolloutPipeline.submit
+    monkeypatch.setattr(  # no gate: every job may sample with any weights
+        RolloutPipeline, "submit", lambda self, job: submit(self, dataclasses.replace(job, min_version=-100))
+    )
     trainer = EnvGRPOTrainer(
         tiny_model_path, config(tmp_path, max_steps=5), guess_number(renderer), processing_class=tokenizer
     )
@@ -188,7 +193,7 @@ def test_max_staleness_zero_is_the_synchronous_path(tmp_path, tiny_model_path, t
     def no_pipeline(*args, **kwargs):
         raise AssertionError("the async pipeline was used with max_staleness=0")
 
-    monkeypatch.setattr(EnvGRPOTrainer, "_async_rollout", no_pipeline)
+    monkeypatch.setattr(RolloutPipeline, "__init__", no_pipeline)
     trainer = EnvGRPOTrainer(
         tiny_model_path,
         config(tmp_path, max_staleness=0, max_steps=2),

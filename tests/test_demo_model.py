@@ -24,10 +24,11 @@ def test_commands_default_to_the_demo_model(monkeypatch):
     monkeypatch.setattr(tiny_model, "build_tiny_model", lambda *a, **k: built.append(k.get("name")) or "/nowhere")
     args = build_parser().parse_args(["build-tiny-model"])
     assert args.name == DEMO_MODEL_NAME
-    from trl_envs.cli import commands, play
+    from trl_envs.cli import play
 
     with pytest.raises((OSError, ValueError)):  # the fake path does not load; we only check which model was asked for
-        commands._eval(build_parser().parse_args(["eval"]))
+        parsed = build_parser().parse_args(["eval"])
+        parsed.run(parsed)  # the eval command's handler
     with pytest.raises((OSError, ValueError)):
         play.play(build_parser().parse_args(["play", "arithmetic"]))
     assert built == [DEMO_MODEL_NAME, DEMO_MODEL_NAME]

@@ -29,7 +29,7 @@ from trl_envs.envs.guess_number import GuessNumberGroupBuilder
 from trl_envs.samplers.choice import build_sampler
 from trl_envs.samplers.continuous import ContinuousBatchingSampler
 from trl_envs.samplers.static_cache import StaticCacheSampler
-from trl_envs.trainers.base import EnvTrainerMixin
+from trl_envs.trainers.base import check_sampler_backend
 from trl_envs.trainers.grpo_config import EnvGRPOConfig
 
 FAST = ("static_cache", "continuous_batching")
@@ -228,11 +228,11 @@ def test_sharded_policies_are_refused_naming_the_field(backend, zero_stage, fsdp
         accelerator=types.SimpleNamespace(state=types.SimpleNamespace(deepspeed_plugin=plugin)),
     )
     with pytest.raises(ValueError, match=f"sampler_backend='{backend}' is not supported with .*{named}"):
-        EnvTrainerMixin._check_sampler_backend(trainer, "EnvGRPOTrainer")
+        check_sampler_backend(trainer, "EnvGRPOTrainer")
     trainer.is_fsdp_enabled, trainer.accelerator.state.deepspeed_plugin = False, types.SimpleNamespace(zero_stage=2)
     trainer.accelerator.mixed_precision = "no"
     trainer.model = torch.nn.Linear(2, 2)
-    EnvTrainerMixin._check_sampler_backend(trainer, "EnvGRPOTrainer")  # ZeRO-2 and DDP are fine
+    check_sampler_backend(trainer, "EnvGRPOTrainer")  # ZeRO-2 and DDP are fine
 
 
 def test_continuous_batching_warns_when_it_cannot_follow_the_trainers_autocast():
@@ -244,11 +244,11 @@ def test_continuous_batching_warns_when_it_cannot_follow_the_trainers_autocast()
         model=torch.nn.Linear(2, 2),
     )
     with pytest.warns(UserWarning, match="--dtype bfloat16"):
-        EnvTrainerMixin._check_sampler_backend(trainer, "EnvGRPOTrainer")
+        check_sampler_backend(trainer, "EnvGRPOTrainer")
     trainer.model = trainer.model.to(torch.bfloat16)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        EnvTrainerMixin._check_sampler_backend(trainer, "EnvGRPOTrainer")
+        check_sampler_backend(trainer, "EnvGRPOTrainer")
 
 
 # -- the rollout engine streams requests to continuous batching ---------------------------------------------------

@@ -107,7 +107,9 @@ def _class_node(cls: type) -> ast.ClassDef | None:
     return node
 
 
-def _self_assignments(cls: type) -> set[str]:
+def _self_assignments(cls: type, private: bool = True) -> set[str]:
+    """The names ``cls``'s class body assigns as ``self.<name> = ...``: the private ones, or (``private=False``) the
+    public ones."""
     node = _class_node(cls)
     if node is None:
         return set()
@@ -118,7 +120,56 @@ def _self_assignments(cls: type) -> set[str]:
         and isinstance(n.ctx, ast.Store)
         and isinstance(n.value, ast.Name)
         and n.value.id == "self"
-        and _is_private(n.attr)
+        and _is_private(n.attr) == private
+    }
+
+
+TRL_TRAINERS = ("trl.GRPOTrainer", "trl.DPOTrainer")
+TRAINER_BASES = frozenset({"Trainer", "GRPOTrainer", "DPOTrainer", "SFTTrainer"})
+
+
+@functools.cache
+def trainer_attributes() -> dict[str, tuple[str, ...]]:
+    """Attribute name -> the TRL trainers that set it: the names without an underscore that the class body of a
+    trainer of :data:`TRL_TRAINERS` assigns as ``self.<name>`` and ``transformers.Trainer`` does not (Trainer's
+    attributes, ``model``, ``args``, ``state``, ``accelerator``, ``train_dataset``, ..., are its documented surface)."""
+    from transformers import Trainer
+
+    public = _self_assignments(Trainer, private=False)
+    owners: dict[str, set[str]] = defaultdict(set)
+    for dotted in TRL_TRAINERS:
+        for name in _self_assignments(_resolve(dotted), private=False) - public:
+            owners[name].add(dotted)
+    return {name: tuple(sorted(where)) for name, where in owners.items()}
+
+
+def _bases(node: ast.ClassDef) -> set[str]:
+    return {ast.unparse(b).rpartition(".")[2] for b in node.bases}
+
+
+def _trainer_classes(classes: dict[str, set[str]]) -> frozenset[str]:
+    """The trainer classes among ``classes`` (name -> base names): subclasses of a TRL / transformers trainer, and
+    the classes such a trainer is built from (its mixins)."""
+    trainers = set(TRAINER_BASES)
+    grew = True
+    while grew:
+        grew = False
+        for name, bases in classes.items():
+            if name not in trainers and bases & trainers:
+                trainers.add(name)
+                grew = True
+    mixins = {b for name in trainers for b in classes.get(name, ()) if b in classes}
+    return frozenset(trainers | mixins)
+
+
+@functools.cache
+def package_classes() -> dict[str, set[str]]:
+    """Every class of the package by name -> its base names."""
+    return {
+        node.name: _bases(node)
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(_parsed(str(path)))
+        if isinstance(node, ast.ClassDef)
     }
 
 
@@ -155,14 +206,23 @@ class Use:
     rel: str
     line: int
     name: str
-    kind: str  # attribute | super | method | class attribute | getattr | unexported | message
+    kind: str  # attribute | super | method | class attribute | getattr | unexported | message | trainer attribute
     owners: tuple[str, ...]
     inside: str | None = None  # the innermost function the use is in
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, rel: str, private: dict[str, tuple[str, ...]], messages: Iterable[str]):
+    def __init__(
+        self,
+        rel: str,
+        private: dict[str, tuple[str, ...]],
+        messages: Iterable[str],
+        trainer_attrs: dict[str, tuple[str, ...]] | None = None,
+        trainer_classes: frozenset[str] = frozenset(),
+    ):
         self.rel, self.private, self.messages = rel, private, tuple(messages)
+        self.trainer_attrs, self.trainer_classes = trainer_attrs or {}, trainer_classes
+        self.classes: list[bool] = []  # for each enclosing class: whether it is a trainer class
         self.uses: list[Use] = []
         self.names: set[str] = set()  # every attribute, getattr, imported and class-body name, private or not
         self.functions: list[str] = []
@@ -196,7 +256,17 @@ class _Scanner(ast.NodeVisitor):
                     self.names.add(target.id)
                     if target.id in self.private:
                         self.add(stmt, target.id, "class attribute")
+        self.classes.append(node.name in self.trainer_classes)
         self.generic_visit(node)
+        self.classes.pop()
+
+    def _is_trainer(self, node: ast.expr) -> bool:
+        """Whether ``node`` is, as far as the code shows, a trainer: ``self`` in a trainer class, or a name or
+        attribute ending in ``trainer``."""
+        if isinstance(node, ast.Name) and node.id == "self":
+            return bool(self.classes) and self.classes[-1]
+        last = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return last.lower().endswith("trainer")
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.functions.append(node.name)
@@ -228,6 +298,8 @@ class _Scanner(ast.NodeVisitor):
             value = node.value
             is_super = isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
             self.add(node, node.attr, "super" if is_super else "attribute")
+        elif node.attr in self.trainer_attrs and self._is_trainer(node.value):
+            self.add(node, node.attr, "trainer attribute", self.trainer_attrs[node.attr])
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -239,9 +311,12 @@ class _Scanner(ast.NodeVisitor):
             and isinstance(node.args[1], ast.Constant)
             and isinstance(node.args[1].value, str)
         ):
-            self.names.add(node.args[1].value)
-            if node.args[1].value in self.private:
-                self.add(node, node.args[1].value, "getattr")
+            name = node.args[1].value
+            self.names.add(name)
+            if name in self.private:
+                self.add(node, name, "getattr")
+            elif name in self.trainer_attrs and self._is_trainer(node.args[0]):
+                self.add(node, name, "trainer attribute", self.trainer_attrs[name])
         self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -276,8 +351,10 @@ def _messages(table: Iterable[trl_seam.PrivateName]) -> list[str]:
 
 def scan(text: str, rel: str, table=trl_seam.TRL_PRIVATE_NAMES) -> _Scanner:
     """Scan one module's source; ``rel`` is its path under the repository root."""
-    scanner = _Scanner(rel, field_private_names(), _messages(table))
-    scanner.uses = scanner.scan(ast.parse(text, filename=rel))
+    tree = ast.parse(text, filename=rel)
+    classes = package_classes() | {n.name: _bases(n) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    scanner = _Scanner(rel, field_private_names(), _messages(table), trainer_attributes(), _trainer_classes(classes))
+    scanner.uses = scanner.scan(tree)
     return scanner
 
 
@@ -289,6 +366,11 @@ def _fix(use: Use) -> str:
         return f"{where} -- list it in TRL_PRIVATE_NAMES with overridden_in={use.rel!r}"
     if use.kind == "super":
         return f"{where} of an unlisted override -- list it in TRL_PRIVATE_NAMES with overridden_in={use.rel!r}"
+    if use.kind == "trainer attribute":
+        return (
+            f"{where} is not documented API -- read it from trainer.args where it copies a config field, else "
+            f"through a function of {SEAM} listed in TRL_PRIVATE_NAMES (an attribute of our own: rename it)"
+        )
     if use.kind in ("unexported", "message"):
         return f"{where} -- move it into {SEAM} and list it in TRL_PRIVATE_NAMES"
     return (
@@ -466,7 +548,7 @@ def test_trl_private_names_are_used_only_through_the_seam():
 def test_every_function_of_the_seam_is_used_by_the_package():
     """A seam function or alias that no other module of the package, and no script or bench, names is dead code:
     remove it and its entries."""
-    table_api = {"PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES"}
+    table_api = {"CHECKS", "PrivateName", "SEAM_MODULE", "TRLCompatibilityError", "TRL_PRIVATE_NAMES"}
     defined = {
         name
         for name, value in vars(trl_seam).items()
@@ -479,3 +561,67 @@ def test_every_function_of_the_seam_is_used_by_the_package():
     for path in [*ROOT.glob("scripts/*.py"), *ROOT.glob("bench/*.py")]:
         used |= set(re.findall(r"\btrl_seam\.(\w+)", path.read_text()))
     assert sorted(set(trl_seam.__all__) - table_api - used) == []
+
+
+# -- the table's own fields and TRL's attributes without an underscore -------------------------------------------------
+
+
+def test_an_entry_with_a_stray_check_value_is_refused():
+    with pytest.raises(ValueError, match=r"entry '_x' of trl.GRPOTrainer: check must be one of \['attr', 'source'\]"):
+        trl_seam.PrivateName("_x", "trl.GRPOTrainer", "nothing", check="save_checkpoint")
+    with pytest.raises(TypeError):  # the fields after relied_on are keyword-only: a stray positional cannot slip in
+        trl_seam.PrivateName("_x", "trl.GRPOTrainer", "nothing", "save_checkpoint")
+    with pytest.raises(ValueError, match="source_text needs check='source'"):
+        trl_seam.PrivateName("_x", "trl.GRPOTrainer", "nothing", source_text="self._x")
+
+
+def test_every_table_entry_is_well_formed():
+    for entry in trl_seam.TRL_PRIVATE_NAMES:
+        assert entry.check in trl_seam.CHECKS, entry
+        assert entry.overridden_in is None or (ROOT / entry.overridden_in).is_file(), entry
+
+
+def test_trl_trainer_attributes_without_an_underscore_are_found():
+    names = trainer_attributes()
+    for name in ("eos_token_ids", "vllm_generation", "scale_rewards", "num_generations", "use_vllm", "loss_types"):
+        assert name in names, name
+    for public in ("model", "args", "state", "accelerator", "train_dataset", "processing_class"):
+        assert public not in names, public  # transformers.Trainer's surface
+
+
+TRAINER_ATTRIBUTES_MODULE = """
+from trl import GRPOTrainer
+
+
+class Mixin:
+    def sizes(self):
+        return self.num_generations, self.args.num_generations
+
+
+class T(Mixin, GRPOTrainer):
+    def step(self, trainer):
+        self.eos_token_ids = [1]
+        getattr(self, "vllm_generation")
+        return trainer.scale_rewards, self.trainer.use_vllm, self.args.scale_rewards
+
+
+class Sampler:
+    def __init__(self, temperature):
+        self.temperature = temperature
+"""
+
+
+def test_trl_trainer_attributes_are_caught_outside_the_seam():
+    uses = [(u.line, u.kind, u.name) for u in scan(TRAINER_ATTRIBUTES_MODULE, "trl_envs/fake.py").uses]
+    assert uses == [
+        (7, "trainer attribute", "num_generations"),  # self of a trainer's mixin; args.num_generations is public
+        (12, "trainer attribute", "eos_token_ids"),
+        (13, "trainer attribute", "vllm_generation"),
+        (14, "trainer attribute", "scale_rewards"),
+        (14, "trainer attribute", "use_vllm"),
+    ]
+    found = violations([scan(TRAINER_ATTRIBUTES_MODULE, "trl_envs/fake.py")], [])
+    assert len(found) == 5 and "read it from trainer.args" in found[0]
+    seam = scan("def stops(trainer):\n    return trainer.eos_token_ids\n", SEAM)
+    [unlisted] = violations([seam], [])
+    assert unlisted.startswith(f"{SEAM}:2: trainer attribute 'eos_token_ids'") and "list it there" in unlisted

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder, check_int_option, check_number_option
 from ..core.types import RLDatasetBuilder
 from ..openenv.dataset import OpenEnvDatasetBuilder  # imports nothing of openenv until a session opens
-from ._builder import BuiltinDataset, BuiltinDatasetBuilder, check_int_option, check_number_option
 from .arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv
 from .calculator_agent import CalculatorAgentDatasetBuilder
 from .cartpole import CartPoleDatasetBuilder

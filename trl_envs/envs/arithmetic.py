@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
+from ..core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder
 from ..core.problem_env import ProblemEnv, ProblemGroupBuilder
 from ..core.renderer import Message, Renderer
 from ..core.types import EnvGroupBuilder
-from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _FINAL_INTEGER = re.compile(r"(?<![\w.])(-?\d+)\s*$")
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..agents import AgentDataset
+from ..core.builtin_datasets import BuiltinDatasetBuilder, check_int_option
 from ..core.tools import CALCULATOR, ToolCall, run_tool_call
-from ._builder import BuiltinDatasetBuilder, check_int_option
 from .arithmetic import split_problems
 from .tool_use import make_problem, read_number
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..core.builtin_datasets import check_int_option
 from ..core.renderer import Renderer
 from ..gym.env import GymDatasetBuilder, GymGroupBuilder
-from ._builder import check_int_option
 
 ENV_ID = "CartPole-v1"
 ACTION_NAMES = ("left", "right")

@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder, check_int_option
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.types import Env, EnvGroupBuilder
-from ._builder import BuiltinDataset, BuiltinDatasetBuilder, check_int_option
 
 _INTEGER = re.compile(r"^-?\d+$")
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..core.builtin_datasets import BuiltinDataset
 from ..core.judge import PairwiseJudgeGroupBuilder
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.types import Env, EnvGroupBuilder
-from ._builder import BuiltinDataset
 from .arithmetic import ArithmeticDatasetBuilder, draw_problem, question, read_answer
 
 

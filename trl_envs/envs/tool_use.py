@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.tools import (
@@ -27,7 +28,6 @@ from ..core.tools import (
     tools_system_prompt,
 )
 from ..core.types import Env, EnvGroupBuilder
-from ._builder import BuiltinDataset, BuiltinDatasetBuilder
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*\.?\s*$")
 

@@ -44,6 +44,10 @@ class TurnGame(ABC):
     def rewards(self) -> dict[int, float]:
         """Every seat's reward for the game so far (the final outcome once :meth:`to_move` is ``None``)."""
 
+    def seat_name(self, seat: int) -> str:
+        """How messages about the match name ``seat`` (``"seat 0"``; a game may name its seats, e.g. by mark)."""
+        return f"seat {seat}"
+
     def random_reply(self, seat: int, rng: random.Random) -> str:
         """A legal reply for ``seat``, drawn with ``rng``: the ``"random"`` fixed opponent. Raises
         :class:`IllegalReply` where the game does not list its legal moves."""

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
 from ..core.message_env import MessageTokenEnv
 from ..core.renderer import Renderer
 from ..core.types import TEST_SEED_OFFSET, Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
-from ..envs import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
 from .game import IllegalReply, Opponent, TurnGame
 from .match import GameMatch
 from .player import GamePlayerEnv
@@ -66,12 +66,12 @@ class GameGroupBuilder(EnvGroupBuilder):
         if self.opponent is None:
             for _ in range(self.group_size // self.num_players):
                 match = self._match({})
-                envs += [self._env(match, seat) for seat in range(self.num_players)]
+                envs += [self.make_env(match, seat) for seat in range(self.num_players)]
         else:
             for g in range(self.group_size):
                 seat = self.seat if self.seat is not None else g % self.num_players
                 match = self._match({s: self.opponent for s in range(self.num_players) if s != seat})
-                envs.append(self._env(match, seat))
+                envs.append(self.make_env(match, seat))
         return envs
 
     def coupled_envs(self) -> list[list[int]] | None:
@@ -110,7 +110,8 @@ class GameGroupBuilder(EnvGroupBuilder):
         self._matches.append(match)
         return match
 
-    def _env(self, match: GameMatch, seat: int) -> Env:
+    def make_env(self, match: GameMatch, seat: int) -> Env:
+        """The env of ``seat`` in ``match``: a :class:`GamePlayerEnv`; override to play a game's own subclass."""
         return MessageTokenEnv(
             GamePlayerEnv(match, seat, self.system_prompt, self.invalid_reply_penalty), self.renderer
         )

@@ -105,11 +105,11 @@ class GameMatch:
     def play(self, seat: int, reply: str) -> bool:
         """``seat`` replies; the game applies it by its rules, then fixed opponents move. Returns whether it was
         legal. Raises ``RuntimeError`` for a move out of turn or after the end."""
-        to_move = self.game.to_move()
+        to_move, name = self.game.to_move(), self.game.seat_name
         if self.over:
-            raise RuntimeError(f"{self.game.name}: seat {seat} moved after the game ended")
+            raise RuntimeError(f"{self.game.name}: {name(seat)} moved after the game ended")
         if to_move != seat:
-            raise RuntimeError(f"{self.game.name}: seat {seat} moved out of turn (seat {to_move} to move)")
+            raise RuntimeError(f"{self.game.name}: {name(seat)} moved out of turn ({name(to_move)} to move)")
         legal = self._apply(seat, reply)
         self._play_opponents()
         self._notify()
@@ -133,7 +133,8 @@ class GameMatch:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         raise OpponentTimeout(
-                            f"{self.game.name}: seat {self.game.to_move()} did not move within {self.move_timeout}s; "
+                            f"{self.game.name}: {self.game.seat_name(self.game.to_move())} did not move within "
+                            f"{self.move_timeout}s; "
                             "its episode may have failed, been cut by a rollout budget (max_turns must cover a whole "
                             "game) or never been run"
                         )
@@ -146,8 +147,8 @@ class GameMatch:
                         pass  # the loop raises OpponentTimeout
                 if self.abandoned_by is not None and self.abandoned_by != seat:
                     raise OpponentAbandoned(
-                        f"{self.game.name}: seat {self.abandoned_by} stopped mid-game (its "
-                        f"episode failed or was cancelled); seat {seat} cannot go on"
+                        f"{self.game.name}: {self.game.seat_name(self.abandoned_by)} stopped mid-game (its "
+                        f"episode failed or was cancelled); {self.game.seat_name(seat)} cannot go on"
                     )
         except asyncio.CancelledError:
             self.abandon(seat)

@@ -210,7 +210,7 @@ class AsyncRolloutsMixin:
                 ),
             )
             undo.pop_all()  # started: _close_async_rollouts stops both and restores the threads
-        micro = args.steps_per_generation * self.num_iterations
+        micro = args.steps_per_generation * args.num_iterations
         ga = args.gradient_accumulation_steps
         state = _AsyncState(
             sampler,
@@ -237,7 +237,7 @@ class AsyncRolloutsMixin:
                 dataloader.set_epoch(epoch)
             for batch in dataloader:
                 if position >= skip_micro_batches and (position - skip_micro_batches) % micro_per_batch == 0:
-                    yield keys_of_rows([row["prompt"] for row in batch], self.num_generations)
+                    yield keys_of_rows([row["prompt"] for row in batch], self.args.num_generations)
                 position += 1
             epoch += 1
 
@@ -263,7 +263,7 @@ class AsyncRolloutsMixin:
     def _ratio_in_loss(self) -> bool:
         """One optimizer pass per generation batch: TRL keeps no ``old_per_token_logps`` (they would equal the loss
         forward's), so the ratio is taken from the loss forward instead of an extra scoring pass."""
-        return self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations) == 0
+        return self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.args.num_iterations) == 0
 
     def _generate_and_score_completions(self, inputs):
         if not self._async_correction_on() or self._ratio_in_loss():

@@ -73,7 +73,7 @@ class EnvTrainerMixin:
         (:func:`check_single_process_launch`) and, with ``chat_template``, a tokenizer without chat template (env
         renderers render chat messages)."""
         check_single_process_launch(self.accelerator.num_processes, os.environ, owner)
-        self._check_sampler_backend(owner)
+        check_sampler_backend(self, owner)
         if chat_template:
             require_chat_template(trl_seam.tokenizer_of(self), owner)
 
@@ -131,7 +131,7 @@ class EnvTrainerMixin:
         if getattr(self.args, "use_vllm", False):
             from ..samplers.vllm import VLLMSampler
 
-            return VLLMSampler(self.vllm_generation, trl_seam.tokenizer_of(self))
+            return VLLMSampler(trl_seam.vllm_generation(self), trl_seam.tokenizer_of(self))
         backend = self.args.resolved_sampler_backend()
         if backend == "generate":
             return HFSampler(
@@ -150,33 +150,6 @@ class EnvTrainerMixin:
                 **self.sampling_settings(),
             )
         return self.policy_sampler
-
-    def _check_sampler_backend(self, owner: str) -> None:
-        """Refuse, naming the config field, an in-process backend other than ``generate`` where the policy's
-        parameters are sharded (DeepSpeed ZeRO-3, FSDP): every decoding step would need them gathered."""
-        backend = self.args.resolved_sampler_backend()
-        if backend == "generate" or self.custom_sampler is not None or getattr(self.args, "use_vllm", False):
-            return
-        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
-        sharded = "DeepSpeed ZeRO-3" if plugin is not None and int(plugin.zero_stage) == 3 else None
-        if getattr(self, "is_fsdp_enabled", False):
-            sharded = "FSDP"
-        if sharded is not None:
-            raise ValueError(
-                f"{owner}: sampler_backend={backend!r} is not supported with {sharded} (the policy's parameters are "
-                "sharded); use sampler_backend='generate' (it gathers them per call), ZeRO-2 / DDP, or vLLM."
-            )
-        mixed = self.accelerator.mixed_precision
-        weights = next(self.model.parameters()).dtype
-        if backend == "continuous_batching" and mixed in ("bf16", "fp16") and weights == torch.float32:
-            warnings.warn(
-                f"{owner}: sampler_backend='continuous_batching' samples in the model's own dtype (float32): "
-                f"transformers runs it in a thread of its own, outside the trainer's {mixed} autocast, so sampling "
-                "logprobs differ slightly from the training logprobs. Load the model in that dtype (--dtype "
-                "bfloat16) to have them agree, or use sampler_backend='static_cache'.",
-                UserWarning,
-                stacklevel=2,
-            )
 
     @contextlib.contextmanager
     def generation_model(self) -> Iterator:
@@ -350,6 +323,35 @@ def require_chat_template(tokenizer, owner: str) -> None:
         )
 
 
+def check_sampler_backend(trainer, owner: str) -> None:
+    """Refuse, naming the config field, an in-process backend other than ``generate`` where ``trainer``'s policy
+    parameters are sharded (DeepSpeed ZeRO-3, FSDP): every decoding step would need them gathered. Warn where
+    continuous batching cannot follow the trainer's mixed-precision autocast."""
+    backend = trainer.args.resolved_sampler_backend()
+    if backend == "generate" or trainer.custom_sampler is not None or getattr(trainer.args, "use_vllm", False):
+        return
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    sharded = "DeepSpeed ZeRO-3" if plugin is not None and int(plugin.zero_stage) == 3 else None
+    if getattr(trainer, "is_fsdp_enabled", False):
+        sharded = "FSDP"
+    if sharded is not None:
+        raise ValueError(
+            f"{owner}: sampler_backend={backend!r} is not supported with {sharded} (the policy's parameters are "
+            "sharded); use sampler_backend='generate' (it gathers them per call), ZeRO-2 / DDP, or vLLM."
+        )
+    mixed = trainer.accelerator.mixed_precision
+    weights = next(trainer.model.parameters()).dtype
+    if backend == "continuous_batching" and mixed in ("bf16", "fp16") and weights == torch.float32:
+        warnings.warn(
+            f"{owner}: sampler_backend='continuous_batching' samples in the model's own dtype (float32): "
+            f"transformers runs it in a thread of its own, outside the trainer's {mixed} autocast, so sampling "
+            "logprobs differ slightly from the training logprobs. Load the model in that dtype (--dtype "
+            "bfloat16) to have them agree, or use sampler_backend='static_cache'.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
 def check_single_process_launch(num_processes: int, environ, owner: str) -> None:
     """Refuse N launched processes that each run as a separate single-process job (on a CPU-only machine, a torchrun /
     `accelerate launch --multi_gpu` job without use_cpu=True): they would train N independent models silently."""
@@ -365,6 +367,7 @@ def check_single_process_launch(num_processes: int, environ, owner: str) -> None
 
 __all__ = [
     "EnvTrainerMixin",
+    "check_sampler_backend",
     "check_single_process_launch",
     "frozen_reference",
     "load_env_datasets",

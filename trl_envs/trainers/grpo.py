@@ -140,7 +140,9 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
                 rollout_func=planned_rows,
             )
         self._check_env_launch("EnvGRPOTrainer")
-        self.eos_token_ids = with_turn_stops(self.eos_token_ids, Renderer(trl_seam.tokenizer_of(self)))
+        trl_seam.set_stop_token_ids(
+            self, with_turn_stops(trl_seam.stop_token_ids(self), Renderer(trl_seam.tokenizer_of(self)))
+        )
         env_label = type(self.train_groups.builder(self.train_groups.key(0))).__name__
         self._mark_checkpoints(model, env_label)
         self.add_callback(TrainingHealthCallback(args.health_patience, args.health_min_entropy, envs=env_label))
@@ -198,7 +200,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         exactly as a training step (``model.training``) or an evaluation step does. With
         ``credit_assignment="per_turn"`` the advantages are per token, from per-turn rewards-to-go."""
         mode = "train" if self.model.training else "eval"
-        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        group_size = group_size_of(self.args, training=mode == "train")
         keys = [GroupKey.parse(k) for k in keys]
         builders = [self.env_group(k) for k in keys]
         if self.args.max_staleness and mode == "train":  # async: rolled out ahead by the pipeline (async_rollouts.py)
@@ -212,7 +214,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         plan = step.plan
         self._pad_to_common_shape(plan, mode)
         trl_seam.record_mean_metrics(self, mode, step.metrics())  # one gather for all env metrics of the step
-        columns = plan.rollout_output(trl_seam.tokenizer_of(self).pad_token_id, self.eos_token_ids[0])
+        columns = plan.rollout_output(trl_seam.tokenizer_of(self).pad_token_id, trl_seam.stop_token_ids(self)[0])
         columns[ENV_REWARD_KEY] = columns.pop("rewards")
         texts = [str(keys[r.group or 0]) for r in plan.rows]  # padding blocks stand for the first group
         rows = [{"prompt": prompt} for prompt in row_prompts(texts, columns)]
@@ -223,12 +225,14 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's per-generation-batch hook: :meth:`generation_batch` of the group keys of this rank's rows."""
-        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        group_size = group_size_of(self.args, training=self.model.training)
         return self.generation_batch(keys_of_rows([x["prompt"] for x in inputs], group_size))
 
     def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
         # vLLM server mode and tensor-parallel colocate need equally many prompts per call on every rank.
-        equal_batches = self.use_vllm and (self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1)
+        equal_batches = self.args.use_vllm and (
+            self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1
+        )
         return self._rollout_groups(builders, equal_batch_sizes=equal_batches)
 
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
@@ -244,9 +248,9 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
 
     def _per_turn_advantages(self, plan: RowPlan, groups, width: int) -> torch.Tensor:
         scale = (
-            self.scale_rewards
-            if self.scale_rewards in ("group", "batch", "none")
-            else ("group" if self.scale_rewards else "none")
+            self.args.scale_rewards
+            if self.args.scale_rewards in ("group", "batch", "none")
+            else ("group" if self.args.scale_rewards else "none")
         )
         batch_std = None
         if scale == "batch":
@@ -265,6 +269,11 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             "generation_kwargs": self.args.generation_kwargs,
             "cache_implementation": self.args.cache_implementation,
         }
+
+
+def group_size_of(args, training: bool) -> int:
+    """The envs per group in training or in evaluation (``num_generations_eval``, default ``num_generations``)."""
+    return args.num_generations if training else (args.num_generations_eval or args.num_generations)
 
 
 def with_turn_stops(eos_token_ids: Sequence[int], renderer: Renderer) -> list[int]:

@@ -23,7 +23,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import transformers
@@ -53,9 +53,14 @@ except ImportError as error:  # pragma: no cover - only with another TRL version
     ) from error
 
 
+CHECKS = ("attr", "source")
+"""The ways :func:`check_trl_compatibility` verifies an entry (:attr:`PrivateName.check`)."""
+
+
 @dataclass(frozen=True)
 class PrivateName:
-    """One private or unexported name of TRL / transformers (or one of TRL's message texts) that ``trl_envs`` relies on.
+    """One private or unexported name of TRL / transformers (or one of TRL's message texts, or an attribute a TRL
+    trainer sets on itself without an underscore that is not documented API) that ``trl_envs`` relies on.
 
     Attributes:
         name: the name as code writes it (an attribute, method, class or function name), or the text of a message.
@@ -73,9 +78,18 @@ class PrivateName:
     name: str
     owner: str
     relied_on: str
-    check: str = "attr"
-    overridden_in: str | None = None
-    source_text: str | None = None
+    check: str = field(default="attr", kw_only=True)
+    overridden_in: str | None = field(default=None, kw_only=True)
+    source_text: str | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.check not in CHECKS:
+            raise ValueError(
+                f"{SEAM_MODULE}: entry {self.name!r} of {self.owner}: check must be one of {list(CHECKS)}, got "
+                f"{self.check!r}"
+            )
+        if self.source_text is not None and self.check != "source":
+            raise ValueError(f"{SEAM_MODULE}: entry {self.name!r} of {self.owner}: source_text needs check='source'")
 
     @property
     def source(self) -> str:
@@ -199,7 +213,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "trl.GRPOTrainer",
         "(see above) the async rollouts mixin scores a batch sampled by the policy's sampler copy under "
         "sampler_importance_sampling",
-        "save_checkpoint",
         overridden_in="trl_envs/trainers/async_rollouts.py",
     ),
     PrivateName(
@@ -229,6 +242,44 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "trl.GRPOTrainer",
         "(model, input_ids, attention_mask, logits_to_keep, ...) -> (per-token logprobs, entropies, aux loss); "
         "_compute_loss calls it once for the policy before it reads inputs['importance_sampling_ratio']",
+    ),
+    PrivateName(
+        "eos_token_ids",
+        "trl.GRPOTrainer",
+        "the token ids that end a completion: generation stops on them and scoring counts a completion whose last "
+        "token is not one of them (or pad) as truncated; EnvGRPOTrainer adds the chat template's turn stops",
+        check="source",
+    ),
+    PrivateName(
+        "vllm_generation",
+        "trl.GRPOTrainer",
+        "the VLLMGeneration GRPOTrainer.__init__ builds with use_vllm (the vLLM engine or server client and its "
+        "weight sync); VLLMSampler generates with it",
+        check="source",
+    ),
+    PrivateName(
+        "vllm_importance_sampling_correction",
+        "trl.GRPOTrainer",
+        "(see use_vllm) set from the config in __init__ and read at scoring time; sampler_importance_sampling sets it",
+        check="source",
+    ),
+    PrivateName(
+        "vllm_importance_sampling_mode",
+        "trl.GRPOTrainer",
+        "per token or per sequence, truncated or masked, read at scoring time; sampler_importance_sampling sets it",
+        check="source",
+    ),
+    PrivateName(
+        "vllm_importance_sampling_clip_min",
+        "trl.GRPOTrainer",
+        "the ratio's lower bound, read at scoring time; sampler_importance_sampling sets it",
+        check="source",
+    ),
+    PrivateName(
+        "vllm_importance_sampling_clip_max",
+        "trl.GRPOTrainer",
+        "the ratio's upper bound, read at scoring time; sampler_importance_sampling sets it",
+        check="source",
     ),
     PrivateName(
         "You are using 'rollout_func'",
@@ -302,6 +353,24 @@ def logged_completions(trainer) -> dict:
         "rewards": {name: list(values) for name, values in logs["rewards"].items()},
         "advantages": list(logs["advantages"]),
     }
+
+
+def stop_token_ids(trainer) -> list[int]:
+    """The token ids that end a completion. Relies on: ``GRPOTrainer.__init__`` sets ``eos_token_ids`` (the
+    tokenizer's EOS, or the generation config's), which generation stops on and scoring reads to tell truncated
+    completions."""
+    return list(trainer.eos_token_ids)
+
+
+def set_stop_token_ids(trainer, token_ids: Sequence[int]) -> None:
+    """Make ``token_ids`` the tokens that end a completion (see :func:`stop_token_ids`)."""
+    trainer.eos_token_ids = list(token_ids)
+
+
+def vllm_generation(trainer):
+    """TRL's vLLM generation of a ``GRPOTrainer`` built with ``use_vllm``. Relies on: ``GRPOTrainer.__init__`` sets
+    ``vllm_generation`` to its ``VLLMGeneration`` (engine or server client, weight sync)."""
+    return trainer.vllm_generation
 
 
 def per_token_logprobs(trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None = None):
@@ -564,6 +633,7 @@ __all__ = [
     "SEAM_MODULE",
     "TRLCompatibilityError",
     "TRL_PRIVATE_NAMES",
+    "CHECKS",
     "check_trl_compatibility",
     "continued_training_state",
     "distributed_backend",
@@ -582,5 +652,8 @@ __all__ = [
     "score_generation_batch",
     "save_checkpoint",
     "set_dpo_tokens_seen",
+    "set_stop_token_ids",
+    "stop_token_ids",
     "tokenizer_of",
+    "vllm_generation",
 ]

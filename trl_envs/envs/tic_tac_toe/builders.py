@@ -13,17 +13,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ...core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
 from ...core.message_env import MessageTokenEnv
 from ...core.renderer import Renderer
-from ...core.types import TEST_SEED_OFFSET, Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
-from .._builder import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
+from ...core.types import TEST_SEED_OFFSET, Env, EnvGroupBuilder, RLDataset
+from ...multiplayer.group import GameGroupBuilder
+from ...multiplayer.match import GameMatch
 from .envs import TicTacToePlayerEnv, TicTacToeVsOpponentEnv
-from .match import TicTacToeMatch
+from .game import MARKS, TicTacToeGame
 from .opponents import OPPONENTS, make_opponent
 
 
-class TicTacToeSelfPlayGroupBuilder(EnvGroupBuilder):
+class TicTacToeSelfPlayGroupBuilder(GameGroupBuilder):
     """``num_games`` self-play games; envs ``2k`` and ``2k + 1`` are X and O of game ``k``.
+
+    A :class:`~trl_envs.multiplayer.group.GameGroupBuilder` of :class:`~.game.TicTacToeGame` s: the players of a
+    game are retried together, and each player's group reward is its game's outcome (zero-sum).
 
     Args:
         renderer: renders the players' conversations.
@@ -38,37 +43,19 @@ class TicTacToeSelfPlayGroupBuilder(EnvGroupBuilder):
     ):
         if num_games < 1:
             raise ValueError(f"TicTacToeSelfPlayGroupBuilder: num_games must be >= 1, got {num_games}")
-        self.renderer, self.num_games = renderer, num_games
-        self.illegal_move_penalty, self.move_timeout = illegal_move_penalty, move_timeout
+        super().__init__(
+            TicTacToeGame,
+            renderer,
+            2 * num_games,
+            2,
+            move_timeout=move_timeout,
+            invalid_reply_penalty=illegal_move_penalty,
+            tag="tic_tac_toe",
+        )
+        self.num_games, self.illegal_move_penalty = num_games, illegal_move_penalty
 
-    async def make_envs(self) -> Sequence[Env]:
-        envs: list[Env] = []
-        for k in range(self.num_games):
-            match = TicTacToeMatch(self.move_timeout, name=f"tic_tac_toe self-play game {k}")
-            envs += [
-                MessageTokenEnv(TicTacToePlayerEnv(match, mark, self.illegal_move_penalty), self.renderer)
-                for mark in ("X", "O")
-            ]
-        return envs
-
-    def coupled_envs(self) -> list[list[int]]:
-        return [[2 * k, 2 * k + 1] for k in range(self.num_games)]
-
-    async def compute_group_rewards(
-        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
-    ) -> list[tuple[float, Metrics]]:
-        out = []
-        for env in env_group:
-            player = env.unwrapped
-            if not isinstance(player, TicTacToePlayerEnv):
-                raise TypeError(
-                    f"TicTacToeSelfPlayGroupBuilder: expected TicTacToePlayerEnv envs, got {type(player).__name__}"
-                )
-            out.append((player.match.score(player.mark), {f"as_{player.mark}/score": player.match.score(player.mark)}))
-        return out
-
-    def logging_tags(self) -> list[str]:
-        return ["tic_tac_toe"]
+    def make_env(self, match: GameMatch, seat: int) -> Env:
+        return MessageTokenEnv(TicTacToePlayerEnv(match, MARKS[seat], self.illegal_move_penalty), self.renderer)
 
 
 class TicTacToeVsOpponentGroupBuilder(EnvGroupBuilder):

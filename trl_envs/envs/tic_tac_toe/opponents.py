@@ -1,4 +1,5 @@
-"""Scripted tic-tac-toe opponents for evaluation: a random player and a perfect (minimax) player."""
+"""Scripted tic-tac-toe opponents for evaluation: a random player and a perfect (minimax) player, and
+:class:`TextOpponent`, which lets one play a seat of a match from the text that seat is shown."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import functools
 import random
 from typing import Protocol
 
-from .rules import Board, Mark, legal_moves, other, place, winner
+from .rules import Board, Mark, legal_moves, other, place, read_board, winner
 
 
 class Opponent(Protocol):
@@ -51,6 +52,23 @@ def _value(board: Board, to_move: Mark, me: Mark) -> int:
         return depth - 10
     values = [_value(place(board, cell, to_move), other(to_move), me) for cell in legal_moves(board)]
     return max(values) if to_move == me else min(values)
+
+
+class TextOpponent:
+    """``opponent`` as a :data:`trl_envs.multiplayer.game.Opponent` (``(text, rng) -> reply``): it reads the board
+    from the text its seat is shown, as a model would, and answers with its cell."""
+
+    def __init__(self, opponent: Opponent):
+        self.opponent = opponent
+        self.__name__ = opponent.name
+
+    def __call__(self, text: str, rng: random.Random) -> str:
+        board = read_board(text)
+        mark: Mark = "X" if board.count("X") == board.count("O") else "O"
+        cell = self.opponent.choose(board, mark, rng)
+        if cell not in legal_moves(board):
+            raise RuntimeError(f"tic_tac_toe: opponent {self.opponent.name!r} chose taken cell {cell}")
+        return str(cell)
 
 
 OPPONENTS: dict[str, type] = {"random": RandomOpponent, "perfect": PerfectOpponent}

@@ -13,6 +13,7 @@ Board: TypeAlias = tuple[str, ...]
 EMPTY_BOARD: Board = (" ",) * 9
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 _MOVE = re.compile(r"^\s*([1-9])\s*\.?\s*$")
+_ROW = re.compile(r"^[XO1-9]\|[XO1-9]\|[XO1-9]$")
 
 
 def other(mark: Mark) -> Mark:
@@ -44,6 +45,16 @@ def show(board: Board) -> str:
     """Three lines like ``X|2|3``: taken cells show their mark, free cells their number."""
     cells = [c if c != " " else str(i + 1) for i, c in enumerate(board)]
     return "\n".join("|".join(cells[r * 3 : r * 3 + 3]) for r in range(3))
+
+
+def read_board(text: str) -> Board:
+    """The last board :func:`show` wrote in ``text``; raises ``ValueError`` when ``text`` shows none."""
+    lines = text.splitlines()
+    for end in range(len(lines), 2, -1):
+        rows = lines[end - 3 : end]
+        if all(_ROW.match(row) for row in rows):
+            return tuple(" " if c.isdigit() else c for row in rows for c in row.split("|"))
+    raise ValueError(f"tic-tac-toe: no board in {text!r}")
 
 
 def parse_move(text: str) -> int | None:

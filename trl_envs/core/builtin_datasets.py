@@ -1,4 +1,5 @@
-"""The shared shape of the built-in envs' datasets and dataset builders."""
+"""The shared shape of the built-in envs' datasets and dataset builders (also used by the game and reasoning-gym
+adapters)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..core.renderer import Renderer
-from ..core.types import TEST_SEED_OFFSET, EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from .renderer import Renderer
+from .types import TEST_SEED_OFFSET, EnvGroupBuilder, RLDataset, RLDatasetBuilder
 
 
 def check_int_option(env: str, option: str, value: Any, minimum: int | None = None) -> None:
