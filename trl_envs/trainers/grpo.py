@@ -64,9 +64,10 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             loaded), or the model with its adapter switched off under PEFT.
         args: :class:`~trl_envs.trainers.grpo_config.EnvGRPOConfig`.
         env_dataset: the training envs: an :class:`RLDataset`, an :class:`RLDatasetBuilder` (whose test split
-            becomes the evaluation envs unless ``eval_env_dataset`` is given; unused with ``eval_strategy="no"``),
-            or a ``datasets.Dataset`` / ``IterableDataset`` of env row specs (one group of ``num_generations`` envs
-            per row, see :class:`~trl_envs.registry.env_datasets.EnvRowDataset`).
+            becomes the evaluation envs unless ``eval_env_dataset`` is given; with ``eval_strategy="no"`` none of its
+            games is made until ``evaluate()`` is called), or a ``datasets.Dataset`` / ``IterableDataset`` of env row
+            specs (one group of ``num_generations`` envs per row, see
+            :class:`~trl_envs.registry.env_datasets.EnvRowDataset`).
         eval_env_dataset: evaluation envs (optional; an ``RLDataset`` or a dataset of row specs); evaluation logs
             ``eval_env/...``.
         processing_class: the tokenizer (must have a chat template; it must be the tokenizer the envs' renderer
@@ -111,15 +112,14 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             groups_per_batch=max(args.generation_batch_size // args.num_generations, 1),
             seed=args.seed,
         )
-        if eval_env_dataset is None and args.eval_strategy == "no":
-            eval_envs = None  # a builder's test split serves evaluation during training only: without it, no game of
-            # it is made or checked (one whose opponent cannot play, say, must not stop a run that never evaluates)
         _check_batch_geometry(args, eval_envs is not None)
         _warn_biased_logprob_comparison(args)
         self.train_groups = GroupIndex("train", train_envs)
         self.eval_groups = GroupIndex("eval", eval_envs) if eval_envs is not None else None
         _check_first_group(self.train_groups, args.num_generations)
-        if self.eval_groups is not None:
+        if self.eval_groups is not None and args.eval_strategy != "no":
+            # Without evaluation during training no game of the test split is made here (one whose opponent cannot
+            # play, say, must not stop a run that never evaluates); an explicit evaluate() checks each group it plays.
             _check_first_group(self.eval_groups, args.num_generations_eval or args.num_generations)
         self._init_env_trainer(sampler)
         reference = frozen_reference(model, peft_config, needed=args.beta != 0.0)
