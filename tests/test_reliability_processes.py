@@ -139,3 +139,21 @@ def test_a_finished_command_exits_even_when_a_thread_would_hold_it(tmp_path):
     out, err = process.communicate(timeout=120)  # not the thread's 3600 s
     assert process.returncode == 0 and out == "work done\n", err
     assert "demo: the process had not exited 2 s after its work ended (still running: threads stuck-uploader)" in err
+
+
+WORK_GOES_ON = """
+import time
+from trl_envs.cli.errors import bound_exit
+
+bound_exit("demo", 3, grace_s=1)  # a script run in-process (a test suite, a notebook): its caller goes on working
+time.sleep(4)
+print("caller still working", flush=True)
+"""
+
+
+def test_the_exit_bound_never_cuts_short_a_process_that_goes_on_working(tmp_path):
+    """The grace period starts when the main thread ends: a script run in-process (``runpy``, as some tests do) must
+    not end its caller with the script's status seconds later."""
+    process = start(["-c", WORK_GOES_ON], tmp_path)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0 and out == "caller still working\n", err

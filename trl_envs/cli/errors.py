@@ -227,12 +227,16 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
 
 def bound_exit(prog: str, status: int, grace_s: float = EXIT_GRACE_S) -> None:
     """Call when ``prog``'s work is done and the process is about to exit with ``status``: if it is still alive
-    ``grace_s`` seconds later (the interpreter waits at exit for non-daemon threads, thread pools and child
-    processes), print one line naming what still runs and exit at once with ``status``."""
+    ``grace_s`` seconds after its main thread ended (the interpreter waits at exit for non-daemon threads, thread
+    pools and child processes), print one line naming what still runs and exit at once with ``status``.
+
+    The clock starts only once the main thread has ended, so a process that goes on working after the command (a
+    test suite that ran the script in-process, say) is never cut short."""
     import threading
     import time
 
     def force() -> None:
+        threading.main_thread().join()  # returns once the interpreter is shutting down
         time.sleep(grace_s)
         with contextlib.suppress(Exception):
             print(f"{prog}: {_still_running(grace_s)}; exiting now (status {status})", file=sys.stderr, flush=True)
