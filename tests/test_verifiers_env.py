@@ -166,7 +166,8 @@ def test_train_script_trains_one_grpo_step_by_name(tiny_model_path, tmp_path):
 def test_trl_envs_eval_plays_the_held_out_split(tiny_model_path, tmp_path):
     code = "import sys; from trl_envs.cli.commands import main; sys.exit(main(sys.argv[1:]))"
     args = ["-c", code, "eval", "--env", "verifiers/vf_echo", "--model", tiny_model_path, "--max_tokens", "4"]
-    out = run([*args, "--env_kwargs", '{"test_taskset": {"split": "test"}}', "--no_progress"], cwd=tmp_path)
+    split = ["--env_kwargs", '{"test_taskset": {"split": "test"}}', "--output", "eval_results.json"]
+    out = run([*args, *split, "--no_progress"], cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "vf_echo" in out.stdout and "test split" in out.stdout
     assert "verifiers/vf_echo" in (tmp_path / "eval_results.json").read_text()
