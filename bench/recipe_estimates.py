@@ -62,6 +62,42 @@ ASSUMPTIONS = {
 }
 
 
+def save_random_qwen(model_id: str, tokenizer, out: Path, layers: int = 0) -> str:
+    """A randomly initialised ``Qwen2ForCausalLM`` of ``model_id``'s published architecture (:data:`ARCHITECTURES`)
+    with ``layers`` decoder layers (0: all of them) and ``tokenizer``, saved in bfloat16 under ``out``. No weights are
+    downloaded anywhere: recipes are checked on such models. The weights are tiled from one small normal draw
+    (drawing ~500M numbers one by one is most of the build time otherwise); norms are 1."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    arch = dict(ARCHITECTURES[model_id])
+    if layers:
+        arch["num_hidden_layers"] = layers
+    config = Qwen2Config(
+        **arch,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        use_sliding_window=False,
+    )
+    with torch.device("meta"):  # no default init
+        model = Qwen2ForCausalLM(config)
+    model = model.to_empty(device="cpu").to(torch.bfloat16)  # half the bytes to write; loads in any dtype
+    generator = torch.Generator().manual_seed(0)
+    pool = torch.randn(1 << 20, generator=generator) * 0.02
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                offset = int(torch.randint(0, 1 << 19, (1,), generator=generator))
+                flat = pool[offset:].repeat(param.numel() // (pool.numel() - offset) + 1)[: param.numel()]
+                param.copy_(flat.view_as(param))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
 def num_parameters(arch: dict) -> int:
     """Parameters of a Qwen2 decoder: embeddings (tied output layer) + per layer attention (q/k/v with bias, o),
     SwiGLU MLP and two RMSNorms + the final norm."""

@@ -360,41 +360,15 @@ def _kill_tree(pid: int) -> None:
 
 
 def build_random_qwen(model_id: str, layers: int, tokenizer_path: str, out: Path) -> str:
-    """A randomly initialised ``Qwen2ForCausalLM`` of ``model_id``'s published architecture (bench/recipe_estimates.py)
-    with ``layers`` decoder layers (0: all of them) and the tokenizer at ``tokenizer_path``, saved in bfloat16."""
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    """A randomly initialised ``Qwen2ForCausalLM`` of ``model_id``'s published architecture with ``layers`` decoder
+    layers (0: all of them) and the tokenizer at ``tokenizer_path`` (bench/recipe_estimates.py's
+    ``save_random_qwen``)."""
+    from transformers import AutoTokenizer
 
     sys.path.insert(0, str(REPO / "bench"))
-    from recipe_estimates import ARCHITECTURES
+    from recipe_estimates import save_random_qwen
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    arch = dict(ARCHITECTURES[model_id])
-    if layers:
-        arch["num_hidden_layers"] = layers
-    config = Qwen2Config(
-        **arch,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        use_sliding_window=False,
-    )
-    with torch.device("meta"):  # no default init: drawing ~500M normal numbers one by one is slow
-        model = Qwen2ForCausalLM(config)
-    model = model.to_empty(device="cpu").to(torch.bfloat16)
-    generator = torch.Generator().manual_seed(0)
-    pool = torch.randn(1 << 20, generator=generator) * 0.02  # random weights tiled from one draw
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            else:
-                offset = int(torch.randint(0, 1 << 19, (1,), generator=generator))
-                flat = pool[offset:].repeat(param.numel() // (pool.numel() - offset) + 1)[: param.numel()]
-                param.copy_(flat.view_as(param))
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return str(out)
+    return save_random_qwen(model_id, AutoTokenizer.from_pretrained(tokenizer_path), out, layers=layers)
 
 
 def recipe_child(argv: list[str]) -> None:

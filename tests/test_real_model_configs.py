@@ -37,37 +37,13 @@ def _load(name: str):
 @pytest.fixture(scope="module")
 def shrunk_models(tmp_path_factory, tokenizer):
     """model id -> a directory with a random one-layer model of that architecture and the tiny tokenizer."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     estimates = _load("recipe_estimates")
-    paths = {}
-    for model_id, arch in estimates.ARCHITECTURES.items():
-        path = tmp_path_factory.mktemp("real") / model_id.split("/")[-1].lower()
-        config = Qwen2Config(
-            **{**arch, "num_hidden_layers": 1},
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=None,
-            use_sliding_window=False,
+    return {
+        model_id: estimates.save_random_qwen(
+            model_id, tokenizer, tmp_path_factory.mktemp("real") / model_id.split("/")[-1].lower(), layers=1
         )
-        with torch.device("meta"):  # no default init: drawing ~400M normal numbers took most of the setup
-            model = Qwen2ForCausalLM(config)
-        model = model.to_empty(device="cpu").to(torch.bfloat16)  # half the bytes to write; loaded as fp32
-        generator = torch.Generator().manual_seed(0)
-        pool = torch.randn(1 << 20, generator=generator) * 0.02  # random weights tiled from one small draw
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name.endswith("norm.weight"):
-                    param.fill_(1.0)
-                else:
-                    offset = int(torch.randint(0, 1 << 19, (1,), generator=generator))
-                    flat = pool[offset:].repeat(param.numel() // (pool.numel() - offset) + 1)[: param.numel()]
-                    param.copy_(flat.view_as(param))
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        paths[model_id] = str(path)
-    return paths
+        for model_id in estimates.ARCHITECTURES
+    }
 
 
 def test_there_is_a_recipe_per_model_and_task():
