@@ -287,7 +287,9 @@ def test_server_restarted_mid_rollout_retry_replays_every_episode(server, render
                 RetryOnFailure(max_retries=1, per_rollout_timeout=60),  # fewer retries than dropped episodes
             )
         assert [t.step_reward for g in result.groups for t in g.trajectories] == [2.0] * 6  # none skipped
-        assert result.error_counts["OpenEnvConnectionLost"] >= 6 and "GroupSkipped" not in result.error_counts
+        # at least 3 drops over 2 groups: one group lost more episodes than its max_retries (1) allows, yet none is
+        # skipped (how many of the 6 episodes see the drop, rather than a failed open, depends on timing)
+        assert result.error_counts["OpenEnvConnectionLost"] >= 3 and "GroupSkipped" not in result.error_counts
         assert any("trying again in" in r.getMessage() for r in caplog.records)  # it waited for the server
         assert restarted[0].url == srv.url and restarted[0].live_sessions_soon() == 0
         assert io_loop.open_sessions() == []

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import pickle
 import signal
 import sys
@@ -182,10 +183,10 @@ class SamplerProcess:
         with contextlib.suppress(BrokenPipeError, OSError), self._send_lock:
             self._conn.send(None)
         self.process.join(STOP_GRACE_S)
-        if self.process.is_alive():
+        if self.is_running():
             self.process.terminate()
             self.process.join(STOP_TIMEOUT_S)
-        if self.process.is_alive():
+        if self.is_running():
             self.process.kill()
             self.process.join(STOP_TIMEOUT_S)
             warnings.warn(
@@ -196,11 +197,22 @@ class SamplerProcess:
             )
         self._conn.close()
 
+    def is_running(self) -> bool:
+        """Whether the child process still exists. ``Process.is_alive`` alone can keep answering ``True`` for a child
+        that something else in the process reaped first (a ``waitpid(-1)`` elsewhere): its pid is then gone."""
+        if not self.process.is_alive():
+            return False
+        try:
+            os.kill(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
     def _receive(self, what: str, timeout_s: float | None) -> Any:
         waited = 0.0
         while not self._conn.poll(POLL_S):
             waited += POLL_S
-            if not self.process.is_alive():
+            if not self.is_running():
                 raise self._died(what)
             if timeout_s is not None and waited >= timeout_s:
                 raise SamplerProcessError(f"the sampler process did not answer '{what}' within {timeout_s:.0f} s")
