@@ -141,7 +141,8 @@ class HFSampler:
         with self._model() as model, torch.no_grad():
             device = next(model.parameters()).device
             was_training = model.training
-            model.eval()
+            if was_training and train_mode_changes_outputs(model):
+                model.eval()
             try:
                 out = model.generate(
                     input_ids=input_ids.to(device),
@@ -151,7 +152,8 @@ class HFSampler:
                     stopping_criteria=StoppingCriteriaList([criteria]),
                 )
             finally:
-                model.train(was_training)
+                if model.training != was_training:
+                    model.train(was_training)
             generated = out[:, width:]
             logprobs = recorder.finish(generated)
         results = []
@@ -255,3 +257,41 @@ class _LogprobRecorder(LogitsProcessor):
 
 
 __all__ = ["HFSampler", "SampleRequest", "Sampler"]  # the protocol is defined in samplers/base.py
+
+
+_TRAIN_MODE_LAYERS = (
+    torch.nn.Dropout,
+    torch.nn.Dropout1d,
+    torch.nn.Dropout2d,
+    torch.nn.Dropout3d,
+    torch.nn.AlphaDropout,
+    torch.nn.FeatureAlphaDropout,
+    torch.nn.BatchNorm1d,
+    torch.nn.BatchNorm2d,
+    torch.nn.BatchNorm3d,
+    torch.nn.SyncBatchNorm,
+)
+
+
+def train_mode_changes_outputs(model: torch.nn.Module) -> bool:
+    """Whether ``model`` computes differently in training mode than in evaluation mode: it has a dropout layer with
+    ``p > 0`` or a batch norm, or its config (or a sub-config) sets a dropout rate above 0 (attention dropout is
+    applied functionally, from the config).
+
+    Sampling switches the model to ``eval()`` only then: otherwise its outputs are the same either way, and
+    ``train()`` / ``eval()`` on a ``transformers`` model can re-kernelize every module, a fixed cost per call.
+    """
+    if _config_sets_dropout(getattr(model, "config", None)):
+        return True
+    return any(isinstance(m, _TRAIN_MODE_LAYERS) and getattr(m, "p", 1.0) > 0 for m in model.modules())
+
+
+def _config_sets_dropout(config, depth: int = 0) -> bool:
+    if config is None or depth > 2 or not hasattr(config, "to_dict"):
+        return False
+    for name, value in vars(config).items():
+        if hasattr(value, "to_dict") and _config_sets_dropout(value, depth + 1):
+            return True
+        if ("dropout" in name or "pdrop" in name) and isinstance(value, (int, float)) and value > 0:
+            return True
+    return False
