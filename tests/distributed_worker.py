@@ -164,7 +164,7 @@ def _uneven_dataset(
 
 def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = True) -> None:
     """Record, per generation round, what this rank rolled out and trained on (see the module docstring)."""
-    import trl_envs.trainers.base as trainer_base
+    import trl_envs.trainers.rollouts as trainer_rollouts
     from trl_envs.rollout.metrics import rollout_metrics
     from trl_envs.samplers.lockstep import LockstepSampler
 
@@ -178,7 +178,7 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
         def active(self) -> bool:
             return lockstep and super().active()
 
-    trainer_base.LockstepSampler = RecordingLockstep
+    trainer_rollouts.LockstepSampler = RecordingLockstep
     original = trainer.generation_batch  # what every generation batch of train() and evaluate() goes through
 
     def recorded(keys):
@@ -223,7 +223,7 @@ def _make_generate_collective() -> None:
     import torch
     import torch.distributed as dist
 
-    import trl_envs.trainers.base as trainer_base
+    import trl_envs.trainers.rollouts as trainer_rollouts
     from trl_envs.samplers.hf import HFSampler
 
     class CollectiveHFSampler(HFSampler):
@@ -232,7 +232,7 @@ def _make_generate_collective() -> None:
                 dist.all_reduce(torch.ones(1))
             return super().sample(requests)
 
-    trainer_base.HFSampler = CollectiveHFSampler
+    trainer_rollouts.HFSampler = CollectiveHFSampler
 
 
 def _step_clock():

@@ -29,7 +29,7 @@ from trl_envs.envs.guess_number import GuessNumberGroupBuilder
 from trl_envs.samplers.choice import build_sampler
 from trl_envs.samplers.continuous import ContinuousBatchingSampler
 from trl_envs.samplers.static_cache import StaticCacheSampler
-from trl_envs.trainers.base import check_sampler_backend
+from trl_envs.trainers.env_setup import check_sampler_backend
 from trl_envs.trainers.grpo_config import EnvGRPOConfig
 
 FAST = ("static_cache", "continuous_batching")

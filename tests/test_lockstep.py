@@ -120,7 +120,7 @@ def test_sampled_logprob_and_settings_agreement_single_process():
 
 
 def test_launched_processes_that_did_not_join_one_job_are_refused():
-    from trl_envs.trainers.base import check_single_process_launch
+    from trl_envs.trainers.env_setup import check_single_process_launch
 
     check_single_process_launch(1, {}, "EnvGRPOTrainer")
     check_single_process_launch(2, {"WORLD_SIZE": "2"}, "EnvGRPOTrainer")

@@ -1,4 +1,5 @@
-"""The shared base of the env trainers (trl_envs/trainers/base.py) and the one rollout budget of their configs."""
+"""What the env trainers share: their rollout component (trl_envs/trainers/rollouts.py), their setup
+(trl_envs/trainers/env_setup.py) and the one rollout budget of their configs."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import pytest
 import torch
 
 from trl_envs import EnvDPOConfig, EnvGRPOConfig
-from trl_envs.trainers import base
+from trl_envs.trainers import env_setup, rollouts
+from trl_envs.trainers.rollouts import EnvRollouts
 
 
-class _Trainer(base.EnvTrainerMixin):
+class _Trainer:
     def __init__(self, args):
         self.args = args
         self.model_wrapped = torch.nn.Linear(2, 2)
@@ -31,10 +33,10 @@ def test_generation_model_honours_ds3_gather_for_generation(monkeypatch, tmp_pat
         seen["gather"] = gather_deepspeed3_params
         yield model
 
-    monkeypatch.setattr(base, "unwrap_model_for_generation", fake_unwrap)
+    monkeypatch.setattr(rollouts, "unwrap_model_for_generation", fake_unwrap)
     args = config_class(output_dir=str(tmp_path), use_cpu=True, report_to="none", ds3_gather_for_generation=gather)
     trainer = _Trainer(args)
-    with trainer.generation_model() as model:
+    with EnvRollouts(trainer).generation_model() as model:
         assert model is trainer.model_wrapped
     assert seen == {"gather": gather}
 
@@ -59,10 +61,10 @@ def test_one_rollout_budget_for_both_configs(tmp_path):
 def test_env_dataset_of_the_wrong_type_names_the_trainer_and_what_it_accepts():
     accepted = "an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows"
     with pytest.raises(TypeError, match=f"EnvDPOTrainer: env_dataset must be {accepted}, got list"):
-        base.resolve_env_datasets([], None, "EnvDPOTrainer")
+        env_setup.resolve_env_datasets([], None, "EnvDPOTrainer")
 
 
 def test_tokenizer_without_chat_template_is_refused_by_name():
     tokenizer = SimpleNamespace(chat_template=None, name_or_path="plain-lm")
     with pytest.raises(ValueError, match="EnvGRPOTrainer: the tokenizer 'plain-lm' has no chat template"):
-        base.require_chat_template(tokenizer, "EnvGRPOTrainer")
+        env_setup.require_chat_template(tokenizer, "EnvGRPOTrainer")

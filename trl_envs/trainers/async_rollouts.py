@@ -1,4 +1,6 @@
-"""Rollouts that overlap training: bounded-staleness asynchronous GRPO (``EnvGRPOConfig.max_staleness >= 1``).
+"""Rollouts that overlap training: bounded-staleness asynchronous GRPO (``EnvGRPOConfig.max_staleness >= 1``), as
+the :class:`PipelinedRolloutSource` of the trainer's training batches (the interface:
+:mod:`~trl_envs.trainers.rollouts`).
 
 Contract (docs/async.md):
 
@@ -16,8 +18,7 @@ Contract (docs/async.md):
 * Batches whose weights are ready roll out concurrently on the background loop; their ``generate`` calls run in the
   sampler process, so both env time and generation overlap the trainer's compute.
 * Sampling logprobs vs the trained policy's are corrected by TRL's own importance-sampling path
-  (``trl_seam.sampler_importance_sampling``: per-token truncated ratio by default; with one optimizer pass per batch
-  the policy logprobs are the loss forward's own, ``trl_seam.ratio_from_loss_logprobs``).
+  (:mod:`~trl_envs.trainers.off_policy`).
 * The pipeline is started at the first training rollout (after a checkpoint was loaded, so a resumed run starts
   from the checkpoint's weights) and stopped when ``train()`` returns or raises (Ctrl-C, an env error): the running
   batch is cancelled (its envs' cleanup runs), the sampler process is stopped without waiting for a ``generate``
@@ -36,6 +37,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import TrainerCallback
@@ -43,15 +45,15 @@ from transformers import TrainerCallback
 from ..core.types import EnvGroupBuilder
 from ..rollout.async_pipeline import THREAD_NAME, RolloutJob, RolloutPipeline, VersionedSampler
 from ..rollout.engine import RolloutBatchResult
+from ..samplers.base import Sampler
 from ..samplers.process import SamplerProcess
 from . import trl_seam
 from .group_index import GroupKey, keys_of_rows
-
-# -- the trainer side --------------------------------------------------------------------------------------------------
+from .rollouts import EnvRollouts, RolloutSource
 
 
 class _SyncWeights(TrainerCallback):
-    def __init__(self, state: _AsyncState, every: int):
+    def __init__(self, state: _PipelineState, every: int):
         self.state, self.every = state, every
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -76,7 +78,7 @@ def lookahead_batches(max_staleness: int, steps_per_batch: float) -> int:
 
 
 @dataclass
-class _AsyncState:
+class _PipelineState:
     sampler: SamplerProcess
     pipeline: RolloutPipeline
     keys: Iterator[list[GroupKey]]
@@ -93,61 +95,71 @@ class _AsyncState:
         return self.start_step + (index * self.micro_per_batch) // self.grad_accum
 
 
-class AsyncRolloutsMixin:
-    """Bounded-staleness rollouts for ``EnvGRPOTrainer`` (mixed in before ``GRPOTrainer``; module docstring).
+class PipelinedRolloutSource(RolloutSource):
+    """The training batches of ``EnvGRPOTrainer`` with ``max_staleness >= 1``, rolled out ahead by a background
+    pipeline (module docstring).
+
+    Args:
+        rollouts: the trainer's :class:`~trl_envs.trainers.rollouts.EnvRollouts` (a batch found too stale is re-rolled
+            with it).
+        trainer: the ``EnvGRPOTrainer``, through its public surface: ``args``, ``state``, ``accelerator``, ``model``,
+            ``env_group``, ``get_train_dataloader`` (a second copy predicts the coming batches), ``add_callback`` /
+            ``remove_callback`` (the weight sync).
 
     Attributes:
-        async_batches: one record per trained generation batch with ``max_staleness >= 1``: ``step`` (optimizer step
-            it was trained at), ``oldest_version`` / ``newest_version`` (weights it was sampled with; after a re-roll,
-            the current step), ``rerolled`` (it was too stale and was rolled out again), ``groups`` (the texts of its
-            group keys).
+        batches: one record per trained generation batch since training started: ``step`` (optimizer step it was
+            trained at), ``oldest_version`` / ``newest_version`` (weights it was sampled with; after a re-roll, the
+            current step), ``rerolled`` (it was too stale and was rolled out again), ``groups`` (the texts of its group
+            keys).
     """
 
-    _async: _AsyncState | None = None
+    def __init__(self, rollouts: EnvRollouts, trainer):
+        super().__init__(rollouts)
+        self.trainer = trainer
+        self.batches: list[dict[str, Any]] = []
+        self._state: _PipelineState | None = None
 
     @property
-    def async_rollouts_running(self) -> bool:
-        """Whether the background rollout pipeline is running (it runs only inside ``train()``)."""
-        return self._async is not None
+    def running(self) -> bool:
+        """Whether the background pipeline is running (it runs only inside ``train()``)."""
+        return self._state is not None
 
-    def train(self, *args, **kwargs):
-        if self.args.max_staleness:
-            check_async_supported(self)
-        self.async_batches = []
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            self._close_async_rollouts()
+    def open(self) -> None:
+        """Refuse a setup the sampler copy cannot follow (:func:`check_async_supported`); start a new record. The
+        pipeline itself starts at the first training rollout, after a checkpoint was loaded."""
+        check_async_supported(self.trainer, self.rollouts.custom_sampler)
+        self.batches = []
 
-    # -- rollouts
-
-    def _async_rollout(self, keys: list[GroupKey], builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
+    def produce(self, builders: Sequence[EnvGroupBuilder], keys: Sequence[GroupKey] | None) -> RolloutBatchResult:
         """The rollout of this generation batch's groups ``keys``, taken from the pipeline (started on first use)."""
-        state = self._async or self._start_async_rollouts()
+        trainer, args = self.trainer, self.trainer.args
+        keys = list(keys or [])
+        state = self._state or self._start()
         while state.submitted <= state.consumed + state.lookahead:
             self._submit_next(state)
         waited = time.perf_counter()
         ready = state.pipeline.take(state.consumed)
         waited = time.perf_counter() - waited
         state.consumed += 1
-        if ready.job.keys != list(keys):
+        if ready.job.keys != keys:
             raise RuntimeError(
-                f"EnvGRPOTrainer (max_staleness={self.args.max_staleness}): the pipeline rolled out "
+                f"EnvGRPOTrainer (max_staleness={args.max_staleness}): the pipeline rolled out "
                 f"groups {list(map(str, ready.job.keys))} but the trainer asked for {list(map(str, keys))}; the data "
                 "order is not one the pipeline can predict (an IterableDataset with shuffling?). Use "
                 "max_staleness=0 for this dataset."
             )
-        step = self.state.global_step
+        step = trainer.state.global_step
         staleness = step - ready.oldest_version
         worst = staleness
-        if self.accelerator.num_processes > 1:
-            worst = int(self.accelerator.gather(torch.tensor([staleness], device=self.accelerator.device)).max())
-        result, rerolled = ready.result, worst > self.args.max_staleness
+        accelerator = trainer.accelerator
+        if accelerator.num_processes > 1:
+            worst = int(accelerator.gather(torch.tensor([staleness], device=accelerator.device)).max())
+        result, rerolled = ready.result, worst > args.max_staleness
         oldest, newest = ready.oldest_version, max(ready.versions, default=ready.oldest_version)
         if rerolled:  # every rank re-rolls together: the policy's own rollout may be a collective
-            result = self._rollout(builders)
+            result = self.rollouts.rollout(builders)
             staleness, oldest, newest = 0, step, step
-        self.async_batches.append(
+        self.batches.append(
             dict(
                 step=step,
                 oldest_version=oldest,
@@ -157,7 +169,7 @@ class AsyncRolloutsMixin:
             )
         )
         trl_seam.record_mean_metrics(
-            self,
+            trainer,
             "train",
             {
                 "async/staleness": [staleness],
@@ -169,84 +181,14 @@ class AsyncRolloutsMixin:
         )
         return result
 
-    def _submit_next(self, state: _AsyncState) -> None:
-        keys = next(state.keys)
-        index = state.submitted
-        state.pipeline.submit(
-            RolloutJob(
-                index, keys, [self.env_group(k) for k in keys], state.train_step_of(index) - self.args.max_staleness
-            )
-        )
-        state.submitted += 1
-
-    def _start_async_rollouts(self) -> _AsyncState:
-        args = self.args
-        policy = self.accelerator.unwrap_model(self.model_wrapped)
-        mixed = self.accelerator.mixed_precision
-        threads = torch.get_num_threads()
-        trainer_threads, sampler_threads = split_cpu_threads(threads, next(policy.parameters()).device)
-        with contextlib.ExitStack() as undo:  # a failed start leaves nothing running and the threads as they were
-            torch.set_num_threads(trainer_threads)
-            undo.callback(torch.set_num_threads, threads)
-            sampler = SamplerProcess(
-                policy,
-                trl_seam.tokenizer_of(self),
-                version=self.state.global_step,
-                sampling_settings=self.sampling_settings(),
-                autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed),
-                num_threads=sampler_threads,
-                seed=args.seed + self.accelerator.process_index,
-                backend=args.resolved_sampler_backend(),
-                continuous_batching_config=args.continuous_batching_options(),
-            )
-            undo.callback(sampler.close)
-            pipeline = RolloutPipeline(
-                VersionedSampler(sampler),
-                dict(
-                    budget=args.rollout_budget(self.model),
-                    strategy=args.error_strategy(),
-                    max_wait_s=args.sampler_max_wait_s,
-                    sample_on_loop_thread=False,  # a call waits for the sampler process: the loop runs envs meanwhile
-                ),
-            )
-            undo.pop_all()  # started: _close_async_rollouts stops both and restores the threads
-        micro = args.steps_per_generation * args.num_iterations
-        ga = args.gradient_accumulation_steps
-        state = _AsyncState(
-            sampler,
-            pipeline,
-            self._future_group_keys(self.state.global_step * ga, micro),
-            self.state.global_step,
-            micro,
-            ga,
-            lookahead_batches(args.max_staleness, micro / ga),
-            threads,
-        )
-        state.callback = _SyncWeights(state, args.weight_sync_steps)
-        self.add_callback(state.callback)
-        self._async = state
-        return state
-
-    def _future_group_keys(self, skip_micro_batches: int, micro_per_batch: int) -> Iterator[list[GroupKey]]:
-        """The group keys of each coming generation batch, read from a second copy of the training dataloader (the
-        same sampler and seed, so the same order as the trainer's), after the micro-batches already trained."""
-        dataloader = self.get_train_dataloader()
-        epoch, position = 0, 0
-        while True:
-            if hasattr(dataloader, "set_epoch"):
-                dataloader.set_epoch(epoch)
-            for batch in dataloader:
-                if position >= skip_micro_batches and (position - skip_micro_batches) % micro_per_batch == 0:
-                    yield keys_of_rows([row["prompt"] for row in batch], self.args.num_generations)
-                position += 1
-            epoch += 1
-
-    def _close_async_rollouts(self) -> None:
-        state, self._async = self._async, None
+    def close(self) -> None:
+        """Stop the pipeline: the running batch is cancelled (its envs cleaned up), the sampler process stopped
+        without waiting for a call in flight, the thread joined, the torch threads restored."""
+        state, self._state = self._state, None
         if state is None:
             return
         if state.callback is not None:
-            self.remove_callback(state.callback)
+            self.trainer.remove_callback(state.callback)
         try:
             state.pipeline.cancel()  # the batches stop; their envs are cleaned up
             state.sampler.close()  # a generate call in flight is not waited for (bounded: SamplerProcess.close)
@@ -255,113 +197,83 @@ class AsyncRolloutsMixin:
             state.sampler.close()
             torch.set_num_threads(state.torch_threads)
 
-    # -- off-policy correction (TRL's importance-sampling path)
+    # -- the pipeline
 
-    def _async_correction_on(self) -> bool:
-        return bool(self.args.max_staleness) and self.args.async_importance_sampling != "none" and self.model.training
-
-    def _ratio_in_loss(self) -> bool:
-        """One optimizer pass per generation batch: TRL keeps no ``old_per_token_logps`` (they would equal the loss
-        forward's), so the ratio is taken from the loss forward instead of an extra scoring pass."""
-        return self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.args.num_iterations) == 0
-
-    def _generate_and_score_completions(self, inputs):
-        if not self._async_correction_on() or self._ratio_in_loss():
-            return super()._generate_and_score_completions(inputs)
-        args = self.args
-        with trl_seam.sampler_importance_sampling(
-            self,
-            args.async_importance_sampling,
-            args.vllm_importance_sampling_clip_min,
-            args.vllm_importance_sampling_clip_max,
-        ):
-            output = super()._generate_and_score_completions(inputs)
-        self._record_importance_weights(output["importance_sampling_ratio"], _trained_mask(output))
-        return output
-
-    def _compute_loss(self, model, inputs):
-        if not self._async_correction_on():
-            return super()._compute_loss(model, inputs)
-        args = self.args
-        if "importance_sampling_ratio" in inputs:  # computed by TRL's scoring
-            with trl_seam.sampler_importance_sampling(
-                self,
-                args.async_importance_sampling,
-                args.vllm_importance_sampling_clip_min,
-                args.vllm_importance_sampling_clip_max,
-            ):
-                return super()._compute_loss(model, inputs)
-        if "sampling_per_token_logps" not in inputs:
-            raise RuntimeError(
-                "EnvGRPOTrainer (max_staleness >= 1): the batch has no sampling logprobs to correct with"
+    def _submit_next(self, state: _PipelineState) -> None:
+        keys = next(state.keys)
+        index = state.submitted
+        state.pipeline.submit(
+            RolloutJob(
+                index,
+                keys,
+                [self.trainer.env_group(k) for k in keys],
+                state.train_step_of(index) - self.trainer.args.max_staleness,
             )
-
-        def make_ratio(policy_logps: torch.Tensor) -> torch.Tensor:
-            mask = _trained_mask(inputs)
-            ratio = importance_ratio(
-                policy_logps,
-                inputs["sampling_per_token_logps"],
-                mask,
-                args.async_importance_sampling,
-                args.vllm_importance_sampling_clip_min,
-                args.vllm_importance_sampling_clip_max,
-            )
-            self._record_importance_weights(ratio, mask)
-            return ratio
-
-        with trl_seam.ratio_from_loss_logprobs(self, inputs, make_ratio):
-            return super()._compute_loss(model, inputs)
-
-    def _record_importance_weights(self, ratio: torch.Tensor, mask: torch.Tensor) -> None:
-        args = self.args
-        if ratio.size(1) == 1:  # sequence modes: one ratio per row
-            mask = (mask.sum(1, keepdim=True) > 0).to(mask.dtype)
-        if args.async_importance_sampling.endswith("_mask"):
-            clipped = ratio == 0
-        elif args.vllm_importance_sampling_clip_max is not None:
-            clipped = ratio >= args.vllm_importance_sampling_clip_max
-        else:
-            clipped = torch.zeros_like(ratio, dtype=torch.bool)
-        n = float(mask.sum())
-        trl_seam.record_mean_metrics(
-            self,
-            "train",
-            {
-                "async/importance_weight_mean": [float((ratio * mask).sum()) / n] if n else [],
-                "async/importance_weight_clip_fraction": [float((clipped * mask).sum()) / n] if n else [],
-            },
         )
+        state.submitted += 1
+
+    def _start(self) -> _PipelineState:
+        trainer, args = self.trainer, self.trainer.args
+        policy = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+        mixed = trainer.accelerator.mixed_precision
+        threads = torch.get_num_threads()
+        trainer_threads, sampler_threads = split_cpu_threads(threads, next(policy.parameters()).device)
+        with contextlib.ExitStack() as undo:  # a failed start leaves nothing running and the threads as they were
+            torch.set_num_threads(trainer_threads)
+            undo.callback(torch.set_num_threads, threads)
+            sampler = SamplerProcess(
+                policy,
+                trl_seam.tokenizer_of(trainer),
+                version=trainer.state.global_step,
+                sampling_settings=self.rollouts.sampling_settings(),
+                autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed),
+                num_threads=sampler_threads,
+                seed=args.seed + trainer.accelerator.process_index,
+                backend=args.resolved_sampler_backend(),
+                continuous_batching_config=args.continuous_batching_options(),
+            )
+            undo.callback(sampler.close)
+            pipeline = RolloutPipeline(
+                VersionedSampler(sampler),
+                dict(
+                    **self.rollouts.options(),
+                    sample_on_loop_thread=False,  # a call waits for the sampler process: the loop runs envs meanwhile
+                ),
+            )
+            undo.pop_all()  # started: close() stops both and restores the threads
+        micro = args.steps_per_generation * args.num_iterations
+        ga = args.gradient_accumulation_steps
+        state = _PipelineState(
+            sampler,
+            pipeline,
+            self._future_group_keys(trainer.state.global_step * ga, micro),
+            trainer.state.global_step,
+            micro,
+            ga,
+            lookahead_batches(args.max_staleness, micro / ga),
+            threads,
+        )
+        state.callback = _SyncWeights(state, args.weight_sync_steps)
+        trainer.add_callback(state.callback)
+        self._state = state
+        return state
+
+    def _future_group_keys(self, skip_micro_batches: int, micro_per_batch: int) -> Iterator[list[GroupKey]]:
+        """The group keys of each coming generation batch, read from a second copy of the training dataloader (the
+        same sampler and seed, so the same order as the trainer's), after the micro-batches already trained."""
+        dataloader = self.trainer.get_train_dataloader()
+        epoch, position = 0, 0
+        while True:
+            if hasattr(dataloader, "set_epoch"):
+                dataloader.set_epoch(epoch)
+            for batch in dataloader:
+                if position >= skip_micro_batches and (position - skip_micro_batches) % micro_per_batch == 0:
+                    yield keys_of_rows([row["prompt"] for row in batch], self.trainer.args.num_generations)
+                position += 1
+            epoch += 1
 
 
-def _trained_mask(batch: dict) -> torch.Tensor:
-    mask = batch["completion_mask"]
-    return mask * batch["tool_mask"] if "tool_mask" in batch else mask
-
-
-def importance_ratio(
-    policy_logps: torch.Tensor,
-    sampling_logps: torch.Tensor,
-    mask: torch.Tensor,
-    mode: str,
-    clip_min: float | None,
-    clip_max: float | None,
-) -> torch.Tensor:
-    """TRL's importance-sampling ratio of the policy vs the sampler (``GRPOTrainer._generate_and_score_completions``
-    with ``vllm_importance_sampling_correction``): ``exp(policy - sampling)`` on trained tokens (1 elsewhere and where
-    a sampling logprob is NaN), per token or summed per sequence (``mode`` ``token_*`` / ``sequence_*``), truncated
-    to ``[clip_min, clip_max]`` (``*_truncate``) or zeroed outside it (``*_mask``). Shape (B, T) or (B, 1)."""
-    diff = torch.nan_to_num((policy_logps - sampling_logps) * mask, nan=0.0)
-    if mode.startswith("sequence"):
-        diff = diff.sum(dim=-1, keepdim=True)
-    ratio = torch.exp(diff)
-    if mode.endswith("_truncate"):
-        return torch.clamp(ratio, min=clip_min, max=clip_max)
-    low = clip_min if clip_min is not None else -math.inf
-    high = clip_max if clip_max is not None else math.inf
-    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
-
-
-def check_async_supported(trainer) -> None:
+def check_async_supported(trainer, custom_sampler: Sampler | None = None) -> None:
     """Refuse, naming the option, setups the sampler copy cannot follow: ZeRO-3 and FSDP (parameters sharded across
     ranks), a custom sampler (its weights are not the policy's)."""
     plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
@@ -377,7 +289,7 @@ def check_async_supported(trainer) -> None:
             "distributed_type: FSDP / --fsdp): the sampler's copy of the policy would need every parameter "
             "gathered. Use DDP or DeepSpeed ZeRO-2, or max_staleness=0 (docs/async.md)."
         )
-    if trainer.custom_sampler is not None:
+    if custom_sampler is not None:
         raise ValueError(
             "EnvGRPOConfig.max_staleness >= 1 samples with a copy of the policy; it cannot be combined "
             "with a custom sampler (EnvGRPOTrainer(sampler=...)). Use max_staleness=0."
@@ -386,9 +298,9 @@ def check_async_supported(trainer) -> None:
 
 __all__ = [
     "THREAD_NAME",
-    "AsyncRolloutsMixin",
+    "PipelinedRolloutSource",
     "SamplerProcess",
     "check_async_supported",
-    "importance_ratio",
     "lookahead_batches",
+    "split_cpu_threads",
 ]

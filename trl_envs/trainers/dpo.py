@@ -18,6 +18,7 @@ from transformers.trainer_utils import TrainOutput
 from trl import DPOConfig, DPOTrainer
 
 from ..core.types import RLDataset, RLDatasetBuilder
+from ..rollout.engine import RolloutBatchResult
 from ..samplers.base import Sampler
 from ..training_data.preference import PAIR_COLUMNS, PairStats
 from ..training_data.preference_checks import (
@@ -28,20 +29,22 @@ from ..training_data.preference_checks import (
     is_tokenized,
 )
 from . import trl_seam
-from .base import EnvTrainerMixin, frozen_reference, load_env_datasets
 from .dpo_config import EnvDPOConfig
 from .dpo_rounds import DPORounds, EmptyPairsWarning
+from .env_setup import check_env_launch, frozen_reference, load_env_datasets
 from .preference_collator import DataCollatorForMaskedPreference
+from .rollouts import EnvRollouts, SyncRolloutSource
+from .run_guards import RunGuards
 
 
 @trl_seam.model_tags("trl", "dpo", "trl_envs")
-class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
+class EnvDPOTrainer(DPOTrainer):
     """DPO on a preference dataset, or on pairs sampled from environments in rounds (see the module docstring).
 
     Args:
         model: model id, path, ``PreTrainedModel`` or ``PeftModel``.
         ref_model: the reference policy. Default: the model as passed (see
-            :func:`~trl_envs.trainers.base.frozen_reference`; with ``peft_config``, the adapter switched off).
+            :func:`~trl_envs.trainers.env_setup.frozen_reference`; with ``peft_config``, the adapter switched off).
         args: :class:`~trl_envs.trainers.dpo_config.EnvDPOConfig` (a plain ``DPOConfig`` works for offline DPO).
         data_collator: default :class:`DataCollatorForMaskedPreference`.
         train_dataset: the preference dataset (offline DPO). Exactly one of ``train_dataset`` and ``env_dataset``.
@@ -58,6 +61,9 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
 
     Attributes:
         rounds: the :class:`~trl_envs.trainers.dpo_rounds.DPORounds` of env-driven DPO (``None`` offline).
+        rollouts: the trainer's :class:`~trl_envs.trainers.rollouts.EnvRollouts` (the sampler, budgets, error
+            strategy) that the rounds roll out with.
+        run_guards: the :class:`~trl_envs.trainers.run_guards.RunGuards` of ``train()``.
         round_history: one dict per finished round, the values logged for it (empty offline).
         last_pair_stats: the :class:`PairStats` of the latest round (all ranks).
         last_rollout: this rank's latest training rollout.
@@ -89,7 +95,8 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         eval_env_dataset: RLDataset | Dataset | None = None,
         sampler: Sampler | None = None,
     ):
-        self._init_env_trainer(sampler)
+        trl_seam.check_trl_compatibility()  # an incompatible TRL fails here, not in a training step
+        self.rollouts = EnvRollouts(self, sampler)
         if (train_dataset is None) == (env_dataset is None):
             raise ValueError(
                 "EnvDPOTrainer: give exactly one of train_dataset (a preference dataset: offline DPO) "
@@ -143,9 +150,14 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
             quantization_config=quantization_config,
             peft_config=peft_config,
         )
-        self._check_env_launch("EnvDPOTrainer", chat_template=envs is not None)
-        self._mark_checkpoints(model, type(envs[0]).__name__ if envs is not None else None)
-        self.rounds = DPORounds(self, *envs) if envs is not None else None
+        check_env_launch(self, "EnvDPOTrainer", sampler, chat_template=envs is not None)
+        self.run_guards = RunGuards(self, model, type(envs[0]).__name__ if envs is not None else None)
+        self.rounds = DPORounds(self, SyncRolloutSource(self.rollouts), *envs) if envs is not None else None
+
+    @property
+    def last_rollout(self) -> RolloutBatchResult | None:
+        """This rank's latest training rollout (the pairs of the latest round were made from it)."""
+        return self.rollouts.last_rollout
 
     @property
     def round_history(self) -> list[dict[str, float]]:
@@ -159,13 +171,25 @@ class EnvDPOTrainer(EnvTrainerMixin, DPOTrainer):
         """Offline: ``DPOTrainer.train``. With envs: ``args.num_rounds`` rounds (:meth:`DPORounds.run`).
         ``resume_from_checkpoint`` (a folder, or ``True`` / ``"last"`` for the newest complete one) is checked first
         (see :mod:`~trl_envs.trainers.checkpoints`); ``output_dir``'s lock is held throughout."""
-        checkpoint = self._checked_checkpoint(resume_from_checkpoint)
-        with self._run_guards():
+        checkpoint = self.run_guards.checkpoint(resume_from_checkpoint)
+        with self.run_guards.running():
             if self.rounds is not None:
                 return self.rounds.run(checkpoint, trial, ignore_keys_for_eval)
             return super().train(
                 resume_from_checkpoint=checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
             )
+
+    def train_round(self, pairs: Dataset, trial=None, ignore_keys_for_eval=None) -> TrainOutput:
+        """One ``DPOTrainer.train`` call on the preference rows ``pairs`` that continues the run: the optimizer and
+        its moments carry over (the learning-rate schedule is rebuilt per call), the ``TrainerState`` keeps counting
+        (``global_step``, ``log_history``, FLOPs, tokens). What each round of :class:`DPORounds` trains with."""
+        from accelerate.optimizer import AcceleratedOptimizer
+
+        self.train_dataset = pairs
+        if isinstance(self.optimizer, AcceleratedOptimizer):  # else accelerate wraps the wrapper again
+            self.optimizer = self.optimizer.optimizer
+        with trl_seam.continued_training_state(self):
+            return super().train(trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
 
     # -- TRL hooks -----------------------------------------------------------------------------------------------
 

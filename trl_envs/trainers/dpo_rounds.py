@@ -3,9 +3,10 @@
 :class:`DPORounds` drives one :class:`~trl_envs.trainers.dpo.EnvDPOTrainer` (``EnvDPOTrainer.train()`` hands over to it
 when the trainer was given envs). Each round:
 
-1. rolls out ``batches_per_round`` batches of env groups (shared out over ranks) with the pairs step
-   (:func:`~trl_envs.training_data.pairs_step.rollout_pairs`) and gathers the pairs to every rank;
-2. trains on them with one ``Trainer.train`` call over the trainer's own optimizer, collator and loss. The
+1. rolls out ``batches_per_round`` batches of env groups (shared out over ranks) from the trainer's rollout source,
+   pairs them (:meth:`~trl_envs.training_data.pairs_step.PairsStep.from_rollout`) and gathers the pairs to every rank;
+2. trains on them with one ``Trainer.train`` call over the trainer's own optimizer, collator and loss
+   (:meth:`~trl_envs.trainers.dpo.EnvDPOTrainer.train_round`). The
    ``TrainerState`` keeps counting across rounds (``global_step``, ``log_history``, FLOPs, tokens: loggers see one
    run); ``num_train_epochs`` / ``max_steps`` and the learning-rate schedule (rebuilt by ``Trainer``) are per round;
    the optimizer and its moments carry over; the reference model stays the initial policy;
@@ -36,14 +37,14 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
 from transformers.trainer_utils import TrainOutput
-from trl import DPOTrainer
 
 from ..core.types import RLDataset
 from ..rollout.metrics import rollout_metrics, summarize
-from ..training_data.pairs_step import rollout_pairs
+from ..training_data.pairs_step import PairsStep
 from ..training_data.preference import PairStats
 from . import trl_seam
 from .resume import rng_state, set_rng_state
+from .rollouts import RolloutSource
 
 ROUND_STATE_FILE = "env_dpo_rounds.json"
 """In a round checkpoint: the rounds done, their logged values and the DPO token count."""
@@ -57,15 +58,16 @@ class EmptyPairsWarning(UserWarning):
 
 
 class DPORounds:
-    """The rounds of env-driven DPO on ``trainer`` (an ``EnvDPOTrainer`` whose ``args`` is an ``EnvDPOConfig``).
+    """The rounds of env-driven DPO on ``trainer`` (an ``EnvDPOTrainer`` whose ``args`` is an ``EnvDPOConfig``), its
+    training rollouts taken from ``source`` (evaluation envs are played with ``source.rollouts``, unrecorded).
 
     Attributes:
         history: one dict per finished round, the values logged for it.
         last_pair_stats: the :class:`PairStats` of the latest round (all ranks).
     """
 
-    def __init__(self, trainer, train_envs: RLDataset, eval_envs: RLDataset | None):
-        self.trainer, self.train_envs, self.eval_envs = trainer, train_envs, eval_envs
+    def __init__(self, trainer, source: RolloutSource, train_envs: RLDataset, eval_envs: RLDataset | None):
+        self.trainer, self.source, self.train_envs, self.eval_envs = trainer, source, train_envs, eval_envs
         self.history: list[dict[str, float]] = []
         self.last_pair_stats: PairStats | None = None
         trainer.add_callback(_NoCheckpointsInsideRounds())
@@ -126,7 +128,8 @@ class DPORounds:
             for b in self.train_envs.get_batch((round_index * args.batches_per_round + k) % n)
         ]
         local = builders[trainer.accelerator.process_index :: trainer.accelerator.num_processes]
-        pairs, stats, rollout = trainer._rollout_step(rollout_pairs, local, min_reward_gap=args.min_reward_gap)
+        rollout = self.source.rollout(local)
+        pairs, stats, _ = PairsStep.from_rollout(rollout, min_reward_gap=args.min_reward_gap)
         rows = [p.as_row() for p in pairs]
         metrics = rollout_metrics(rollout.groups, rollout.error_counts)
         if trainer.accelerator.num_processes > 1:
@@ -141,18 +144,12 @@ class DPORounds:
     def train_round(self, pairs: Dataset, trial=None, ignore_keys_for_eval=None) -> dict[str, float]:
         """One ``Trainer.train`` call on ``pairs``, continuing the run's state; returns the round's ``round/...`` logs:
         its steps, its mean loss and the mean of each DPO reward metric over its training steps (all ranks)."""
-        from accelerate.optimizer import AcceleratedOptimizer
-
         trainer = self.trainer
-        trainer.train_dataset = pairs
-        if isinstance(trainer.optimizer, AcceleratedOptimizer):  # else accelerate wraps the wrapper again
-            trainer.optimizer = trainer.optimizer.optimizer
         steps_before = trainer.state.global_step
         collected = _RoundMetrics(trainer)
         trainer.add_callback(collected)
         try:
-            with trl_seam.continued_training_state(trainer):
-                out = DPOTrainer.train(trainer, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
+            out = trainer.train_round(pairs, trial, ignore_keys_for_eval)
         finally:
             trainer.remove_callback(collected)
         logs = {"round/steps": float(trainer.state.global_step - steps_before)}
@@ -169,7 +166,7 @@ class DPORounds:
         trainer = self.trainer
         builders = [b for i in range(len(self.eval_envs)) for b in self.eval_envs.get_batch(i)]
         local = builders[trainer.accelerator.process_index :: trainer.accelerator.num_processes]
-        result = trainer._rollout_groups(local)
+        result = self.source.rollouts.rollout(local)
         metrics = rollout_metrics(result.groups, result.error_counts, prefix="eval_env")
         if trainer.accelerator.num_processes > 1:
             from accelerate.utils import gather_object

@@ -36,13 +36,15 @@ from ..samplers.base import Sampler
 from ..training_data.credit import first_turn_returns, row_token_advantages
 from ..training_data.row_layout import RowPlan, check_group_size
 from ..training_data.rows_step import RowsStep
-from . import trl_seam
-from .async_rollouts import AsyncRolloutsMixin
-from .base import EnvTrainerMixin, frozen_reference, load_env_datasets
+from . import off_policy, trl_seam
+from .async_rollouts import PipelinedRolloutSource
+from .env_setup import check_env_launch, frozen_reference, load_env_datasets
 from .group_index import GroupIndex, GroupKey, keys_of_rows
 from .grpo_config import EnvGRPOConfig
 from .health import TrainingHealthCallback, check_finite_rewards
+from .rollouts import EnvRollouts, RolloutSource, SyncRolloutSource
 from .row_prompts import planned_rows, row_prompts
+from .run_guards import RunGuards
 
 ENV_REWARD_KEY = "env_reward"
 
@@ -55,7 +57,7 @@ def env_reward(completions, env_reward: list[float | None], **kwargs) -> list[fl
 env_reward.__name__ = "env"
 
 
-class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
+class EnvGRPOTrainer(GRPOTrainer):
     """GRPO on environments. Takes env datasets instead of a prompt dataset; everything else is ``GRPOTrainer``.
 
     Args:
@@ -77,7 +79,20 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         callbacks, optimizers: as in ``transformers.Trainer``.
 
     Attributes:
-        last_rollout: the :class:`RolloutBatchResult` of the latest rollout on this rank (for inspection).
+        rollouts: the trainer's :class:`~trl_envs.trainers.rollouts.EnvRollouts`: the sampler, the model it generates
+            with, budgets and error strategy; every rollout of the trainer goes through it.
+        rollout_source: where training batches' rollouts come from: a
+            :class:`~trl_envs.trainers.rollouts.SyncRolloutSource`, or with ``max_staleness >= 1`` a
+            :class:`~trl_envs.trainers.async_rollouts.PipelinedRolloutSource` (rolled out ahead, in the background).
+        run_guards: the :class:`~trl_envs.trainers.run_guards.RunGuards` of ``train()`` (checkpoint checks,
+            ``output_dir`` lock, a full disk or out of memory named).
+        last_rollout: the :class:`RolloutBatchResult` of this rank's latest training batch (evaluation rollouts do not
+            replace it).
+        policy_sampler: the kept in-process sampler of ``sampler_backend`` ``static_cache`` /
+            ``continuous_batching`` (``None`` before the first rollout and for ``generate``).
+        async_batches: with ``max_staleness >= 1``, one record per trained generation batch of the latest
+            ``train()`` (see :class:`~trl_envs.trainers.async_rollouts.PipelinedRolloutSource`); else empty.
+        async_rollouts_running: whether the background rollout pipeline is running (only inside ``train()``).
         train_groups: the :class:`~trl_envs.trainers.group_index.GroupIndex` of the training envs (its ``dataset`` is
             the training ``RLDataset``); ``eval_groups``: the evaluation envs' (``None`` without evaluation envs).
 
@@ -101,6 +116,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
     ):
         if not isinstance(args, EnvGRPOConfig):
             raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
+        trl_seam.check_trl_compatibility()  # an incompatible TRL fails here, not in a training step
         train_envs, eval_envs, processing_class = load_env_datasets(
             env_dataset,
             eval_env_dataset,
@@ -121,7 +137,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             # Without evaluation during training no game of the test split is made here (one whose opponent cannot
             # play, say, must not stop a run that never evaluates); an explicit evaluate() checks each group it plays.
             _check_first_group(self.eval_groups, args.num_generations_eval or args.num_generations)
-        self._init_env_trainer(sampler)
+        self.rollouts = EnvRollouts(self, sampler)
         reference = frozen_reference(model, peft_config, needed=args.beta != 0.0)
         with (
             trl_seam.rollout_func_warning_silenced(),
@@ -139,27 +155,50 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
                 peft_config=peft_config,
                 rollout_func=planned_rows,
             )
-        self._check_env_launch("EnvGRPOTrainer")
+        check_env_launch(self, "EnvGRPOTrainer", sampler)
         trl_seam.set_stop_token_ids(
             self, with_turn_stops(trl_seam.stop_token_ids(self), Renderer(trl_seam.tokenizer_of(self)))
         )
         env_label = type(self.train_groups.builder(self.train_groups.key(0))).__name__
-        self._mark_checkpoints(model, env_label)
+        self.run_guards = RunGuards(self, model, env_label)
         self.add_callback(TrainingHealthCallback(args.health_patience, args.health_min_entropy, envs=env_label))
-
+        self.rollout_source: RolloutSource = (
+            PipelinedRolloutSource(self.rollouts, self) if args.max_staleness else SyncRolloutSource(self.rollouts)
+        )
         if args.rollout_traces:
             from .trace_callback import RolloutTraceCallback
 
-            self.add_callback(RolloutTraceCallback(self, args.rollout_traces))
+            self.add_callback(RolloutTraceCallback(self.rollouts, trl_seam.tokenizer_of(self), args.rollout_traces))
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """``GRPOTrainer.train`` holding ``output_dir``'s lock; ``resume_from_checkpoint`` (a folder, or ``True`` /
-        ``"last"`` for the newest complete one) is checked first (see :mod:`~trl_envs.trainers.checkpoints`)."""
-        checkpoint = self._checked_checkpoint(resume_from_checkpoint)
-        with self._run_guards():
+        ``"last"`` for the newest complete one) is checked first (see :mod:`~trl_envs.trainers.checkpoints`). The
+        rollout source runs for the length of the call (``max_staleness >= 1``: the background pipeline is stopped
+        when training returns or raises)."""
+        checkpoint = self.run_guards.checkpoint(resume_from_checkpoint)
+        with self.run_guards.running(), contextlib.closing(self.rollout_source):
+            self.rollout_source.open()
             return super().train(
                 resume_from_checkpoint=checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
             )
+
+    # -- the rollout component's state, as attributes of the trainer ----------------------------------------------
+
+    @property
+    def last_rollout(self) -> RolloutBatchResult | None:
+        return self.rollouts.last_rollout
+
+    @property
+    def policy_sampler(self) -> Sampler | None:
+        return self.rollouts.policy_sampler
+
+    @property
+    def async_batches(self) -> list[dict[str, Any]]:
+        return getattr(self.rollout_source, "batches", [])
+
+    @property
+    def async_rollouts_running(self) -> bool:
+        return getattr(self.rollout_source, "running", False)
 
     # -- public accessors --------------------------------------------------------------------------------------
 
@@ -203,11 +242,10 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         group_size = group_size_of(self.args, training=mode == "train")
         keys = [GroupKey.parse(k) for k in keys]
         builders = [self.env_group(k) for k in keys]
-        if self.args.max_staleness and mode == "train":  # async: rolled out ahead by the pipeline (async_rollouts.py)
-            result = self._async_rollout(keys, builders)
+        if mode == "train":
+            result = self.rollout_source.rollout(builders, keys)
         else:
-            result = self._rollout(builders)
-        self.last_rollout = result
+            result = self.rollouts.rollout(builders)
         names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
         check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"), self.accelerator)
         step = RowsStep.from_rollout(result, group_size=group_size, training_rows=self.args.training_rows, names=names)
@@ -218,7 +256,7 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         columns[ENV_REWARD_KEY] = columns.pop("rewards")
         texts = [str(keys[r.group or 0]) for r in plan.rows]  # padding blocks stand for the first group
         rows = [{"prompt": prompt} for prompt in row_prompts(texts, columns)]
-        output = super()._generate_and_score_completions(rows)  # TRL's rollout_func returns exactly these rows
+        output = self._score(rows)
         if self.args.credit_assignment == "per_turn":
             output["advantages"] = self._per_turn_advantages(plan, result.groups, output["completion_ids"].size(1))
         return output
@@ -228,12 +266,27 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
         group_size = group_size_of(self.args, training=self.model.training)
         return self.generation_batch(keys_of_rows([x["prompt"] for x in inputs], group_size))
 
-    def _rollout(self, builders: Sequence[EnvGroupBuilder]) -> RolloutBatchResult:
-        # vLLM server mode and tensor-parallel colocate need equally many prompts per call on every rank.
-        equal_batches = self.args.use_vllm and (
-            self.args.vllm_mode == "server" or self.args.vllm_tensor_parallel_size > 1
-        )
-        return self._rollout_groups(builders, equal_batch_sizes=equal_batches)
+    def _score(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """TRL's scoring of the planned ``rows`` (its ``rollout_func`` returns exactly these rows), with the sampler's
+        importance-sampling correction on where asynchronous rollouts compute it there
+        (:mod:`~trl_envs.trainers.off_policy`)."""
+        if not off_policy.correction_on(self.args, self.model.training) or off_policy.ratio_in_loss(self.args):
+            return super()._generate_and_score_completions(rows)
+        with off_policy.sampler_correction(self):
+            output = super()._generate_and_score_completions(rows)
+        off_policy.record_importance_weights(self, output["importance_sampling_ratio"], off_policy.trained_mask(output))
+        return output
+
+    def _compute_loss(self, model, inputs):
+        """TRL's loss; with asynchronous rollouts, corrected for the sampler's logprobs (the ratio TRL's scoring
+        computed, or one from the loss forward's own logprobs: :mod:`~trl_envs.trainers.off_policy`)."""
+        if not off_policy.correction_on(self.args, self.model.training):
+            return super()._compute_loss(model, inputs)
+        if "importance_sampling_ratio" in inputs:  # computed by TRL's scoring
+            with off_policy.sampler_correction(self):
+                return super()._compute_loss(model, inputs)
+        with off_policy.ratio_from_loss(self, inputs):
+            return super()._compute_loss(model, inputs)
 
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
         """Pad with unscorable blocks so every rank has as many rows (TRL gathers rewards across ranks) and, in
@@ -262,13 +315,6 @@ class EnvGRPOTrainer(EnvTrainerMixin, AsyncRolloutsMixin, GRPOTrainer):
             batch_std = ((total_sq - total * total / n) / (n - 1)) ** 0.5 if n > 1 else 0.0
         advantages = row_token_advantages(plan, groups, width, self.args.credit_gamma, scale, batch_std)
         return advantages.to(self.accelerator.device)
-
-    def sampling_settings(self) -> dict[str, Any]:
-        return {
-            **super().sampling_settings(),
-            "generation_kwargs": self.args.generation_kwargs,
-            "cache_implementation": self.args.cache_implementation,
-        }
 
 
 def group_size_of(args, training: bool) -> int:

@@ -13,29 +13,34 @@ import os
 from transformers import TrainerCallback
 
 from ..rollout.traces import TRACES_DIR, table_rows, trace_records, write_traces
-from . import trl_seam
 
 
 class RolloutTraceCallback(TrainerCallback):
-    """Writes and logs rollout traces of ``trainer`` (an env trainer with ``last_rollout``) when the Trainer logs.
+    """Writes and logs rollout traces when the Trainer logs: a sample of the latest training rollout ``rollouts``
+    announced (:meth:`~trl_envs.trainers.rollouts.EnvRollouts.add_listener`), once per rollout.
 
     Args:
-        trainer: the env trainer.
+        rollouts: the trainer's :class:`~trl_envs.trainers.rollouts.EnvRollouts`.
+        tokenizer: the tokenizer of the envs' renderer (decodes the episodes' tokens).
         per_tag: episodes per env tag each time.
     """
 
-    def __init__(self, trainer, per_tag: int):
-        self.trainer, self.per_tag = trainer, per_tag
-        self._written = None  # the rollout last written: one rollout serves several steps with steps_per_generation
+    def __init__(self, rollouts, tokenizer, per_tag: int):
+        self.tokenizer, self.per_tag = tokenizer, per_tag
+        self.latest = None  # the latest training rollout, until written
+        rollouts.add_listener(self._keep)
+
+    def _keep(self, rollout) -> None:
+        self.latest = rollout
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        rollout = getattr(self.trainer, "last_rollout", None)
-        if not state.is_world_process_zero or rollout is None or rollout is self._written or "loss" not in (logs or {}):
+        rollout = self.latest  # one rollout serves several steps with steps_per_generation: written once
+        if not state.is_world_process_zero or rollout is None or "loss" not in (logs or {}):
             return
-        self._written = rollout
+        self.latest = None
         records = trace_records(
             rollout.groups,
-            trl_seam.tokenizer_of(self.trainer),
+            self.tokenizer,
             step=state.global_step,
             per_tag=self.per_tag,
             training_rows=getattr(args, "training_rows", "auto"),

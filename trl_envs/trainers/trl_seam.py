@@ -209,18 +209,12 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         check="source",
     ),
     PrivateName(
-        "_generate_and_score_completions",
-        "trl.GRPOTrainer",
-        "(see above) the async rollouts mixin scores a batch sampled by the policy's sampler copy under "
-        "sampler_importance_sampling",
-        overridden_in="trl_envs/trainers/async_rollouts.py",
-    ),
-    PrivateName(
         "_compute_loss",
         "trl.GRPOTrainer",
         "(model, inputs) -> the GRPO loss of one micro-batch; multiplies the per-token loss by "
-        "inputs['importance_sampling_ratio'] when use_vllm and vllm_importance_sampling_correction are set",
-        overridden_in="trl_envs/trainers/async_rollouts.py",
+        "inputs['importance_sampling_ratio'] when use_vllm and vllm_importance_sampling_correction are set "
+        "(EnvGRPOTrainer turns that on for asynchronous rollouts: trainers/off_policy.py)",
+        overridden_in="trl_envs/trainers/grpo.py",
     ),
     PrivateName(
         "_last_loaded_step",

@@ -32,6 +32,15 @@ class PairsStep(NamedTuple):
     stats: PairStats
     rollout: RolloutBatchResult
 
+    @classmethod
+    def from_rollout(cls, rollout: RolloutBatchResult, *, min_reward_gap: float = 0.0) -> PairsStep:
+        """The pairs of a rollout made elsewhere (a trainer's): each group's best against its worst trajectory
+        (:func:`~trl_envs.training_data.preference.make_preference_pairs`, whose rules apply)."""
+        if min_reward_gap < 0:
+            raise ValueError(f"PairsStep: min_reward_gap must be >= 0, got {min_reward_gap}")
+        pairs, stats = make_preference_pairs(rollout.groups, min_reward_gap=min_reward_gap)
+        return cls(pairs, stats, rollout)
+
 
 def rollout_pairs(
     builders: Sequence[EnvGroupBuilder],
@@ -53,11 +62,10 @@ def rollout_pairs(
         max_wait_s: the longest wait for every live episode to ask for a turn before sampling (see
             :func:`~trl_envs.rollout.engine.run_rollout_batch`).
     """
-    if min_reward_gap < 0:
+    if min_reward_gap < 0:  # before rolling out, not after
         raise ValueError(f"rollout_pairs: min_reward_gap must be >= 0, got {min_reward_gap}")
     result = run_rollout_batch(builders, sampler, budget, error_strategy or FailFast(), max_wait_s)
-    pairs, stats = make_preference_pairs(result.groups, min_reward_gap=min_reward_gap)
-    return PairsStep(pairs, stats, result)
+    return PairsStep.from_rollout(result, min_reward_gap=min_reward_gap)
 
 
 __all__ = ["PairsStep", "rollout_pairs"]
