@@ -160,10 +160,26 @@ def test_model_context_is_used_and_training_mode_restored(model, tokenizer, prom
     try:
         (r,) = sampler.sample([SampleRequest(prompts["sum"], [], 3)])
         assert entered == [True]
-        assert model.training  # generation ran in eval mode, then the trainer's mode came back
+        assert model.training  # the trainer's mode is kept
         assert len(r.tokens) >= 1
     finally:
         model.eval()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_sampling_runs_in_eval_mode_exactly_when_training_mode_would_change_the_outputs(
+    tiny_model_path, tokenizer, prompts, dropout
+):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, attention_dropout=dropout)
+    seen = []
+    model.model.layers[0].register_forward_hook(lambda module, args, out: seen.append(module.training))
+    model.train()
+    (r,) = HFSampler(model, tokenizer, temperature=0).sample([SampleRequest(prompts["sum"], [], 3)])
+    assert seen and len(r.tokens) >= 1
+    # dropout: sampled in eval mode (no dropout); none: left in training mode (same outputs, no mode switch)
+    assert set(seen) == ({False} if dropout else {True})
+    assert model.training
 
 
 @pytest.mark.timeout(180)

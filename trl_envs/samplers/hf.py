@@ -211,21 +211,30 @@ processors it builds before custom ones)."""
 
 
 class _PerRowStop(StoppingCriteria):
-    """Marks a row finished when it produced one of its own stop tokens/strings or used its own token budget."""
+    """Marks a row finished when it produced one of its own stop tokens/strings or used its own token budget.
+
+    Stop tokens and budgets are checked on the whole batch at once (one comparison per decoding step, no Python loop
+    over rows); only rows with stop strings decode their tokens.
+    """
 
     def __init__(self, stops: list[StopSpec], max_tokens: list[int], prompt_width: int, tokenizer):
-        self.stops, self.max_tokens, self.prompt_width, self.tokenizer = stops, max_tokens, prompt_width, tokenizer
+        self.stops, self.prompt_width, self.tokenizer = stops, prompt_width, tokenizer
+        widest = max((len(spec.token_ids) for spec in stops), default=0)
+        self.stop_ids = torch.tensor(
+            [sorted(spec.token_ids) + [-1] * (widest - len(spec.token_ids)) for spec in stops], dtype=torch.long
+        ).view(len(stops), widest)
+        self.max_tokens = torch.tensor(max_tokens, dtype=torch.long)
+        self.string_rows = [i for i, spec in enumerate(stops) if spec.strings]
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        if self.stop_ids.device != input_ids.device:
+            self.stop_ids, self.max_tokens = self.stop_ids.to(input_ids.device), self.max_tokens.to(input_ids.device)
         n_gen = input_ids.shape[1] - self.prompt_width
-        last = input_ids[:, -1].tolist()
-        done = []
-        for i, spec in enumerate(self.stops):
-            hit = last[i] in spec.token_ids or n_gen >= self.max_tokens[i]
-            if not hit and spec.strings:
-                hit = spec.text_hit(input_ids[i, self.prompt_width :].tolist(), self.tokenizer)
-            done.append(hit)
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+        done = (input_ids[:, -1:] == self.stop_ids).any(dim=1) | (self.max_tokens <= n_gen)
+        for i in self.string_rows:
+            if not done[i] and self.stops[i].text_hit(input_ids[i, self.prompt_width :].tolist(), self.tokenizer):
+                done[i] = True
+        return done
 
 
 class _LogprobRecorder(LogitsProcessor):
