@@ -144,11 +144,11 @@ def test_the_checks_catch_a_circle_and_an_upward_import():
         "trl_envs.core.types": (PACKAGE / "core" / "types.py").read_text()
         + "\n\ndef _probe():\n    from ..samplers.base import Sampler\n",
         "trl_envs.samplers.base": (PACKAGE / "samplers" / "base.py").read_text() + "\nimport trl_envs.core.types\n",
-        "trl_envs.cli": "from ..registry import names\n",  # runs before trl_envs.cli.errors (core) loads
+        "trl_envs.errors": "from ..registry import names\n",  # runs before any module of trl_envs.errors (core) loads
     }
     probed = import_graph(PACKAGE, sources)
     assert "trl_envs.core.types (core) -> trl_envs.samplers.base (samplers)" in upward_imports(probed)
-    assert "trl_envs.cli (its package) (core) -> trl_envs.registry.names (registry)" in upward_imports(probed)
+    assert "trl_envs.errors (its package) (core) -> trl_envs.registry.names (registry)" in upward_imports(probed)
     circle = find_circle(probed)
     assert circle is not None and {"trl_envs.core.types", "trl_envs.samplers.base"} <= set(circle)
 
