@@ -1,4 +1,5 @@
-"""The package's layering: its import graph has no circle, and no module imports from a later pipeline stage.
+"""The package's layering: its import graph has no circle, and no module imports from a later pipeline stage; the
+same holds for folders (the graph of top-level packages), and each folder is in one stage whole.
 
 The graph is read from the source with ``ast`` (every ``import`` and ``from ... import``, at module level and inside
 functions, relative and absolute); the stage order is ``trl_envs._layers.STAGES``.
@@ -7,6 +8,8 @@ functions, relative and absolute); the stage order is ``trl_envs._layers.STAGES`
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -107,6 +110,34 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return out
 
 
+def folder_of(module: str) -> str:
+    """The folder ``module`` is in: its top-level package under ``trl_envs`` (``trl_envs.cli.errors`` ->
+    ``trl_envs.cli``), or itself for a top-level module (``trl_envs.run_defaults``) and for the root ``trl_envs``."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Folder -> the other folders its modules import (see :func:`folder_of`)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for module, imported in graph.items():
+        out[folder_of(module)] |= {folder_of(other) for other in imported} - {folder_of(module)}
+    return dict(out)
+
+
+def split_folders(graph: dict[str, set[str]], stage: Callable[[str], int] = stage_of) -> list[str]:
+    """Every folder whose modules are in more than one stage (``stage(module)``: its index in ``STAGES``), as
+    ``"folder: stage (module, ...), stage (...)"``."""
+    stages: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for module in sorted(graph):
+        stages[folder_of(module)][stage(module)].append(module)
+    out = []
+    for folder, by_stage in sorted(stages.items()):
+        if len(by_stage) > 1:
+            parts = [f"{STAGES[index][0]} ({', '.join(names)})" for index, names in sorted(by_stage.items())]
+            out.append(f"{folder}: " + ", ".join(parts))
+    return out
+
+
 @pytest.fixture(scope="module")
 def graph():
     return import_graph(PACKAGE)
@@ -139,18 +170,51 @@ def test_no_module_imports_from_a_later_stage(graph):
     assert not violations, f"imports from a later stage (order: {order}):\n" + "\n".join(violations)
 
 
+def test_no_folder_import_circle(graph):
+    circle = find_circle(folder_graph(graph))
+    assert circle is None, "import circle between folders: " + " -> ".join(circle)
+
+
+def test_every_folder_is_in_one_stage(graph):
+    split = split_folders(graph)
+    assert not split, "folders whose modules are in different stages (name the folder once in STAGES):\n" + "\n".join(
+        split
+    )
+
+
 def test_the_checks_catch_a_circle_and_an_upward_import():
     sources = {
         "trl_envs.core.types": (PACKAGE / "core" / "types.py").read_text()
         + "\n\ndef _probe():\n    from ..samplers.base import Sampler\n",
         "trl_envs.samplers.base": (PACKAGE / "samplers" / "base.py").read_text() + "\nimport trl_envs.core.types\n",
-        "trl_envs.cli": "from ..registry import names\n",  # runs before trl_envs.cli.errors (core) loads
+        "trl_envs.errors": "from ..registry import names\n",  # runs before any module of trl_envs.errors (core) loads
     }
     probed = import_graph(PACKAGE, sources)
     assert "trl_envs.core.types (core) -> trl_envs.samplers.base (samplers)" in upward_imports(probed)
-    assert "trl_envs.cli (its package) (core) -> trl_envs.registry.names (registry)" in upward_imports(probed)
+    assert "trl_envs.errors (its package) (core) -> trl_envs.registry.names (registry)" in upward_imports(probed)
     circle = find_circle(probed)
     assert circle is not None and {"trl_envs.core.types", "trl_envs.samplers.base"} <= set(circle)
+
+
+def test_the_folder_checks_catch_what_the_module_checks_miss():
+    """A circle between two folders of one stage through different modules (cli.commands -> hub.model_eval, and
+    hub.push -> cli.quiet) is no module circle and no upward import, but it is a folder circle; a stage that names a
+    module inside another stage's folder splits that folder."""
+    sources = {
+        "trl_envs.hub.push": (PACKAGE / "hub" / "push.py").read_text()
+        + "\n\ndef _probe():\n    from ..cli import quiet\n"
+    }
+    probed = import_graph(PACKAGE, sources)
+    assert "trl_envs.cli.quiet" in probed["trl_envs.hub.push"]
+    assert find_circle(probed) is None and not upward_imports(probed)
+    circle = find_circle(folder_graph(probed))
+    assert circle is not None and {"trl_envs.cli", "trl_envs.hub"} <= set(circle)
+
+    def cli_errors_in_core(module: str) -> int:  # as STAGES was when it named trl_envs.cli.errors in core
+        return 0 if module == "trl_envs.cli.errors" else stage_of(module)
+
+    split = split_folders(probed, cli_errors_in_core)
+    assert len(split) == 1 and split[0].startswith("trl_envs.cli: core (trl_envs.cli.errors), hub / cli (")
 
 
 def test_importing_the_package_imports_no_optional_package_and_no_adapter():

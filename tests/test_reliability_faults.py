@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from trl_envs import FailFast, RetryOnFailure, run_rollout_batch
-from trl_envs.cli.errors import RunFailed, UsageError, shorten
-from trl_envs.cli.preflight import check_hub_access, check_model_path
+from trl_envs.errors.messages import shorten
+from trl_envs.errors.preflight import check_hub_access, check_model_path
+from trl_envs.errors.types import RunFailed, UsageError
 from trl_envs.trainers.checkpoints import MARKER, CheckpointError, check_resume_settings, hold_output_dir, write_marker
 from trl_envs.trainers.health import TrainingHealthCallback, TrainingHealthWarning
 from trl_envs.trainers.resume import resolve_checkpoint

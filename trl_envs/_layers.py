@@ -2,23 +2,23 @@
 
 ``tests/test_layering.py`` reads :data:`STAGES`, builds the import graph of ``trl_envs`` (module-level and
 function-level imports, relative and absolute) and checks that no module imports from a later stage and that no
-import circle exists. docs/DESIGN.md ("House rules") explains the order.
+import circle exists, between modules nor between folders (each top-level package, or top-level module, of
+``trl_envs`` taken as one node). docs/DESIGN.md ("House rules") explains the order.
 
-A module belongs to the stage of the longest prefix below that names it (``trl_envs.cli.errors`` is matched before
-``trl_envs.cli``). Imports within one stage are allowed (the circle check still applies). Finding code by name at run
-time (``importlib.import_module`` of a module named in a table, as the registry does for the ecosystem adapters and
-the package does for its lazily loaded names) is how a lower stage reaches a higher one.
+A module belongs to the stage of the prefix that names it or a package above it (``trl_envs.errors.preflight`` is in
+the stage of ``trl_envs.errors``); the entry ``"trl_envs"`` names the package's ``__init__`` only. A folder is in one
+stage whole: no entry names a module inside another entry's folder. Imports within one stage are allowed (the circle
+checks still apply). Finding code by name at run time (``importlib.import_module`` of a module named in a table, as
+the registry does for the ecosystem adapters and the package does for its lazily loaded names) is how a lower stage
+reaches a higher one.
 """
 
 from __future__ import annotations
 
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # The env contract a user subclasses, and leaf helpers that import nothing else of trl_envs: the tiny models'
-    # names, the error vocabulary and the pre-load checks every entry point shares.
-    (
-        "core",
-        ("trl_envs.core", "trl_envs._layers", "trl_envs.model_names", "trl_envs.cli.errors", "trl_envs.cli.preflight"),
-    ),
+    # The env contract a user subclasses, and leaves that import nothing else of trl_envs: the tiny models' names,
+    # and the error vocabulary with the pre-load checks every stage and entry point shares (errors/).
+    ("core", ("trl_envs.core", "trl_envs._layers", "trl_envs.model_names", "trl_envs.errors")),
     # Prompts -> sampled actions.
     ("samplers", ("trl_envs.samplers",)),
     # Episodes: the rollout engine, batching of sampler calls, evaluation.

@@ -147,7 +147,7 @@ def read_config(path: str | None) -> dict[str, Any]:
         return {}
     import yaml
 
-    from .cli.errors import UsageError
+    from .errors.types import UsageError
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -226,7 +226,7 @@ def parse_run_args(
 
     Raises:
         UsageError: an unknown flag or ``--config`` key (named, with the closest known names)."""
-    from .cli.unknown_args import check_known_args
+    from .errors.unknown_args import check_known_args
 
     argv = list(sys.argv[1:] if argv is None else argv)
     check_known_args(parser, argv, read_config(config_path(argv)), config_path(argv) or "")

@@ -233,10 +233,10 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from ..errors.preflight import check_hub_model, check_model_path, check_pass_k, check_sampling
     from ..hub.model_eval import evaluate_model
     from ..registry.names import get_env
     from ..tiny_model import build_tiny_model
-    from .preflight import check_hub_model, check_model_path, check_pass_k, check_sampling
 
     check_model_path(args.model, "--model")  # every check that needs no model, before loading it
     check_hub_model(args.model, "--model", revision=getattr(args, "revision", None))

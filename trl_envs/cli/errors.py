@@ -1,13 +1,16 @@
-"""Errors for people: how the training scripts and every ``trl-envs`` command end on a mistake or a signal.
+"""How the training scripts and every ``trl-envs`` command end on a mistake or a signal: exit statuses, signals, and
+the bounded exit of the process. The error types themselves are in :mod:`trl_envs.errors` (every stage raises them).
 
 :func:`run_command` runs a command's body and turns what ends it into one short line on stderr and an exit status:
 
-* a plain input mistake (:class:`UsageError`, and the ``ValueError`` / ``KeyError`` family the library raises for bad
-  settings, unknown envs and bad rows) prints ``<prog>: error: <message>`` and exits 2 -- no traceback, no usage
-  dump; messages longer than :data:`MAX_MESSAGE_CHARS` are shortened. ``TRL_ENVS_TRACEBACK=1`` shows the traceback.
-* a run stopped on purpose (:class:`RunFailed`: the training-health watchdog, non-finite rewards, a dead sampler
-  process, a full disk while writing a checkpoint) prints its message and exits 1; so does a full disk met anywhere
-  else (:func:`disk_full_message`: the file and the free space of its disk);
+* a plain input mistake (:class:`~trl_envs.errors.types.UsageError`, and the ``ValueError`` / ``KeyError`` family
+  the library raises for bad settings, unknown envs and bad rows: :func:`~trl_envs.errors.types.is_plain_error`)
+  prints ``<prog>: error: <message>`` and exits 2 -- no traceback, no usage dump; messages longer than
+  :data:`~trl_envs.errors.messages.MAX_MESSAGE_CHARS` are shortened. ``TRL_ENVS_TRACEBACK=1`` shows the traceback.
+* a run stopped on purpose (:class:`~trl_envs.errors.types.RunFailed`: the training-health watchdog, non-finite
+  rewards, a dead sampler process, a full disk while writing a checkpoint) prints its message and exits 1; so does a
+  full disk met anywhere else (:func:`~trl_envs.errors.disk_full.disk_full_message`: the file and the free space of
+  its disk);
 * :func:`bound_exit`: once a command's work is done, the process exits within :data:`EXIT_GRACE_S` seconds even if
   something would hold it (a thread or child process the interpreter waits for at exit); a line names what was
   still running.
@@ -19,114 +22,19 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import shutil
 import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any
 
-MAX_VALUE_CHARS = 200
-"""Longest value (its ``repr``) echoed in a message; longer ones are cut and their length named."""
-MAX_MESSAGE_CHARS = 2000
-"""Longest error message printed by :func:`run_command`."""
+from ..errors.disk_full import disk_full_message
+from ..errors.messages import shorten_message
+from ..errors.types import RunFailed, is_plain_error
+
 TRACEBACK_ENV = "TRL_ENVS_TRACEBACK"
 EXIT_GRACE_S = 20.0
 """How long a finished command's process may take to exit (see :func:`bound_exit`)."""
-
-
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-DISK_FULL_TEXTS = ("No space left on device", "os error 28", "Disk quota exceeded")
-
-
-class UsageError(ValueError):
-    """A plain input mistake (a bad flag, path or file): the message says what is wrong and where."""
-
-
-class RunFailed(RuntimeError):
-    """A run that was stopped because it could not produce a result (exit status 1, no model card)."""
-
-
-def shorten(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
-    """``repr(value)``, cut to about ``limit`` characters with the full length named: safe to put in a message."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text):,} characters)"
-
-
-def shorten_message(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """``message`` cut to ``limit`` characters (its head and tail kept), with the number of characters left out."""
-    if len(message) <= limit:
-        return message
-    half = limit // 2
-    return f"{message[:half]} [... {len(message) - 2 * half:,} characters left out ...] {message[-half:]}"
-
-
-def is_disk_full(error: BaseException) -> bool:
-    """Whether ``error`` (or an error it was raised from) says the disk is full: ``ENOSPC`` / ``EDQUOT``, or the text of
-    one (safetensors' writer reports ``os error 28`` in its message)."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
-            return True
-        if any(text in str(error) for text in DISK_FULL_TEXTS):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def describe_disk(path: str | os.PathLike[str]) -> str:
-    """``"the disk holding <path> has <free> free of <total>"`` (the nearest existing folder of ``path``)."""
-    folder = os.path.abspath(os.fspath(path))
-    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    try:
-        usage = shutil.disk_usage(folder)
-    except OSError:
-        return f"the disk holding {path} (its free space could not be read)"
-    return f"the disk holding {folder} has {_size(usage.free)} free of {_size(usage.total)}"
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"  # pragma: no cover
-
-
-def disk_full_message(error: BaseException) -> str | None:
-    """One line for a full disk met outside a checkpoint (the final model save, a log file): the file and the free
-    space of its disk; ``None`` when ``error`` is not a full disk."""
-    if not is_disk_full(error):
-        return None
-    filename = getattr(error, "filename", None)
-    where = f"while writing {filename}" if filename else "while writing"
-    disk = describe_disk(filename) if filename else "check the free space of the output folder's disk"
-    return f"no space left on device {where}: {disk}. Free some space and run again."
-
-
-def is_plain_error(error: BaseException) -> bool:
-    """Whether ``error`` is an input mistake whose message is the whole story (printed without traceback)."""
-    if isinstance(error, (ValueError, FileNotFoundError, NotADirectoryError)):  # UsageError, EnvRowError, ...
-        return True
-    if isinstance(error, KeyError) and type(error).__module__.split(".")[0] == "trl_envs":  # UnknownEnvError
-        return True
-    if isinstance(error, ConnectionError):  # a server that does not answer (an OpenEnv URL): the message names it
-        return True
-    if isinstance(error, OSError) and "huggingface" in type(error).__module__:  # model/repo not found, offline
-        return True
-    return type(error).__name__ in (
-        "HfHubHTTPError",
-        "RepositoryNotFoundError",
-        "LocalEntryNotFoundError",
-        "OfflineModeIsEnabled",
-        "GatedRepoError",
-    )
 
 
 class _Signals:
@@ -275,17 +183,4 @@ def _report(prog: str, error: BaseException) -> None:
     print(f"{prog}: error: {shorten_message(message)}", file=sys.stderr, flush=True)
 
 
-__all__ = [
-    "MAX_VALUE_CHARS",
-    "RunFailed",
-    "UsageError",
-    "bound_exit",
-    "describe_disk",
-    "disk_full_message",
-    "is_disk_full",
-    "received_signal",
-    "run_command",
-    "shorten",
-    "shorten_message",
-    "termination_signals",
-]
+__all__ = ["EXIT_GRACE_S", "TRACEBACK_ENV", "bound_exit", "received_signal", "run_command", "termination_signals"]

@@ -24,8 +24,9 @@ import shutil
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors.messages import shorten
+from ..errors.types import UsageError
 from ..rollout.traces import TRACES_DIR
-from .errors import UsageError, shorten
 
 RUN_RECORD = "trl_envs_run.json"
 """The file in ``output_dir`` that says which run wrote it."""

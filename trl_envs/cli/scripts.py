@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors.preflight import check_data_columns, check_script_settings
 from .errors import run_command
-from .preflight import check_data_columns, check_script_settings
 
 PREFERENCE_COLUMNS = ("chosen", "rejected")
 TOKENIZED_PREFERENCE_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")

@@ -65,7 +65,7 @@ def evaluate_model(
     """
     if split not in ("train", "test"):
         raise ValueError(f"evaluate_model: split must be 'train' or 'test', got {split!r}")
-    from ..cli.preflight import check_counts, check_pass_k, check_sampling
+    from ..errors.preflight import check_counts, check_pass_k, check_sampling
 
     check_sampling(temperature, top_p)
     check_counts(

@@ -105,7 +105,7 @@ def take_over_push(training_args) -> bool:
 
     Raises:
         ValueError: ``--push_to_hub`` in offline mode (``HF_HUB_OFFLINE=1``), or the repo cannot be created or reached
-            (:class:`~trl_envs.cli.errors.UsageError`): said before training, not after.
+            (:class:`~trl_envs.errors.types.UsageError`): said before training, not after.
     """
     push = bool(training_args.push_to_hub)
     if push:
@@ -116,7 +116,7 @@ def take_over_push(training_args) -> bool:
                 "--push_to_hub: huggingface_hub is in offline mode (HF_HUB_OFFLINE=1), nothing could "
                 "be pushed; unset HF_HUB_OFFLINE or drop --push_to_hub"
             )
-        from ..cli.preflight import check_hub_access
+        from ..errors.preflight import check_hub_access
 
         check_hub_access(
             training_args.hub_model_id or Path(training_args.output_dir).absolute().name,

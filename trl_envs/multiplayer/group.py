@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ..core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder, check_number_option
 from ..core.message_env import MessageTokenEnv
@@ -24,6 +24,8 @@ from ..core.types import TEST_SEED_OFFSET, Env, EnvGroupBuilder, Metrics, RLData
 from .game import IllegalReply, Opponent, TurnGame
 from .match import GameMatch
 from .player import GamePlayerEnv
+
+B = TypeVar("B", bound="GameDatasetBuilder")
 
 
 class GameGroupBuilder(EnvGroupBuilder):
@@ -141,13 +143,11 @@ def game_group_from_row(
     if opponent not in (None, "random", "self"):
         raise ValueError(f"env {name!r}: a row's 'opponent' must be 'random' or 'self' (or null), got {opponent!r}")
     make_game = make_factory(options)
-    probe = make_game(seed)
-    probe.close()
     return GameGroupBuilder(
         make_game,
         renderer,
         group_size,
-        probe.num_players,
+        probe_game(make_game, seed).num_players,
         seed,
         None if opponent == "self" else opponent,
         seat,
@@ -155,6 +155,34 @@ def game_group_from_row(
         invalid_reply_penalty,
         tag=name,
     )
+
+
+def probe_game(make_game: Callable[[int], TurnGame], seed: int = 0) -> TurnGame:
+    """A game ``make_game(seed)`` made, then closed, to read what it is (its ``num_players``): a game that cannot start
+    fails here, before any model is loaded."""
+    probe = make_game(seed)
+    probe.close()
+    return probe
+
+
+def game_kind_factory(builder_class: type[B], name: str, **fixed: Any) -> Callable[..., B]:
+    """The ``factory(renderer, **options)`` of the game env kind ``name`` (the ``factory`` of every game adapter's
+    ``EnvKind``): ``builder_class(renderer=renderer, name=name, **fixed, **options)``, after checking that every
+    option is one of ``builder_class``'s fields a user may set (``renderer``, ``name`` and ``fixed`` are set here)."""
+    internal = {"renderer", "name", *fixed}
+
+    def factory(renderer: Renderer, **options: Any) -> B:
+        check_options_known(builder_class, name, options, internal)
+        return builder_class(renderer=renderer, name=name, **fixed, **options)
+
+    return factory
+
+
+def check_make_kwargs(name: str, make_kwargs: Any) -> None:
+    """Raise ``ValueError`` naming env ``name`` unless its option ``make_kwargs`` (what the adapter passes to the game
+    library's constructor) is a JSON object."""
+    if not isinstance(make_kwargs, dict):
+        raise ValueError(f"env {name!r}: option 'make_kwargs' must be a JSON object, got {make_kwargs!r}")
 
 
 def import_function(name: str, option: str, ref: str, signature: str) -> Callable[..., Any]:

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
-from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known, game_group_from_row
+from ..multiplayer.group import (
+    GameDatasetBuilder,
+    GameGroupBuilder,
+    check_make_kwargs,
+    game_group_from_row,
+    game_kind_factory,
+    probe_game,
+)
 from ..registry.names import EnvKind, unknown_prefixed_name
 from .game import PettingZooGameFactory, missing_package
 from .text import FORMATTERS
@@ -42,10 +49,8 @@ class PettingZooDatasetBuilder(GameDatasetBuilder):
     def check_options(self) -> None:
         if self.api not in ("aec", "parallel"):
             raise ValueError(f"env {self.name!r}: option 'api' must be 'aec' or 'parallel', got {self.api!r}")
-        if not isinstance(self.make_kwargs, dict):
-            raise ValueError(f"env {self.name!r}: option 'make_kwargs' must be a JSON object, got {self.make_kwargs!r}")
-        probe = self.game_factory()(0)  # a game that cannot start fails here, before any model is loaded
-        probe.close()
+        check_make_kwargs(self.name, self.make_kwargs)
+        probe = probe_game(self.game_factory())  # a game that cannot start fails here, before any model is loaded
         if self.num_players != probe.num_players:
             if self.num_players != GameDatasetBuilder.num_players:
                 raise ValueError(
@@ -82,9 +87,7 @@ def env_kind(name: str) -> EnvKind:
     if not found:
         raise unknown_prefixed_name(name, "pettingzoo", sorted(env_names()))
 
-    def factory(renderer: Renderer, **options: Any) -> PettingZooDatasetBuilder:
-        check_options_known(PettingZooDatasetBuilder, name, options, {"renderer", "name", "game"})
-        return PettingZooDatasetBuilder(renderer=renderer, name=name, game=game, **options)
+    factory = game_kind_factory(PettingZooDatasetBuilder, name, game=game)
 
     def from_row(
         renderer: Renderer,

@@ -14,9 +14,9 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from ..cli.errors import shorten
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder
+from ..errors.messages import shorten
 from .names import ENV_FIELD, get_env, known_env_names
 
 

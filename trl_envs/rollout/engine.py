@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from ..cli.errors import RunFailed
 from ..core.renderer import ObservationOverBudgetError, observation_token_limit
 from ..core.types import (
     Env,
@@ -31,6 +30,7 @@ from ..core.types import (
     TrajectoryGroup,
     Transition,
 )
+from ..errors.types import RunFailed
 from ..samplers.base import Sampler
 from .batching import BatchingPolicy
 from .coupling import Coupling, EpisodeLinks, EpisodeState, SiblingEndedError, current_links

@@ -16,7 +16,7 @@ sampled tokens and logprobs. The child ignores Ctrl-C (the parent stops it) and 
 or dies.
 
 Faults: a child that dies (killed, out of memory, a crash in torch) is noticed within :data:`POLL_S` by a waiting call,
-which raises :class:`SamplerProcessDied` -- a :class:`~trl_envs.cli.errors.RunFailed`: the commands print its one-line
+which raises :class:`SamplerProcessDied` -- a :class:`~trl_envs.errors.types.RunFailed`: the commands print its one-line
 message (pid, exit, likely cause) and exit 1, without a traceback. :meth:`SamplerProcess.close` is bounded: a child
 still busy :data:`STOP_GRACE_S` after being told to stop (a ``generate`` call in flight whose answer nobody needs) is
 terminated, and killed if it ignores that.
@@ -40,8 +40,8 @@ from typing import Any
 import torch
 import torch.multiprocessing
 
-from ..cli.errors import RunFailed
 from ..core.types import TokensWithLogprobs
+from ..errors.types import RunFailed
 from .base import SampleRequest
 from .choice import build_sampler
 
@@ -57,7 +57,7 @@ class SamplerProcessError(RuntimeError):
 
 class SamplerProcessDied(SamplerProcessError, RunFailed):
     """The sampler process ended without answering (killed, out of memory, a crash): the run cannot go on. A
-    :class:`~trl_envs.cli.errors.RunFailed`, so the commands print its message and exit 1 without a traceback, and the
+    :class:`~trl_envs.errors.types.RunFailed`, so the commands print its message and exit 1 without a traceback, and the
     rollout engine never retries it as an env error."""
 
 

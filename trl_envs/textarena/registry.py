@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..core.renderer import Renderer
-from ..multiplayer.group import GameDatasetBuilder, GameGroupBuilder, check_options_known, game_group_from_row
+from ..multiplayer.group import (
+    GameDatasetBuilder,
+    GameGroupBuilder,
+    check_make_kwargs,
+    game_group_from_row,
+    game_kind_factory,
+    probe_game,
+)
 from ..registry.names import EnvKind, unknown_prefixed_name
 from .catalog import listing
 from .game import TextArenaGameFactory, import_textarena
@@ -43,17 +50,14 @@ class TextArenaDatasetBuilder(GameDatasetBuilder):
 
     def check_options(self) -> None:
         self.env_name = self.name
-        if not isinstance(self.make_kwargs, dict):
-            raise ValueError(f"env {self.name!r}: option 'make_kwargs' must be a JSON object, got {self.make_kwargs!r}")
+        check_make_kwargs(self.name, self.make_kwargs)
         if self.num_players is not None and (
             isinstance(self.num_players, bool) or not isinstance(self.num_players, int) or self.num_players < 1
         ):
             raise ValueError(
                 f"env {self.name!r}: option 'num_players' must be an integer >= 1, got {self.num_players!r}"
             )
-        probe = self.game_factory()(0)  # a game that cannot start fails here, before any model is loaded
-        probe.close()
-        self.num_players = probe.num_players
+        self.num_players = probe_game(self.game_factory()).num_players  # a game that cannot start fails here
         super().check_options()
 
     def game_factory(self) -> Callable[[int], Any]:
@@ -68,9 +72,7 @@ def env_kind(name: str) -> EnvKind:
     if env_id not in registry:
         raise unknown_prefixed_name(name, "textarena", sorted(PREFIX + i for i in registry))
 
-    def factory(renderer: Renderer, **options: Any) -> TextArenaDatasetBuilder:
-        check_options_known(TextArenaDatasetBuilder, name, options, {"renderer", "name", "env_id"})
-        return TextArenaDatasetBuilder(renderer=renderer, name=name, env_id=env_id, **options)
+    factory = game_kind_factory(TextArenaDatasetBuilder, name, env_id=env_id)
 
     def from_row(
         renderer: Renderer,

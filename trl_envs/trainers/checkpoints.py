@@ -28,7 +28,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..cli.errors import RunFailed, UsageError, describe_disk, is_disk_full, shorten
+from ..errors.disk_full import describe_disk, is_disk_full
+from ..errors.messages import shorten
+from ..errors.types import RunFailed, UsageError
 
 MARKER = "trl_envs_checkpoint.json"
 """The completion marker of a checkpoint folder: written last, holding :func:`run_settings`."""

@@ -74,7 +74,7 @@ class EnvDPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, D
     )
 
     def __post_init__(self):
-        from ..cli.preflight import check_sampling
+        from ..errors.preflight import check_sampling
 
         check_sampling(self.temperature, self.top_p)
         super().__post_init__()  # TRL's config, then RolloutArguments' checks

@@ -101,7 +101,7 @@ class EnvGRPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, 
     )
 
     def __post_init__(self):
-        from ..cli.preflight import check_group_geometry, check_sampling
+        from ..errors.preflight import check_group_geometry, check_sampling
 
         check_sampling(self.temperature, self.top_p)
         explicit = self.generation_batch_size is not None or self.steps_per_generation is not None

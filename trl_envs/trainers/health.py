@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from transformers import TrainerCallback
 
-from ..cli.errors import RunFailed
+from ..errors.types import RunFailed
 
 DEAD_SHARE = 0.5
 """A run fails at its end when more than this share of its logged training steps trained on nothing."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..cli.errors import RunFailed
+from ..errors.types import RunFailed
 
 GENERATION_KNOBS = (
     "fewer rows per generate call (per_device_train_batch_size, generation_batch_size), "

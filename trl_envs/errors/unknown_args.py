@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import UsageError
+from .types import UsageError
 
 YAML_ENV_KEY = "env"
 """TRL's YAML key that sets environment variables (not a setting of the run)."""

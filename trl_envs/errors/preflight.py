@@ -1,8 +1,8 @@
 """Checks that run before any model is loaded, so a mistake costs a second, not a model load or a training run.
 
-Each check raises :class:`~trl_envs.cli.errors.UsageError` naming the flag and the value (shortened) that is wrong;
+Each check raises :class:`~trl_envs.errors.types.UsageError` naming the flag and the value (shortened) that is wrong;
 :func:`~trl_envs.cli.errors.run_command` prints it as one line. The training scripts and ``trl-envs eval`` call them
-first thing.
+first thing; the trainers' configs and the Hub steps call the ones that concern them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import UsageError, shorten
+from .messages import shorten
+from .types import UsageError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
