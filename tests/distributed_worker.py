@@ -180,11 +180,20 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
 
     trainer_rollouts.LockstepSampler = RecordingLockstep
     original = trainer.generation_batch  # what every generation batch of train() and evaluate() goes through
+    latest = {}  # the batch's rollout: training ones are announced, evaluation ones come from rollouts.rollout
+    trainer.rollouts.add_listener(lambda rollout: latest.update(rollout=rollout))
+    roll = trainer.rollouts.rollout
+
+    def rolled(builders):
+        latest["rollout"] = roll(builders)
+        return latest["rollout"]
+
+    trainer.rollouts.rollout = rolled
 
     def recorded(keys):
         start = time.perf_counter()
         out = original(keys)
-        result = trainer.last_rollout
+        result = latest["rollout"]
         group_size = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
         row_keys = [str(k) for k in keys for _ in range(group_size)]
         n_global = len(row_keys) * world_size

@@ -7,7 +7,7 @@
   rewards -- unless the step is solved, see :meth:`TrainingHealthCallback.problems` --, every group skipped after
   errors, a zero gradient, collapsed entropy) warns with
   :class:`TrainingHealthWarning`; ``patience`` such steps in a row stop the run with
-  :class:`~trl_envs.cli.errors.RunFailed` (the scripts then exit 1 without saving a model or writing a card).
+  :class:`~trl_envs.errors.types.RunFailed` (the scripts then exit 1 without saving a model or writing a card).
 * Whatever ``patience`` is (``None`` and values above the run's length included), a run that *mostly trained on
   nothing* -- logged steps in which every group was skipped after env errors or timeouts, so not one row was
   trained -- fails when training ends, the same way. "Mostly" is more than half of its logged training steps

@@ -1,7 +1,7 @@
 """Out of memory, said once, with the settings that lower memory for the phase that ran out.
 
 :func:`name_out_of_memory` turns a ``torch.OutOfMemoryError`` escaping ``train()`` into an :class:`OutOfMemory` (a
-:class:`~trl_envs.cli.errors.RunFailed`: the commands print its one line and exit 1, without a traceback). The phase
+:class:`~trl_envs.errors.types.RunFailed`: the commands print its one line and exit 1, without a traceback). The phase
 is read from where the error was raised: inside a ``generate`` call (the trainer's sampler, or the sampler process of
 ``max_staleness >= 1``, whose errors arrive with a ``SamplerProcessError`` cause) it is generation; anywhere else, the
 training step.
