@@ -1,10 +1,7 @@
-"""The GRPO rollout step without a trainer (``rollout_rows``), the typed group keys, and how the trainer hands the
-planned rows to TRL (``RowPrompt``)."""
+"""The GRPO rollout step without a trainer (``rollout_rows``), the typed group keys, and the rows the trainer hands
+to TRL."""
 
 from __future__ import annotations
-
-import copy
-import pickle
 
 import pytest
 import torch
@@ -12,7 +9,6 @@ import torch
 from trl_envs import EnvGRPOTrainer, HFSampler, RolloutBudget, RowsStep, make_env_dataset, rollout_rows
 from trl_envs.rollout.event_loop import run_sync
 from trl_envs.trainers.group_index import GroupIndex, GroupKey, keys_of_rows
-from trl_envs.trainers.row_prompts import planned_rows, row_prompts
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -120,19 +116,3 @@ def test_rows_of_a_generation_batch_must_be_whole_groups():
         keys_of_rows(["train/0/0", "train/0/1"], 2)
     with pytest.raises(ValueError, match="got 3 rows, not a multiple of the group size 2"):
         keys_of_rows(["train/0/0"] * 3, 2)
-
-
-# -- the rows handed to TRL ----------------------------------------------------------------------------------------
-
-
-def test_row_prompts_carry_their_row_to_rollout_func_once():
-    prompts = row_prompts(["train/0/0", "train/0/1"], {"prompt_ids": [[1], [2]], "env_reward": [0.5, None]})
-    copied = copy.deepcopy(prompts)  # TRL deep-copies the prompts before calling rollout_func
-    assert copied[0] is prompts[0] and prompts[0] == "train/0/0"
-    assert pickle.loads(pickle.dumps(prompts[1])) == "train/0/1"  # across ranks only the text travels
-    assert type(pickle.loads(pickle.dumps(prompts[1]))) is str
-    assert planned_rows(copied, None) == {"prompt_ids": [[1], [2]], "env_reward": [0.5, None]}
-    with pytest.raises(RuntimeError, match="already handed to TRL"):
-        planned_rows(prompts, None)
-    with pytest.raises(RuntimeError, match="carries no planned row"):
-        planned_rows(["train/0/0"], None)

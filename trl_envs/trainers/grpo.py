@@ -5,14 +5,18 @@ How an env batch maps onto TRL (see docs/DESIGN.md):
 * The trainer's dataset is one row per env group of the :class:`~trl_envs.core.types.RLDataset`: the text of its
   :class:`~trl_envs.trainers.group_index.GroupKey`. TRL's sampler repeats each row ``num_generations`` times in a row,
   so one block of G rows is one group.
-* Each generation batch (:meth:`EnvGRPOTrainer.generation_batch`, which TRL's per-batch hook calls) rolls out this
-  rank's groups together (one batched ``generate`` per turn) and lays the trajectories out as rows
-  (:class:`~trl_envs.training_data.rows_step.RowsStep`): one row per trajectory (prompt = first observation,
-  completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens, sampling logprobs), or one row per
-  turn for envs whose observations do not extend each other, in blocks of G rows per group. TRL then scores exactly
-  those rows: each row rides in the prompt TRL hands its ``rollout_func`` (:mod:`~trl_envs.trainers.row_prompts`).
-* The reward TRL sees is the trajectory's total (step rewards + group reward), passed through its reward hook, so
-  ``scale_rewards``, every ``loss_type``, ``beta``, PEFT, ``num_iterations`` and evaluation work as in TRL.
+* Each generation batch goes through TRL's public ``rollout_func`` (:func:`env_rollout_func`): it rolls out this
+  rank's groups together (one batched ``generate`` per turn) and returns one row per trajectory (prompt = first
+  observation, completion = actions + env tokens, ``env_mask`` = 1 exactly on sampled tokens, sampling logprobs) with
+  the episodes as extra fields for the reward functions (:class:`~trl_envs.training_data.rows_step.RowsStep` lays them
+  out).
+* The rewards are TRL reward functions: ``env`` (the trajectory's total: step rewards + group reward) and the user's
+  ``reward_funcs`` (:mod:`~trl_envs.trainers.reward_funcs`), combined by TRL, so ``reward_weights``,
+  ``multi_objective_aggregation``, ``scale_rewards``, every ``loss_type``, ``beta``, PEFT, ``num_iterations`` and
+  evaluation work as in TRL.
+* What ``rollout_func`` cannot express goes through TRL's per-batch hook (``_generate_and_score_completions``, the
+  one override of TRL's private methods besides the loss's for asynchronous rollouts): envs whose observations do not
+  extend each other train one row per turn, in blocks of G rows per group, laid out here and then scored by TRL.
 * ``credit_assignment="per_turn"`` replaces TRL's advantages by per-token ones from per-turn rewards-to-go
   (``credit``; docs/credit_assignment.md).
 """
@@ -20,6 +24,7 @@ How an env batch maps onto TRL (see docs/DESIGN.md):
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -42,19 +47,26 @@ from .env_setup import check_env_launch, frozen_reference, load_env_datasets
 from .group_index import GroupIndex, GroupKey, keys_of_rows
 from .grpo_config import EnvGRPOConfig
 from .health import TrainingHealthCallback, check_finite_rewards
+from .reward_funcs import EPISODE_FIELD, METRICS_FIELD, REWARD_FIELD, Episode, episode_reward_functions
 from .rollouts import EnvRollouts, RolloutSource, SyncRolloutSource
-from .row_prompts import planned_rows, row_prompts
 from .run_guards import RunGuards
 
-ENV_REWARD_KEY = "env_reward"
+
+class RowLayoutNeeded(Exception):
+    """Raised by :func:`env_rollout_func` when this generation batch has episodes that train as one row per turn
+    (or any rank's batch has), which TRL's ``rollout_func`` cannot return (it returns one row per prompt):
+    ``EnvGRPOTrainer`` then lays the rolled-out batch out itself, without rolling it out again."""
+
+    def __init__(self, step: RowsStep, keys: list[GroupKey]):
+        super().__init__("this generation batch trains rows per turn")
+        self.step, self.keys = step, keys
 
 
-def env_reward(completions, env_reward: list[float | None], **kwargs) -> list[float | None]:
-    """TRL reward function: the env's total reward of each trajectory (``None`` for rows of skipped groups)."""
-    return list(env_reward)
-
-
-env_reward.__name__ = "env"
+def env_rollout_func(prompts: list[str], trainer: EnvGRPOTrainer) -> dict[str, list]:
+    """TRL's ``rollout_func`` of :class:`EnvGRPOTrainer`: roll out the env groups whose keys TRL's rows carry (each
+    key ``num_generations`` times in a row) and return one row per episode (see
+    :meth:`EnvGRPOTrainer.rollout_rows`)."""
+    return trainer.rollout_rows(prompts)
 
 
 class EnvGRPOTrainer(GRPOTrainer):
@@ -76,6 +88,12 @@ class EnvGRPOTrainer(GRPOTrainer):
             uses).
         peft_config: a PEFT config to train an adapter (then ``beta > 0`` uses the adapter-free model as reference).
         sampler: optional :class:`~trl_envs.samplers.base.Sampler` to generate with instead of the policy itself.
+        reward_funcs: rewards beside the env's, as ``GRPOTrainer`` takes them: callables with TRL's signature (sync
+            or async), reward model ids or paths, ``PreTrainedModel`` objects (see
+            :mod:`~trl_envs.trainers.reward_funcs` for what they see). The env's reward is the first reward function,
+            named ``env``: ``reward_weights`` has one weight for it, then one per entry here.
+        reward_processing_classes: the tokenizers of reward models given as objects (one per ``reward_funcs`` entry,
+            ``None`` for the others), as in ``GRPOTrainer``.
         callbacks, optimizers: as in ``transformers.Trainer``.
 
     Attributes:
@@ -113,6 +131,8 @@ class EnvGRPOTrainer(GRPOTrainer):
         sampler: Sampler | None = None,
         callbacks=None,
         optimizers=(None, None),
+        reward_funcs=None,
+        reward_processing_classes=None,
     ):
         if not isinstance(args, EnvGRPOConfig):
             raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
@@ -138,14 +158,21 @@ class EnvGRPOTrainer(GRPOTrainer):
             # play, say, must not stop a run that never evaluates); an explicit evaluate() checks each group it plays.
             _check_first_group(self.eval_groups, args.num_generations_eval or args.num_generations)
         self.rollouts = EnvRollouts(self, sampler)
+        self._planned_rows: dict[str, list] | None = None
+        reward_functions = episode_reward_functions(
+            reward_funcs,
+            reward_processing_classes,
+            completions_as=args.reward_completions,
+            model_init_kwargs=args.model_init_kwargs,
+        )
         reference = frozen_reference(model, peft_config, needed=args.beta != 0.0)
         with (
-            trl_seam.rollout_func_warning_silenced(),
+            rollout_func_warning_silenced(),
             trl_seam.grpo_reference_model(reference) if reference is not None else contextlib.nullcontext(),
         ):
             super().__init__(
                 model=model,
-                reward_funcs=[env_reward],
+                reward_funcs=reward_functions,
                 args=args,
                 train_dataset=self.train_groups.as_dataset(),
                 eval_dataset=self.eval_groups.as_dataset() if self.eval_groups is not None else None,
@@ -153,12 +180,13 @@ class EnvGRPOTrainer(GRPOTrainer):
                 callbacks=callbacks,
                 optimizers=optimizers,
                 peft_config=peft_config,
-                rollout_func=planned_rows,
+                rollout_func=env_rollout_func,
             )
         check_env_launch(self, "EnvGRPOTrainer", sampler)
-        trl_seam.set_stop_token_ids(
-            self, with_turn_stops(trl_seam.stop_token_ids(self), Renderer(trl_seam.tokenizer_of(self)))
-        )
+        tokenizer = trl_seam.tokenizer_of(self)
+        for function in reward_functions[1:]:
+            function.bind(tokenizer, self.accelerator.device)
+        trl_seam.set_stop_token_ids(self, with_turn_stops(trl_seam.stop_token_ids(self), Renderer(tokenizer)))
         env_label = type(self.train_groups.builder(self.train_groups.key(0))).__name__
         self.run_guards = RunGuards(self, model, env_label)
         self.add_callback(TrainingHealthCallback(args.health_patience, args.health_min_entropy, envs=env_label))
@@ -238,9 +266,37 @@ class EnvGRPOTrainer(GRPOTrainer):
         rows (:class:`RowsStep`) and return the batch TRL trains on (ids, masks, sampling logprobs, advantages...),
         exactly as a training step (``model.training``) or an evaluation step does. With
         ``credit_assignment="per_turn"`` the advantages are per token, from per-turn rewards-to-go."""
+        group_size = group_size_of(self.args, training=self.model.training)
+        return self._generate_and_score_completions([{"prompt": str(k)} for k in keys for _ in range(group_size)])
+
+    def rollout_rows(self, prompts: Sequence[str]) -> dict[str, list]:
+        """What :func:`env_rollout_func` returns to TRL for the rows ``prompts`` (group key texts, each
+        ``num_generations`` times in a row): the rolled-out episodes, one row per episode (``prompt_ids``,
+        ``completion_ids``, ``logprobs``, ``env_mask`` = 1 on sampled tokens), and the fields TRL passes to the reward
+        functions (``env_reward``, ``env_episode``, ``env_metrics``). Raises :class:`RowLayoutNeeded` when an episode
+        of this batch (on any rank) trains as one row per turn."""
+        if self._planned_rows is not None:  # rows laid out by _generate_and_score_completions
+            columns, self._planned_rows = self._planned_rows, None
+            if len(columns["prompt_ids"]) != len(prompts):
+                raise RuntimeError(
+                    f"EnvGRPOTrainer: TRL asked for {len(prompts)} rows, {len(columns['prompt_ids'])} were laid out"
+                )
+            return columns
+        group_size = group_size_of(self.args, training=self.model.training)
+        keys = keys_of_rows(list(prompts), group_size)
+        step = self._roll_out(keys)
+        per_turn = step.plan.num_per_turn_trajectories > 0
+        if self.accelerator.num_processes > 1:  # every rank takes the same path (both gather across ranks)
+            flag = torch.tensor([float(per_turn)], device=self.accelerator.device)
+            per_turn = bool(self.accelerator.gather(flag).max() > 0)
+        if per_turn:
+            raise RowLayoutNeeded(step, keys)
+        return self._row_columns(step, keys)
+
+    def _roll_out(self, keys: list[GroupKey]) -> RowsStep:
+        """Roll out the groups ``keys`` (training: from the rollout source, recorded; evaluation: not recorded) and
+        lay their trajectories out as rows."""
         mode = "train" if self.model.training else "eval"
-        group_size = group_size_of(self.args, training=mode == "train")
-        keys = [GroupKey.parse(k) for k in keys]
         builders = [self.env_group(k) for k in keys]
         if mode == "train":
             result = self.rollout_source.rollout(builders, keys)
@@ -248,28 +304,65 @@ class EnvGRPOTrainer(GRPOTrainer):
             result = self.rollouts.rollout(builders)
         names = [f"{type(b).__name__} (row {k})" for k, b in zip(keys, builders)]
         check_finite_rewards(result.groups, names, self.state.global_step + (mode == "train"), self.accelerator)
-        step = RowsStep.from_rollout(result, group_size=group_size, training_rows=self.args.training_rows, names=names)
+        group_size = group_size_of(self.args, training=mode == "train")
+        return RowsStep.from_rollout(result, group_size=group_size, training_rows=self.args.training_rows, names=names)
+
+    def _row_columns(self, step: RowsStep, keys: list[GroupKey]) -> dict[str, Any]:
+        """The rows of ``step`` as ``rollout_func`` output, with the reward functions' fields."""
         plan = step.plan
-        self._pad_to_common_shape(plan, mode)
-        trl_seam.record_mean_metrics(self, mode, step.metrics())  # one gather for all env metrics of the step
         columns = plan.rollout_output(trl_seam.tokenizer_of(self).pad_token_id, trl_seam.stop_token_ids(self)[0])
-        columns[ENV_REWARD_KEY] = columns.pop("rewards")
-        texts = [str(keys[r.group or 0]) for r in plan.rows]  # padding blocks stand for the first group
-        rows = [{"prompt": prompt} for prompt in row_prompts(texts, columns)]
-        output = self._score(rows)
-        if self.args.credit_assignment == "per_turn":
-            output["advantages"] = self._per_turn_advantages(plan, result.groups, output["completion_ids"].size(1))
-        return output
+        columns[REWARD_FIELD] = columns.pop("rewards")
+        sequences = {
+            (r.group, r.trajectory): r.row.prompt_ids + r.row.completion_ids for r in plan.rows if r.row is not None
+        }
+        episodes = {}
+        for g, group in enumerate(step.rollout.groups):
+            if group is not None:
+                for i, (trajectory, total) in enumerate(zip(group.trajectories, group.get_total_rewards())):
+                    episodes[g, i] = Episode(
+                        str(keys[g]), i, trajectory, total, list(group.tags), sequences.get((g, i), [])
+                    )
+        columns[EPISODE_FIELD] = [
+            None if r.reward is None else episodes.get((r.group, r.trajectory)) for r in plan.rows
+        ]
+        columns[METRICS_FIELD] = step.metrics()  # one dict for the batch: the env reward function logs it
+        return columns
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """TRL's per-generation-batch hook: :meth:`generation_batch` of the group keys of this rank's rows."""
-        group_size = group_size_of(self.args, training=self.model.training)
-        return self.generation_batch(keys_of_rows([x["prompt"] for x in inputs], group_size))
+        """TRL's per-generation-batch hook. Episodes that train as one row per episode go through TRL's public doors:
+        TRL calls :func:`env_rollout_func`, which rolls them out, and scores them with the reward functions. This
+        override adds what ``rollout_func`` cannot express: a batch with rows per turn (``training_rows``, or
+        observations that do not extend each other) or per-token advantages (``credit_assignment="per_turn"``) is laid
+        out here and handed to TRL's scoring, and the sampler's importance-sampling correction of asynchronous
+        rollouts (:mod:`~trl_envs.trainers.off_policy`)."""
+        if self.args.training_rows == "turn" or self.args.credit_assignment == "per_turn":
+            group_size = group_size_of(self.args, training=self.model.training)
+            keys = keys_of_rows([x["prompt"] for x in inputs], group_size)
+            return self._score_laid_out(self._roll_out(keys), keys)
+        try:
+            return self._score(inputs)
+        except RowLayoutNeeded as needed:
+            return self._score_laid_out(needed.step, needed.keys)
+
+    def _score_laid_out(self, step: RowsStep, keys: list[GroupKey]) -> dict[str, Any]:
+        """TRL's scoring of the rows of ``step`` laid out here (padded to a common shape across ranks)."""
+        mode = "train" if self.model.training else "eval"
+        plan = step.plan
+        self._pad_to_common_shape(plan, mode)
+        self._planned_rows = self._row_columns(step, keys)
+        try:
+            output = self._score([{"prompt": str(keys[r.group or 0])} for r in plan.rows])
+        finally:
+            self._planned_rows = None
+        if self.args.credit_assignment == "per_turn":
+            output["advantages"] = self._per_turn_advantages(
+                plan, step.rollout.groups, output["completion_ids"].size(1)
+            )
+        return output
 
     def _score(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """TRL's scoring of the planned ``rows`` (its ``rollout_func`` returns exactly these rows), with the sampler's
-        importance-sampling correction on where asynchronous rollouts compute it there
-        (:mod:`~trl_envs.trainers.off_policy`)."""
+        """TRL's generation (``rollout_func``) and scoring of ``rows``, with the sampler's importance-sampling
+        correction on where asynchronous rollouts compute it there (:mod:`~trl_envs.trainers.off_policy`)."""
         if not off_policy.correction_on(self.args, self.model.training) or off_policy.ratio_in_loss(self.args):
             return super()._generate_and_score_completions(rows)
         with off_policy.sampler_correction(self):
@@ -315,6 +408,22 @@ class EnvGRPOTrainer(GRPOTrainer):
             batch_std = ((total_sq - total * total / n) / (n - 1)) ** 0.5 if n > 1 else 0.0
         advantages = row_token_advantages(plan, groups, width, self.args.credit_gamma, scale, batch_std)
         return advantages.to(self.accelerator.device)
+
+
+@contextlib.contextmanager
+def rollout_func_warning_silenced():
+    """Build a ``GRPOTrainer`` with ``rollout_func`` without its experimental-feature warning: ``rollout_func`` is how
+    EnvGRPOTrainer plugs in, not something its user opted into. TRL's documented switch for that warning is the
+    environment variable ``TRL_EXPERIMENTAL_SILENCE=1`` (restored afterwards)."""
+    previous = os.environ.get("TRL_EXPERIMENTAL_SILENCE")
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TRL_EXPERIMENTAL_SILENCE"]
+        else:
+            os.environ["TRL_EXPERIMENTAL_SILENCE"] = previous
 
 
 def group_size_of(args, training: bool) -> int:

@@ -32,6 +32,13 @@ class EnvGRPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, 
             "episode (a non-extending observation is an error); 'turn': one row per turn."
         },
     )
+    reward_completions: str = field(
+        default="text",
+        metadata={
+            "help": "What reward_funcs get as `completions`: 'text' (the episode's model turns, decoded, joined by "
+            "newlines) or 'messages' (one assistant message per model turn)."
+        },
+    )
     credit_assignment: str = field(
         default="trajectory",
         metadata={
@@ -123,6 +130,10 @@ class EnvGRPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, 
         if self.training_rows not in ("auto", "trajectory", "turn"):
             raise ValueError(
                 f"EnvGRPOConfig.training_rows must be 'auto', 'trajectory' or 'turn', got {self.training_rows!r}"
+            )
+        if self.reward_completions not in ("text", "messages"):
+            raise ValueError(
+                f"EnvGRPOConfig.reward_completions must be 'text' or 'messages', got {self.reward_completions!r}"
             )
         if self.credit_assignment not in ("trajectory", "per_turn"):
             raise ValueError(

@@ -134,7 +134,7 @@ class EnvRollouts:
                 gather_deepspeed3_params=args.ds3_gather_for_generation,
                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
             ) as unwrapped,
-            trl_seam.distributed_backend(trainer.accelerator).summon_full_params(trainer.model_wrapped, recurse=False),
+            fsdp1_full_params(trainer.accelerator, trainer.model_wrapped),
             trainer.accelerator.autocast(),
         ):
             yield unwrapped
@@ -225,6 +225,18 @@ class SyncRolloutSource(RolloutSource):
 
     def produce(self, builders: Sequence[EnvGroupBuilder], keys: Sequence[GroupKey] | None) -> RolloutBatchResult:
         return self.rollouts.rollout(builders)
+
+
+def fsdp1_full_params(accelerator, model):
+    """Materialise FSDP v1's sharded parameters (top level, no writeback needed for generation) for the length of the
+    context; nothing to do for FSDP v2 (parameters are DTensors, always usable), DeepSpeed or a single process.
+    Reads only accelerate's public state (``state.fsdp_plugin.fsdp_version``) and torch's public FSDP API."""
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is None or getattr(plugin, "fsdp_version", 1) != 1:
+        return contextlib.nullcontext()
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return FullyShardedDataParallel.summon_full_params(model, recurse=False)
 
 
 __all__ = ["EnvRollouts", "RolloutListener", "RolloutSource", "SyncRolloutSource"]

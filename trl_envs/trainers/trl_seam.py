@@ -21,7 +21,6 @@ import functools
 import importlib
 import inspect
 import os
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -42,9 +41,6 @@ class TRLCompatibilityError(RuntimeError):
 try:
     # trl.trainer.dpo_trainer.DataCollatorForPreference: DPOTrainer's default collator, which pads prompt / chosen /
     # rejected ids into prompt-then-completion rows with a ``completion_mask`` (the only mask DPO's loss uses).
-    # trl.distributed.DistributedBackend: the backend detection GRPOTrainer uses around generation
-    # (``summon_full_params`` materialises FSDP v1 parameters; a no-op otherwise).
-    from trl.distributed import DistributedBackend
     from trl.trainer.dpo_trainer import DataCollatorForPreference as PreferenceCollator
 except ImportError as error:  # pragma: no cover - only with another TRL version
     raise TRLCompatibilityError(
@@ -107,18 +103,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "advantages); EnvGRPOTrainer rolls out the rows' env groups, then calls it with one row per planned row, "
         "whose prompt carries that row for rollout_func",
         overridden_in="trl_envs/trainers/grpo.py",
-    ),
-    PrivateName(
-        "_tokenizer",
-        "trl.GRPOTrainer",
-        "the text tokenizer of the processing class (its .tokenizer for a processor)",
-        check="source",
-    ),
-    PrivateName(
-        "_tokenizer",
-        "trl.DPOTrainer",
-        "the text tokenizer of the processing class (its .tokenizer for a processor)",
-        check="source",
     ),
     PrivateName(
         "_metrics",
@@ -195,7 +179,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName("_tag_names", "trl.DPOTrainer", "class attribute: the tags DPOTrainer adds to the model (card)"),
     PrivateName("DataCollatorForPreference", "trl.trainer.dpo_trainer", "DPOTrainer's default collator (see above)"),
-    PrivateName("DistributedBackend", "trl.distributed", "ZeRO-3 / FSDP parameter handling around generation"),
     PrivateName(
         "create_model_from_path",
         "trl.trainer.grpo_trainer",
@@ -275,13 +258,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "the ratio's upper bound, read at scoring time; sampler_importance_sampling sets it",
         check="source",
     ),
-    PrivateName(
-        "You are using 'rollout_func'",
-        "trl.GRPOTrainer",
-        "the start of the experimental-feature warning GRPOTrainer.__init__ gives for rollout_func, silenced "
-        "by its text",
-        check="source",
-    ),
 )
 
 
@@ -325,9 +301,10 @@ def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES) ->
 
 
 def tokenizer_of(trainer):
-    """The trainer's text tokenizer. Relies on: GRPOTrainer / DPOTrainer ``__init__`` set ``_tokenizer`` to the
-    processing class, or to its ``.tokenizer`` for a multimodal processor."""
-    return trainer._tokenizer
+    """The trainer's text tokenizer: its ``processing_class``, or that processor's ``.tokenizer`` (public: the
+    ``Trainer`` attribute TRL sets to the tokenizer or processor it uses)."""
+    processing_class = trainer.processing_class
+    return getattr(processing_class, "tokenizer", processing_class)
 
 
 def logged_metrics(trainer, mode: str = "train") -> dict[str, list[float]]:
@@ -392,11 +369,6 @@ def keep_columns(trainer, columns: Iterable[str]) -> None:
         trainer._signature_columns = list(dict.fromkeys(list(trainer._signature_columns) + list(columns)))
 
 
-def distributed_backend(accelerator) -> DistributedBackend:
-    """TRL's ZeRO-3 / FSDP helper for ``accelerator``, as GRPOTrainer builds it (its ``_dist``)."""
-    return DistributedBackend(accelerator)
-
-
 # -- class-level settings and construction -----------------------------------------------------------------------------
 
 
@@ -409,16 +381,6 @@ def model_tags(*tags: str):
         return cls
 
     return decorate
-
-
-@contextlib.contextmanager
-def rollout_func_warning_silenced() -> Iterator[None]:
-    """Build a GRPOTrainer with ``rollout_func`` without its experimental-feature warning: ``rollout_func`` is how
-    EnvGRPOTrainer plugs in, not something its user opted into. Relies on: the warning's text starts with
-    "You are using 'rollout_func'" (GRPOTrainer.__init__)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
-        yield
 
 
 # -- model construction and resume ------------------------------------------------------------------------------------
@@ -630,7 +592,6 @@ __all__ = [
     "CHECKS",
     "check_trl_compatibility",
     "continued_training_state",
-    "distributed_backend",
     "dpo_tokens_seen",
     "grpo_reference_model",
     "keep_columns",
@@ -641,7 +602,6 @@ __all__ = [
     "ratio_from_loss_logprobs",
     "model_tags",
     "record_mean_metrics",
-    "rollout_func_warning_silenced",
     "sampler_importance_sampling",
     "score_generation_batch",
     "save_checkpoint",
