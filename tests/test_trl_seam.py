@@ -492,8 +492,12 @@ PARSE = transformers.trainer._parse_optim_args
 '''
 
 
+A_MESSAGE = trl_seam.PrivateName("You are using 'rollout_func'", "trl.GRPOTrainer", "a warning", check="source")
+
+
 def test_the_scanner_finds_every_kind_of_use():
-    found = [(u.line, u.kind, u.name) for u in scan(FAKE_MODULE, "trl_envs/fake.py").uses]
+    table = (*trl_seam.TRL_PRIVATE_NAMES, A_MESSAGE)  # a message is found only when the table lists it
+    found = [(u.line, u.kind, u.name) for u in scan(FAKE_MODULE, "trl_envs/fake.py", table).uses]
     assert found == [
         (5, "unexported", "DataCollatorForPreference"),
         (11, "class attribute", "_tag_names"),
@@ -510,7 +514,7 @@ def test_the_scanner_finds_every_kind_of_use():
 
 
 def test_the_rules_allow_only_listed_overrides_and_flag_dead_entries():
-    fake = scan(FAKE_MODULE, "trl_envs/fake.py")
+    fake = scan(FAKE_MODULE, "trl_envs/fake.py", (*trl_seam.TRL_PRIVATE_NAMES, A_MESSAGE))
     seam = scan("import trl\nVERSION = trl.__version__\n", SEAM)
     override = trl_seam.PrivateName("_save_checkpoint", "transformers.Trainer", "x", overridden_in="trl_envs/fake.py")
     unused = trl_seam.PrivateName("_metrics", "trl.GRPOTrainer", "x", check="source")

@@ -267,7 +267,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         exactly as a training step (``model.training``) or an evaluation step does. With
         ``credit_assignment="per_turn"`` the advantages are per token, from per-turn rewards-to-go."""
         group_size = group_size_of(self.args, training=self.model.training)
-        return self._generate_and_score_completions([{"prompt": str(k)} for k in keys for _ in range(group_size)])
+        return trl_seam.score_generation_batch(self, [{"prompt": str(k)} for k in keys for _ in range(group_size)])
 
     def rollout_rows(self, prompts: Sequence[str]) -> dict[str, list]:
         """What :func:`env_rollout_func` returns to TRL for the rows ``prompts`` (group key texts, each
