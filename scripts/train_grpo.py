@@ -7,6 +7,7 @@
     accelerate launch --config_file accelerate_configs/zero2.yaml scripts/train_grpo.py --use_peft
     python scripts/train_grpo.py --env_dataset my_env_rows/         # a dataset of env rows (docs/envs_as_datasets.md)
     python scripts/train_grpo.py --use_peft --push_to_hub --hub_model_id you/tiny-grpo-arithmetic
+    python scripts/train_grpo.py --reward_funcs my_rewards:brevity --reward_weights 1.0 0.2  # env reward + yours
 
 Every ``EnvGRPOConfig`` (i.e. TRL ``GRPOConfig``) and ``ModelConfig`` flag works, on the command line or in a YAML
 ``--config``. With no arguments the defaults below train the offline tiny model on ``arithmetic`` in a few minutes
@@ -29,6 +30,7 @@ from trl_envs.hub.publish import PublishArguments, publish_run, save_run, take_o
 from trl_envs.registry import parse_env_kwargs
 from trl_envs.trainers.progress import RewardProgressCallback, use_step_progress
 from trl_envs.trainers.resume import resume_option
+from trl_envs.trainers.reward_funcs import load_reward_func
 
 
 @dataclass
@@ -38,6 +40,19 @@ class ScriptArguments(EnvArguments):
     ``DEFAULT_ENV_KWARGS``) and ``groups_per_batch``, the env groups per ``RLDataset`` batch (env by name)."""
 
     groups_per_batch: int = field(default=16, metadata={"help": "Env groups per RLDataset batch."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Rewards beside the env's, as in TRL's GRPO script: module:function or module.function (a "
+            "module in the working directory or installed), TRL's think_format_reward / accuracy_reward / "
+            "reasoning_accuracy_reward, or a reward model (a folder or a Hub id). The env's reward is named 'env' "
+            "and comes first in --reward_weights."
+        },
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "A reward model (Hub id or folder) scoring each episode, as in TRL's GRPO script."},
+    )
 
 
 # The default run is the recipe scripts/configs/arithmetic.yaml (a test keeps the two the same): sums of operands
@@ -97,7 +112,10 @@ def main(
         seed=training_args.seed,
     )
 
-    # 3. GRPO on it.
+    # 3. GRPO on it: the env's reward, plus any reward functions and reward model named (TRL's own flags).
+    reward_funcs = [load_reward_func(spec) for spec in script_args.reward_funcs or []]
+    if script_args.reward_model_name_or_path:
+        reward_funcs.insert(0, script_args.reward_model_name_or_path)
     trainer = EnvGRPOTrainer(
         model=model_path,
         args=training_args,
@@ -105,6 +123,7 @@ def main(
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         callbacks=[RewardProgressCallback()],
+        reward_funcs=reward_funcs,
     )
     trainer.remove_callback(PrinterCallback)  # one compact line per step instead of the full metrics dict
     use_step_progress(trainer, publish_args.progress)  # step N/total, elapsed, ETA (on a terminal, or --progress true)
