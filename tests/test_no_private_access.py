@@ -31,8 +31,6 @@ ATTRIBUTE_FUNCTIONS = {"getattr", "setattr", "delattr", "hasattr", "object"}  # 
 PATCH_FUNCTIONS = {"setattr", "delattr", "patch"}  # monkeypatch.setattr("pkg.mod.name", ...), mock.patch("pkg...")
 
 ALLOWED: dict[tuple[str, str], str] = {
-    ("tests/test_async_rollouts.py", "_last_loaded_step"): "TRL's vLLM weight-step marker, which only "
-    "trl_seam.sampler_importance_sampling sets and must remove again: nothing public shows that it is gone",
     ("tests/test_layering.py", "trl_envs._layers"): "the layering test reads the stage table it enforces; the table "
     "module is private so that it stays out of the package's API",
     ("tests/test_openenv.py", "_client"): "simulates a dropped connection (the fault under test) by closing the "

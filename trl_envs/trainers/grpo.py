@@ -254,10 +254,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         """The current policy's per-token log-probabilities (B, T) of the completions of a batch returned by
         :meth:`generation_batch`, computed as TRL's loss computes them (at the sampling temperature), without
         gradient."""
-        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-        with torch.no_grad():
-            return trl_seam.per_token_logprobs(self, self.model, ids, mask, batch["completion_ids"].size(1), batch_size)
+        return off_policy.policy_logprobs(self, batch, batch_size)
 
     # -- one generation batch: rollouts and the rows TRL trains on ----------------------------------------------
 
@@ -361,25 +358,12 @@ class EnvGRPOTrainer(GRPOTrainer):
         return output
 
     def _score(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """TRL's generation (``rollout_func``) and scoring of ``rows``, with the sampler's importance-sampling
-        correction on where asynchronous rollouts compute it there (:mod:`~trl_envs.trainers.off_policy`)."""
-        if not off_policy.correction_on(self.args, self.model.training) or off_policy.ratio_in_loss(self.args):
-            return super()._generate_and_score_completions(rows)
-        with off_policy.sampler_correction(self):
-            output = super()._generate_and_score_completions(rows)
-        off_policy.record_importance_weights(self, output["importance_sampling_ratio"], off_policy.trained_mask(output))
+        """TRL's generation (``rollout_func``) and scoring of ``rows``; with asynchronous rollouts, the advantages
+        weighted by the sampler's importance ratio (:mod:`~trl_envs.trainers.off_policy`)."""
+        output = super()._generate_and_score_completions(rows)
+        if off_policy.correction_on(self.args, self.model.training):
+            off_policy.correct_advantages(self, output)
         return output
-
-    def _compute_loss(self, model, inputs):
-        """TRL's loss; with asynchronous rollouts, corrected for the sampler's logprobs (the ratio TRL's scoring
-        computed, or one from the loss forward's own logprobs: :mod:`~trl_envs.trainers.off_policy`)."""
-        if not off_policy.correction_on(self.args, self.model.training):
-            return super()._compute_loss(model, inputs)
-        if "importance_sampling_ratio" in inputs:  # computed by TRL's scoring
-            with off_policy.sampler_correction(self):
-                return super()._compute_loss(model, inputs)
-        with off_policy.ratio_from_loss(self, inputs):
-            return super()._compute_loss(model, inputs)
 
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
         """Pad with unscorable blocks so every rank has as many rows (TRL gathers rewards across ranks) and, in

@@ -1,17 +1,21 @@
-"""The off-policy correction of asynchronous GRPO (``max_staleness >= 1``): sampling logprobs (the sampler copy's)
-vs the trained policy's, corrected by TRL's own importance-sampling path.
+"""The off-policy correction of asynchronous GRPO (``max_staleness >= 1``): the batch was sampled by an older copy
+of the policy, so each trained token's advantage is weighted by the importance ratio ``exp(policy - sampling)`` of the
+policy at training time over the sampler copy's logprobs.
 
-``EnvGRPOTrainer`` turns it on around TRL's scoring (:func:`sampler_correction`: TRL computes the ratio from its extra
-scoring pass) or, with one optimizer pass per generation batch, around the loss (:func:`ratio_from_loss`: TRL keeps no
-``old_per_token_logps``, they would equal the loss forward's own, so the ratio is taken from that forward). Modes
-(``async_importance_sampling``): per token or per sequence, truncated or masked outside
-``[vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max]``; see docs/async.md. Each batch logs
+TRL's own loss does the same for vLLM (``vllm_importance_sampling_correction``): it multiplies the per-token policy loss
+by that ratio. Every GRPO loss is linear in the advantage with a non-negative weight, so weighting the advantage
+instead (:func:`correct_advantages`, on the batch TRL's scoring returns; TRL's loss takes per-token ``(B, T)``
+advantages) gives the same policy loss through TRL's public batch format, without touching TRL's private flags; the KL
+term (``beta``) is not weighted, as in TRL. The policy's logprobs are the ones TRL's scoring kept
+(``old_per_token_logps``, when several optimizer passes use the batch) or one forward pass of the policy
+(:func:`policy_logprobs`), as TRL's scoring makes for vLLM. With ``use_vllm`` and TRL's own correction on, TRL corrects
+and this module stays out. Modes (``async_importance_sampling``): per token or per sequence, truncated or masked
+outside ``[vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max]``; see docs/async.md. Each batch logs
 ``async/importance_weight_mean`` and ``async/importance_weight_clip_fraction``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -20,46 +24,53 @@ from . import trl_seam
 
 
 def correction_on(args, training: bool) -> bool:
-    """Whether a batch is corrected: asynchronous rollouts with a correction mode, in training."""
-    return bool(args.max_staleness) and args.async_importance_sampling != "none" and training
+    """Whether a batch is corrected here: asynchronous rollouts with a correction mode, in training, unless TRL's own
+    vLLM correction already applies the same ratio."""
+    trl_corrects = args.use_vllm and args.vllm_importance_sampling_correction
+    return bool(args.max_staleness) and args.async_importance_sampling != "none" and training and not trl_corrects
 
 
-def ratio_in_loss(args) -> bool:
-    """One optimizer pass per generation batch: the ratio comes from the loss forward (:func:`ratio_from_loss`)."""
-    return args.gradient_accumulation_steps % (args.steps_per_generation * args.num_iterations) == 0
-
-
-def sampler_correction(trainer) -> contextlib.AbstractContextManager:
-    """TRL's importance-sampling correction of the sampler's logprobs, on for the block (scoring or the loss)."""
+def correct_advantages(trainer, batch: dict) -> None:
+    """Weight the advantages of ``batch`` (TRL's scored batch, changed in place) by the importance ratio of the
+    policy over the sampler copy, and record the weights."""
     args = trainer.args
-    return trl_seam.sampler_importance_sampling(
-        trainer,
+    if "sampling_per_token_logps" not in batch:
+        raise RuntimeError("EnvGRPOTrainer (max_staleness >= 1): the batch has no sampling logprobs to correct with")
+    mask = trained_mask(batch)
+    policy = batch.get("old_per_token_logps")
+    if policy is None:
+        policy = policy_logprobs(trainer, batch, args.per_device_train_batch_size)
+    ratio = importance_ratio(
+        policy,
+        batch["sampling_per_token_logps"],
+        mask,
         args.async_importance_sampling,
         args.vllm_importance_sampling_clip_min,
         args.vllm_importance_sampling_clip_max,
     )
+    record_importance_weights(trainer, ratio, mask)
+    advantages = batch["advantages"]
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)
+    batch["advantages"] = advantages * ratio.to(advantages.dtype)
 
 
-def ratio_from_loss(trainer, inputs: dict) -> contextlib.AbstractContextManager:
-    """The ratio of the batch ``inputs`` computed from the loss forward's logprobs (and recorded), for the block."""
-    args = trainer.args
-    if "sampling_per_token_logps" not in inputs:
-        raise RuntimeError("EnvGRPOTrainer (max_staleness >= 1): the batch has no sampling logprobs to correct with")
-
-    def make_ratio(policy_logps: torch.Tensor) -> torch.Tensor:
-        mask = trained_mask(inputs)
-        ratio = importance_ratio(
-            policy_logps,
-            inputs["sampling_per_token_logps"],
-            mask,
-            args.async_importance_sampling,
-            args.vllm_importance_sampling_clip_min,
-            args.vllm_importance_sampling_clip_max,
-        )
-        record_importance_weights(trainer, ratio, mask)
-        return ratio
-
-    return trl_seam.ratio_from_loss_logprobs(trainer, inputs, make_ratio)
+def policy_logprobs(trainer, batch: dict, batch_size: int | None = None) -> torch.Tensor:
+    """The trainer's policy's per-token log-probabilities (B, T) of the completions of a scored ``batch``, at the
+    sampling temperature, as TRL's loss computes them, without gradient (in chunks of ``batch_size`` rows)."""
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    width = batch["completion_ids"].size(1)
+    batch_size = batch_size or ids.size(0)
+    chunks = []
+    with torch.no_grad(), trainer.accelerator.autocast():
+        for start in range(0, ids.size(0), batch_size):
+            rows = slice(start, start + batch_size)
+            logits = trainer.model(input_ids=ids[rows], attention_mask=mask[rows], logits_to_keep=width + 1).logits
+            logits = logits[:, :-1, :].float() / trainer.args.temperature
+            targets = batch["completion_ids"][rows].unsqueeze(-1)
+            chunks.append(torch.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1))
+    return torch.cat(chunks, 0)
 
 
 def record_importance_weights(trainer, ratio: torch.Tensor, mask: torch.Tensor) -> None:
@@ -114,11 +125,10 @@ def importance_ratio(
 
 
 __all__ = [
+    "correct_advantages",
     "correction_on",
     "importance_ratio",
-    "ratio_from_loss",
-    "ratio_in_loss",
+    "policy_logprobs",
     "record_importance_weights",
-    "sampler_correction",
     "trained_mask",
 ]

@@ -192,35 +192,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         check="source",
     ),
     PrivateName(
-        "_compute_loss",
-        "trl.GRPOTrainer",
-        "(model, inputs) -> the GRPO loss of one micro-batch; multiplies the per-token loss by "
-        "inputs['importance_sampling_ratio'] when use_vllm and vllm_importance_sampling_correction are set "
-        "(EnvGRPOTrainer turns that on for asynchronous rollouts: trainers/off_policy.py)",
-        overridden_in="trl_envs/trainers/grpo.py",
-    ),
-    PrivateName(
-        "_last_loaded_step",
-        "trl.GRPOTrainer",
-        "the global step whose weights vLLM holds; _generate syncs vLLM weights when use_vllm is set and it "
-        "differs from state.global_step",
-        check="source",
-    ),
-    PrivateName(
-        "use_vllm",
-        "trl.GRPOTrainer",
-        "with vllm_importance_sampling_correction, the condition under which scoring computes old_per_token_logps "
-        "and the importance-sampling ratio of the rollout's sampling logprobs, and _compute_loss applies it",
-        check="source",
-        source_text="self.use_vllm and self.vllm_importance_sampling_correction",
-    ),
-    PrivateName(
-        "_get_per_token_logps_and_entropies",
-        "trl.GRPOTrainer",
-        "(model, input_ids, attention_mask, logits_to_keep, ...) -> (per-token logprobs, entropies, aux loss); "
-        "_compute_loss calls it once for the policy before it reads inputs['importance_sampling_ratio']",
-    ),
-    PrivateName(
         "eos_token_ids",
         "trl.GRPOTrainer",
         "the token ids that end a completion: generation stops on them and scoring counts a completion whose last "
@@ -232,30 +203,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "trl.GRPOTrainer",
         "the VLLMGeneration GRPOTrainer.__init__ builds with use_vllm (the vLLM engine or server client and its "
         "weight sync); VLLMSampler generates with it",
-        check="source",
-    ),
-    PrivateName(
-        "vllm_importance_sampling_correction",
-        "trl.GRPOTrainer",
-        "(see use_vllm) set from the config in __init__ and read at scoring time; sampler_importance_sampling sets it",
-        check="source",
-    ),
-    PrivateName(
-        "vllm_importance_sampling_mode",
-        "trl.GRPOTrainer",
-        "per token or per sequence, truncated or masked, read at scoring time; sampler_importance_sampling sets it",
-        check="source",
-    ),
-    PrivateName(
-        "vllm_importance_sampling_clip_min",
-        "trl.GRPOTrainer",
-        "the ratio's lower bound, read at scoring time; sampler_importance_sampling sets it",
-        check="source",
-    ),
-    PrivateName(
-        "vllm_importance_sampling_clip_max",
-        "trl.GRPOTrainer",
-        "the ratio's upper bound, read at scoring time; sampler_importance_sampling sets it",
         check="source",
     ),
 )
@@ -344,16 +291,6 @@ def vllm_generation(trainer):
     return trainer.vllm_generation
 
 
-def per_token_logprobs(trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None = None):
-    """Per-token log-probabilities (B, ``logits_to_keep``) of the last ``logits_to_keep`` tokens, as GRPOTrainer's
-    loss computes them. Relies on: ``GRPOTrainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask,
-    logits_to_keep, batch_size)`` returning ``(logps, entropies, aux_loss)``."""
-    logps, _, _ = trainer._get_per_token_logps_and_entropies(
-        model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
-    )
-    return logps
-
-
 def score_generation_batch(trainer, inputs: list[dict]) -> dict:
     """Generate and score one generation batch of dataset rows with any ``GRPOTrainer`` (TRL's own or ours), as a
     training step does: the batch it trains on (ids, masks, advantages). Relies on:
@@ -418,74 +355,6 @@ def grpo_reference_model(reference) -> Iterator[None]:
         yield
     finally:
         grpo_trainer.create_model_from_path = original
-
-
-@contextlib.contextmanager
-def sampler_importance_sampling(trainer, mode: str, clip_min: float | None, clip_max: float | None) -> Iterator[None]:
-    """While active, GRPOTrainer corrects for a sampler other than the trained policy exactly as it does for vLLM.
-
-    TRL 1.16 behaviour relied on: when ``self.use_vllm and self.vllm_importance_sampling_correction``,
-    ``_generate_and_score_completions`` computes ``old_per_token_logps`` (the policy's logprobs at scoring time), the
-    ratio ``exp(old - sampling)`` of the rollout's sampling logprobs (``mode``: per token or per sequence, truncated
-    to or masked outside ``[clip_min, clip_max]``), logs ``sampling/importance_sampling_ratio/*`` and
-    ``sampling/sampling_logp_difference/*`` and returns the ratio as ``importance_sampling_ratio``; ``_compute_loss``
-    multiplies the per-token loss by it. With a ``rollout_func`` the only other use of ``use_vllm`` is the vLLM weight
-    sync in ``_generate``, skipped while ``_last_loaded_step`` equals ``state.global_step``. Attributes are restored on
-    exit.
-    """
-    missing = object()  # _last_loaded_step exists only when TRL set up vLLM
-    saved = {
-        name: getattr(trainer, name, missing)
-        for name in (
-            "use_vllm",
-            "vllm_importance_sampling_correction",
-            "vllm_importance_sampling_mode",
-            "vllm_importance_sampling_clip_min",
-            "vllm_importance_sampling_clip_max",
-            "_last_loaded_step",
-        )
-    }
-    trainer.use_vllm = True
-    trainer.vllm_importance_sampling_correction = True
-    trainer.vllm_importance_sampling_mode = mode
-    trainer.vllm_importance_sampling_clip_min = clip_min
-    trainer.vllm_importance_sampling_clip_max = clip_max
-    trainer._last_loaded_step = trainer.state.global_step
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is missing:
-                delattr(trainer, name)
-            else:
-                setattr(trainer, name, value)
-
-
-@contextlib.contextmanager
-def ratio_from_loss_logprobs(trainer, inputs: dict, make_ratio) -> Iterator[None]:
-    """While active, ``_compute_loss`` gets ``inputs['importance_sampling_ratio'] = make_ratio(policy logprobs)``
-    from the policy logprobs of its own forward pass (detached) and applies it (see :func:`sampler_importance_sampling`,
-    whose flags are set too). Equal to TRL's ratio whenever TRL's ``old_per_token_logps`` would be the policy's
-    logprobs at that very step (one optimizer pass per generation batch), without TRL's extra scoring forward pass.
-
-    TRL 1.16 behaviour relied on: ``_compute_loss`` computes the policy's per-token logprobs with
-    ``self._get_per_token_logps_and_entropies`` (its first call) before it reads
-    ``inputs['importance_sampling_ratio']``.
-    """
-    original = trainer._get_per_token_logps_and_entropies
-
-    def with_ratio(*args, **kwargs):
-        logps, entropies, aux = original(*args, **kwargs)
-        if "importance_sampling_ratio" not in inputs:
-            inputs["importance_sampling_ratio"] = make_ratio(logps.detach())
-        return logps, entropies, aux
-
-    trainer._get_per_token_logps_and_entropies = with_ratio  # an instance attribute over the method
-    try:
-        with sampler_importance_sampling(trainer, "token_truncate", None, None):
-            yield
-    finally:
-        del trainer._get_per_token_logps_and_entropies
 
 
 def dpo_tokens_seen(trainer) -> int:
@@ -598,11 +467,8 @@ __all__ = [
     "logged_completions",
     "load_model_checkpoint",
     "logged_metrics",
-    "per_token_logprobs",
-    "ratio_from_loss_logprobs",
     "model_tags",
     "record_mean_metrics",
-    "sampler_importance_sampling",
     "score_generation_batch",
     "save_checkpoint",
     "set_dpo_tokens_seen",
