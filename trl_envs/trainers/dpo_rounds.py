@@ -156,9 +156,8 @@ class DPORounds:
         if logs["round/steps"]:
             loss = torch.tensor([out.training_loss], device=trainer.accelerator.device)
             logs["round/loss"] = trainer.accelerator.gather(loss).mean().item()
-        for key, values in collected.values.items():  # already gathered across ranks by DPOTrainer
-            if values:
-                logs[f"round/{key}"] = sum(values) / len(values)
+        for key, value in collected.means().items():  # already gathered across ranks by DPOTrainer
+            logs[f"round/{key}"] = value
         return logs
 
     def evaluate_envs(self) -> dict[str, float]:
@@ -251,18 +250,28 @@ class DPORounds:
 
 
 class _RoundMetrics(TrainerCallback):
-    """Collects, at every training log of a round, the DPO reward metrics ``DPOTrainer`` gathered since the last
-    log (every value, so their round mean weighs each training batch the same)."""
+    """Collects the DPO reward metrics of a round's training logs, each weighted by the training steps it covers.
+    ``DPOTrainer.log`` logs the mean of each metric over the batches since the previous log, so the weighted mean
+    over a round weighs each training batch the same."""
 
     def __init__(self, trainer):
         self.trainer = trainer
-        self.values: dict[str, list[float]] = defaultdict(list)
+        self.values: dict[str, list[tuple[float, int]]] = defaultdict(list)
+        self.last_step = trainer.state.global_step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.trainer.model.training:
-            logged = trl_seam.logged_metrics(self.trainer, "train")
-            for key in ROUND_METRICS:
-                self.values[key].extend(logged.get(key, []))
+        if not self.trainer.model.training or not logs:
+            return
+        steps, self.last_step = state.global_step - self.last_step, state.global_step
+        for key in ROUND_METRICS:
+            if key in logs:
+                self.values[key].append((float(logs[key]), max(steps, 1)))
+
+    def means(self) -> dict[str, float]:
+        """Each metric's mean over the round's training batches."""
+        return {
+            key: sum(v * n for v, n in pairs) / sum(n for _, n in pairs) for key, pairs in self.values.items() if pairs
+        }
 
 
 class _NoCheckpointsInsideRounds(TrainerCallback):

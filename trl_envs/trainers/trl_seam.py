@@ -40,12 +40,9 @@ class TRLCompatibilityError(RuntimeError):
 
 # TRL's unexported classes, imported here and nowhere else.
 try:
-    # trl.trainer.dpo_trainer.DataCollatorForPreference: DPOTrainer's default collator, which pads prompt / chosen /
-    # rejected ids into prompt-then-completion rows with a ``completion_mask`` (the only mask DPO's loss uses).
     # trl.distributed.DistributedBackend: the backend detection GRPOTrainer uses around generation
     # (``summon_full_params`` materialises FSDP v1 parameters; a no-op otherwise).
     from trl.distributed import DistributedBackend
-    from trl.trainer.dpo_trainer import DataCollatorForPreference as PreferenceCollator
 except ImportError as error:  # pragma: no cover - only with another TRL version
     raise TRLCompatibilityError(
         f"{SEAM_MODULE} imports TRL internals that the installed trl {trl.__version__} lacks "
@@ -115,12 +112,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         check="source",
     ),
     PrivateName(
-        "_tokenizer",
-        "trl.DPOTrainer",
-        "the text tokenizer of the processing class (its .tokenizer for a processor)",
-        check="source",
-    ),
-    PrivateName(
         "_metrics",
         "trl.GRPOTrainer",
         "mode ('train'/'eval') -> metric name -> list of values whose mean over the logging window log() "
@@ -132,37 +123,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "trl.GRPOTrainer",
         "the record of the latest scored rows ('prompt', 'completion', 'rewards' name -> values, 'advantages'), "
         "gathered over processes, in deques of generation_batch_size",
-        check="source",
-    ),
-    PrivateName(
-        "_metrics",
-        "trl.DPOTrainer",
-        "mode ('train'/'eval') -> metric name -> values gathered across ranks since the last log()",
-        check="source",
-    ),
-    PrivateName(
-        "_prepare_dataset",
-        "trl.DPOTrainer",
-        "(dataset, processing_class, args, dataset_name) -> the tokenized dataset; EnvDPOTrainer passes "
-        "pre-tokenized pairs through and checks raw preference data first",
-        overridden_in="trl_envs/trainers/dpo.py",
-    ),
-    PrivateName(
-        "_set_signature_columns_if_needed",
-        "trl.DPOTrainer",
-        "sets the columns Trainer keeps when remove_unused_columns is on; EnvDPOTrainer adds its mask columns",
-        overridden_in="trl_envs/trainers/dpo.py",
-    ),
-    PrivateName(
-        "_signature_columns",
-        "transformers.Trainer",
-        "the list of dataset columns kept by remove_unused_columns",
-        check="source",
-    ),
-    PrivateName(
-        "_is_vision_dataset",
-        "trl.DPOTrainer",
-        "whether the training data holds images (DPOTrainer then keeps its own column list)",
         check="source",
     ),
     PrivateName(
@@ -193,8 +153,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "transformers.Trainer",
         "(checkpoint) loads a checkpoint's weights (full model, sharded or PEFT adapter) into the model",
     ),
-    PrivateName("_tag_names", "trl.DPOTrainer", "class attribute: the tags DPOTrainer adds to the model (card)"),
-    PrivateName("DataCollatorForPreference", "trl.trainer.dpo_trainer", "DPOTrainer's default collator (see above)"),
     PrivateName("DistributedBackend", "trl.distributed", "ZeRO-3 / FSDP parameter handling around generation"),
     PrivateName(
         "create_model_from_path",
@@ -384,31 +342,12 @@ def score_generation_batch(trainer, inputs: list[dict]) -> dict:
     return trainer._generate_and_score_completions(inputs)
 
 
-def keep_columns(trainer, columns: Iterable[str]) -> None:
-    """Also keep ``columns`` when ``remove_unused_columns`` drops dataset columns (text data only). Relies on:
-    ``transformers.Trainer._signature_columns`` (the kept columns, set by ``_set_signature_columns_if_needed``) and
-    DPOTrainer's ``_is_vision_dataset`` (vision data keeps DPOTrainer's own list)."""
-    if not trainer._is_vision_dataset:
-        trainer._signature_columns = list(dict.fromkeys(list(trainer._signature_columns) + list(columns)))
-
-
 def distributed_backend(accelerator) -> DistributedBackend:
     """TRL's ZeRO-3 / FSDP helper for ``accelerator``, as GRPOTrainer builds it (its ``_dist``)."""
     return DistributedBackend(accelerator)
 
 
 # -- class-level settings and construction -----------------------------------------------------------------------------
-
-
-def model_tags(*tags: str):
-    """Class decorator: the tags the trainer adds to the model and its model card. Relies on: TRL trainers' class
-    attribute ``_tag_names``, passed to ``model.add_model_tags`` in ``__init__``."""
-
-    def decorate(cls):
-        cls._tag_names = list(tags)
-        return cls
-
-    return decorate
 
 
 @contextlib.contextmanager
@@ -622,7 +561,6 @@ def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float
 
 
 __all__ = [
-    "PreferenceCollator",
     "PrivateName",
     "SEAM_MODULE",
     "TRLCompatibilityError",
@@ -633,13 +571,11 @@ __all__ = [
     "distributed_backend",
     "dpo_tokens_seen",
     "grpo_reference_model",
-    "keep_columns",
     "logged_completions",
     "load_model_checkpoint",
     "logged_metrics",
     "per_token_logprobs",
     "ratio_from_loss_logprobs",
-    "model_tags",
     "record_mean_metrics",
     "rollout_func_warning_silenced",
     "sampler_importance_sampling",
