@@ -40,7 +40,26 @@ MODEL_TAG = "trl_envs"
 """The tag EnvDPOTrainer adds to the model and its model card, beside TRL's ``trl`` and ``dpo``."""
 
 
-class EnvDPOTrainer(DPOTrainer):
+class _ResumedTokenCount(Trainer):
+    """The ``num_tokens`` DPOTrainer logs (its running count of training tokens, which a checkpoint does not hold) goes
+    on from the count of the checkpoint a run resumed from. A base of EnvDPOTrainer after DPOTrainer:
+    ``DPOTrainer.log`` adds its metrics to ``logs`` and hands them on to this ``log``, on their way to
+    ``Trainer.log`` (the log history, then the loggers)."""
+
+    tokens_before_resume: int = 0
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.tokens_before_resume and "num_tokens" in logs:
+            logs["num_tokens"] += self.tokens_before_resume
+        super().log(logs, start_time)
+
+    def tokens_seen(self) -> int:
+        """The latest ``num_tokens`` logged (0 before any)."""
+        logged = (h["num_tokens"] for h in reversed(self.state.log_history) if "num_tokens" in h)
+        return int(next(logged, 0))
+
+
+class EnvDPOTrainer(DPOTrainer, _ResumedTokenCount):
     """DPO on a preference dataset, or on pairs sampled from environments in rounds (see the module docstring).
 
     Args:
@@ -179,8 +198,8 @@ class EnvDPOTrainer(DPOTrainer):
             else:
                 self.eval_dataset[key[1]] = pairs
         check_env_launch(self, "EnvDPOTrainer", sampler, chat_template=envs is not None)
-        self.run_guards = RunGuards(self, model, type(envs[0]).__name__ if envs is not None else None)
         self.rounds = DPORounds(self, SyncRolloutSource(self.rollouts), *envs) if envs is not None else None
+        self.run_guards = RunGuards(self, model, type(envs[0]).__name__ if envs is not None else None)
 
     @property
     def last_rollout(self) -> RolloutBatchResult | None:

@@ -20,7 +20,6 @@ import contextlib
 import functools
 import importlib
 import inspect
-import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,6 @@ import torch
 import transformers
 import trl
 from accelerate.utils import gather_object
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 SEAM_MODULE = "trl_envs/trainers/trl_seam.py"
 
@@ -137,34 +135,12 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "(trial, num_train_samples, start_time) computes the speed metrics of one train() call from "
         "state.max_steps; continued_training_state scales them to the call's own steps",
     ),
-    PrivateName(
-        "_save_checkpoint",
-        "transformers.Trainer",
-        "(model, trial) writes checkpoint-<global_step> (weights, optimizer, scheduler, trainer_state.json, RNG) "
-        "and rotates old ones; save_checkpoint calls it at the end of an env-driven DPO round",
-    ),
-    PrivateName(
-        "_get_output_dir",
-        "transformers.Trainer",
-        "(trial) -> the folder _save_checkpoint writes checkpoint-<global_step> into",
-    ),
-    PrivateName(
-        "_load_from_checkpoint",
-        "transformers.Trainer",
-        "(checkpoint) loads a checkpoint's weights (full model, sharded or PEFT adapter) into the model",
-    ),
     PrivateName("DistributedBackend", "trl.distributed", "ZeRO-3 / FSDP parameter handling around generation"),
     PrivateName(
         "create_model_from_path",
         "trl.trainer.grpo_trainer",
         "GRPOTrainer.__init__ builds the reference model (beta != 0, no PEFT) with this function of its module, "
         "called once; grpo_reference_model replaces it to hand in a frozen copy of the policy",
-    ),
-    PrivateName(
-        "_total_train_tokens",
-        "trl.DPOTrainer",
-        "the running token count behind DPO's num_tokens metric, not saved in checkpoints",
-        check="source",
     ),
     PrivateName(
         "_compute_loss",
@@ -465,21 +441,6 @@ def ratio_from_loss_logprobs(trainer, inputs: dict, make_ratio) -> Iterator[None
         del trainer._get_per_token_logps_and_entropies
 
 
-def dpo_tokens_seen(trainer) -> int:
-    """The running token count behind the ``num_tokens`` metric of a ``DPOTrainer``.
-
-    TRL 1.16 behaviour relied on: ``DPOTrainer`` keeps it in ``self._total_train_tokens`` (set to 0 in ``__init__``,
-    increased by every training batch's attention-mask sum, logged as ``num_tokens``); it is not part of the
-    ``TrainerState`` a checkpoint holds, so a resumed run restores it with :func:`set_dpo_tokens_seen`.
-    """
-    return int(trainer._total_train_tokens)
-
-
-def set_dpo_tokens_seen(trainer, value: int) -> None:
-    """Restore the count read by :func:`dpo_tokens_seen`."""
-    trainer._total_train_tokens = int(value)
-
-
 @contextlib.contextmanager
 def continued_training_state(trainer) -> Iterator[None]:
     """While active, ``trainer.train()`` continues the trainer's ``TrainerState`` instead of starting a fresh one:
@@ -522,20 +483,6 @@ def continued_training_state(trainer) -> Iterator[None]:
         del trainer._init_training_state, trainer._finalize_training  # the class's methods again
 
 
-def save_checkpoint(trainer, trial=None) -> str:
-    """Write the ``Trainer``'s checkpoint of the current state (weights, optimizer, scheduler, ``trainer_state.json``,
-    RNG; old checkpoints rotated by ``save_total_limit``) and return its folder. Relies on:
-    ``Trainer._save_checkpoint(model, trial)`` writes ``<_get_output_dir(trial)>/checkpoint-<global_step>``."""
-    trainer._save_checkpoint(trainer.model, trial)
-    return os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
-
-
-def load_model_checkpoint(trainer, checkpoint: str) -> None:
-    """Load the weights of ``checkpoint`` into the trainer's model as ``Trainer.train(resume_from_checkpoint=...)``
-    does (full model, sharded, or PEFT adapter). Relies on: ``Trainer._load_from_checkpoint(checkpoint)``."""
-    trainer._load_from_checkpoint(checkpoint)
-
-
 def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float]]) -> None:
     """Append, for each metric, the mean of its samples over all processes to the values TRL logs, with ONE
     gather for all metrics (TRL's own metric queue gathers once per metric name).
@@ -569,10 +516,8 @@ __all__ = [
     "check_trl_compatibility",
     "continued_training_state",
     "distributed_backend",
-    "dpo_tokens_seen",
     "grpo_reference_model",
     "logged_completions",
-    "load_model_checkpoint",
     "logged_metrics",
     "per_token_logprobs",
     "ratio_from_loss_logprobs",
@@ -580,8 +525,6 @@ __all__ = [
     "rollout_func_warning_silenced",
     "sampler_importance_sampling",
     "score_generation_batch",
-    "save_checkpoint",
-    "set_dpo_tokens_seen",
     "set_stop_token_ids",
     "stop_token_ids",
     "tokenizer_of",
