@@ -127,7 +127,9 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "_init_training_state",
         "transformers.Trainer",
         "(max_steps, ...) makes the fresh TrainerState of one train() call, before the loop reads its global "
-        "step; continued_training_state wraps it so env-driven DPO rounds keep counting steps, logs and FLOPs",
+        "step; continued_training_state wraps it so env-driven DPO rounds keep counting steps, logs and FLOPs "
+        "(no public door: train() makes a fresh TrainerState unless resume_from_checkpoint, which also reloads "
+        "weights, optimizer and scheduler and skips global_step // steps_per_epoch epochs)",
     ),
     PrivateName(
         "_finalize_training",
