@@ -123,6 +123,35 @@ def test_pretokenized_pairs_pass_through_with_their_masks(tmp_path, tiny_model_p
     assert "chosen_mask" in trainer.get_train_dataloader().dataset.column_names  # not dropped as "unused"
 
 
+def test_pretokenized_pairs_get_reference_logps_and_are_evaluated(tmp_path, tiny_model_path, tokenizer):
+    rows = [
+        {"prompt_ids": [1, 5, 6], "chosen_ids": [7, 8], "rejected_ids": [10], "chosen_mask": [1, 0]},
+        {"prompt_ids": [2, 5], "chosen_ids": [9], "rejected_ids": [11, 12]},
+    ]
+    rows[1]["chosen_mask"] = [1]
+    trainer = EnvDPOTrainer(
+        tiny_model_path,
+        args=config(tmp_path, max_steps=1, precompute_ref_log_probs=True),
+        train_dataset=Dataset.from_list(rows),
+        eval_dataset={"pairs": Dataset.from_list(rows), "text": Dataset.from_list(arithmetic_preference_rows(2))},
+        processing_class=tokenizer,
+    )
+    batch = trainer.data_collator(rows)
+    policy = trainer.model
+    policy.eval()
+    with torch.no_grad():
+        logits = policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+    token_logps = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    expected = (token_logps * batch["completion_mask"][:, 1:]).sum(1)  # the policy before training is the reference
+    for dataset in (trainer.train_dataset, trainer.eval_dataset["pairs"]):
+        assert dataset["ref_chosen_logps"] == pytest.approx(expected[:2].tolist(), abs=1e-4)
+        assert dataset["ref_rejected_logps"] == pytest.approx(expected[2:].tolist(), abs=1e-4)
+    assert "ref_chosen_logps" in trainer.eval_dataset["text"].column_names  # TRL's own precompute on raw text
+    metrics = trainer.evaluate()
+    assert {"eval_pairs_loss", "eval_text_loss"} <= set(metrics)
+    assert "eval_loss" in trainer.evaluate(Dataset.from_list(rows))  # pre-tokenized pairs given to evaluate()
+
+
 def test_in_memory_model_gets_a_frozen_reference(tmp_path, tiny_model_path, tokenizer):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     model.config._name_or_path = ""  # built in memory: TRL could not reload a reference from a path

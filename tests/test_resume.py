@@ -196,6 +196,15 @@ def test_dpo_script_resumes_env_rounds_exactly(tmp_path, tiny_model_path, monkey
     cut_rounds = round_lines(capsys.readouterr().out)
     assert len(full_rounds) == 3 and cut_rounds == full_rounds[1:]  # rounds 2, 3: same pairs, rewards, loss
     assert_same_weights(full, cut)
+    assert all((c / "trl_envs_checkpoint.json").exists() for c in checkpoints)  # complete: `last` resumes from them
+    for key in ("num_tokens", "round", "loss"):  # the log history goes on as in the uninterrupted run
+        assert last_logged(cut, key) == pytest.approx(last_logged(full, key)), key
+
+
+def last_logged(output_dir: Path, key: str) -> list[float]:
+    """The values of ``key`` in the log history of ``output_dir``'s newest checkpoint."""
+    last = max(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return [h[key] for h in json.loads((last / "trainer_state.json").read_text())["log_history"] if key in h]
 
 
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_dpo.py"])

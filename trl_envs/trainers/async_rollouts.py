@@ -48,6 +48,7 @@ from ..rollout.engine import RolloutBatchResult
 from ..samplers.base import Sampler
 from ..samplers.process import SamplerProcess
 from . import trl_seam
+from .env_setup import text_tokenizer
 from .group_index import GroupKey, keys_of_rows
 from .rollouts import EnvRollouts, RolloutSource
 
@@ -223,7 +224,7 @@ class PipelinedRolloutSource(RolloutSource):
             undo.callback(torch.set_num_threads, threads)
             sampler = SamplerProcess(
                 policy,
-                trl_seam.tokenizer_of(trainer),
+                text_tokenizer(trainer.processing_class),
                 version=trainer.state.global_step,
                 sampling_settings=self.rollouts.sampling_settings(),
                 autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed),

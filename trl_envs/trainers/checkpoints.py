@@ -97,23 +97,31 @@ class CheckpointMarker(TrainerCallback):
     Attributes:
         writing: the checkpoint folder the Trainer is writing now (from the step that decided to save until it is
             marked), else ``None``.
+        deferred: while true, a checkpoint the Trainer saves is left unmarked: whoever adds files to it afterwards
+            marks it with :meth:`mark` (env-driven DPO's round checkpoints).
     """
 
     def __init__(self, settings: dict[str, Any]):
         self.settings = settings
         self.writing: str | None = None
+        self.deferred = False
 
     def on_step_end(self, args, state, control, **kwargs):
         if control.should_save:  # the Trainer saves right after the step-end callbacks
             self.writing = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
 
     def on_save(self, args, state, control, **kwargs):
-        self.writing = None
-        if not state.is_world_process_zero:
+        if self.deferred:
             return
-        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        self.writing = None
+        if state.is_world_process_zero:
+            self.mark(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), state.global_step)
+
+    def mark(self, folder: str, global_step: int) -> None:
+        """Write ``folder``'s marker (call it on the main process, once everything else is in the folder)."""
+        self.writing = None
         if os.path.isdir(folder):
-            write_marker(folder, {"global_step": state.global_step, "settings": self.settings})
+            write_marker(folder, {"global_step": global_step, "settings": self.settings})
 
 
 def write_marker(folder: str, content: dict[str, Any]) -> None:

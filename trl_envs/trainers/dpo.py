@@ -13,7 +13,8 @@ See docs/dpo.md.
 from __future__ import annotations
 
 from datasets import Dataset, IterableDataset
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from torch.utils.data import DataLoader
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, Trainer
 from transformers.trainer_utils import TrainOutput
 from trl import DPOConfig, DPOTrainer
 
@@ -22,7 +23,6 @@ from ..rollout.engine import RolloutBatchResult
 from ..samplers.base import Sampler
 from ..training_data.preference import PAIR_COLUMNS, PairStats
 from ..training_data.preference_checks import (
-    MASK_COLUMNS,
     check_raw_preferences,
     check_tokenized_pairs,
     first_row,
@@ -31,14 +31,35 @@ from ..training_data.preference_checks import (
 from . import trl_seam
 from .dpo_config import EnvDPOConfig
 from .dpo_rounds import DPORounds, EmptyPairsWarning
-from .env_setup import check_env_launch, frozen_reference, load_env_datasets
+from .env_setup import check_env_launch, frozen_reference, load_env_datasets, text_tokenizer
 from .preference_collator import DataCollatorForMaskedPreference
 from .rollouts import EnvRollouts, SyncRolloutSource
 from .run_guards import RunGuards
 
+MODEL_TAG = "trl_envs"
+"""The tag EnvDPOTrainer adds to the model and its model card, beside TRL's ``trl`` and ``dpo``."""
 
-@trl_seam.model_tags("trl", "dpo", "trl_envs")
-class EnvDPOTrainer(DPOTrainer):
+
+class _ResumedTokenCount(Trainer):
+    """The ``num_tokens`` DPOTrainer logs (its running count of training tokens, which a checkpoint does not hold) goes
+    on from the count of the checkpoint a run resumed from. A base of EnvDPOTrainer after DPOTrainer:
+    ``DPOTrainer.log`` adds its metrics to ``logs`` and hands them on to this ``log``, on their way to
+    ``Trainer.log`` (the log history, then the loggers)."""
+
+    tokens_before_resume: int = 0
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.tokens_before_resume and "num_tokens" in logs:
+            logs["num_tokens"] += self.tokens_before_resume
+        super().log(logs, start_time)
+
+    def tokens_seen(self) -> int:
+        """The latest ``num_tokens`` logged (0 before any)."""
+        logged = (h["num_tokens"] for h in reversed(self.state.log_history) if "num_tokens" in h)
+        return int(next(logged, 0))
+
+
+class EnvDPOTrainer(DPOTrainer, _ResumedTokenCount):
     """DPO on a preference dataset, or on pairs sampled from environments in rounds (see the module docstring).
 
     Args:
@@ -61,6 +82,8 @@ class EnvDPOTrainer(DPOTrainer):
 
     Attributes:
         rounds: the :class:`~trl_envs.trainers.dpo_rounds.DPORounds` of env-driven DPO (``None`` offline).
+        reference_model: the reference model as given to ``DPOTrainer`` (``None``: the policy before training, or
+            the PEFT model with its adapter switched off).
         rollouts: the trainer's :class:`~trl_envs.trainers.rollouts.EnvRollouts` (the sampler, budgets, error
             strategy) that the rounds roll out with.
         run_guards: the :class:`~trl_envs.trainers.run_guards.RunGuards` of ``train()``.
@@ -123,17 +146,29 @@ class EnvDPOTrainer(DPOTrainer):
                 seed=args.seed,
             )
             envs = (train_envs, eval_envs)
-            train_dataset = _placeholder_pairs()  # DPOTrainer needs a dataset now; each round trains on its own
-        text_tokenizer = getattr(processing_class, "tokenizer", processing_class)
-        if isinstance(text_tokenizer, PreTrainedTokenizerBase) and text_tokenizer.pad_token is None:
-            text_tokenizer.pad_token = text_tokenizer.eos_token
-        if data_collator is None and not _is_vision(train_dataset):
+            train_dataset = _STAND_IN  # DPOTrainer needs a dataset now; each round trains on its own
+        tokenizer = text_tokenizer(processing_class)
+        if isinstance(tokenizer, PreTrainedTokenizerBase) and tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        vision = _is_vision(train_dataset)
+        if data_collator is None and not vision:
             data_collator = DataCollatorForMaskedPreference(
-                pad_token_id=text_tokenizer.pad_token_id,
+                pad_token_id=tokenizer.pad_token_id,
                 max_length=args.max_length,
                 truncation_mode=args.truncation_mode,
                 pad_to_multiple_of=args.pad_to_multiple_of,
             )
+            args.remove_unused_columns = False  # the collator takes its own columns, the masks among them
+        # TRL tokenizes raw preference data in __init__; pre-tokenized pairs are checked here, TRL gets a stand-in
+        tokenized = {}
+        if not vision:
+            train_dataset, tokenized["train"] = _checked(train_dataset, "train", tokenizer, args)
+            if isinstance(eval_dataset, dict):
+                eval_dataset = dict(eval_dataset)
+                for name in list(eval_dataset):
+                    eval_dataset[name], tokenized[("eval", name)] = _checked(eval_dataset[name], name, tokenizer, args)
+            elif eval_dataset is not None:
+                eval_dataset, tokenized["eval"] = _checked(eval_dataset, "eval", tokenizer, args)
         if ref_model is None:
             ref_model = frozen_reference(model, peft_config, needed=not args.precompute_ref_log_probs)
         super().__init__(
@@ -150,9 +185,21 @@ class EnvDPOTrainer(DPOTrainer):
             quantization_config=quantization_config,
             peft_config=peft_config,
         )
+        self.model.add_model_tags([MODEL_TAG])
+        self.reference_model = ref_model  # as given (None: the policy, or the PEFT model with its adapter off)
+        for key, pairs in tokenized.items():
+            if pairs is None:
+                continue
+            pairs = self.with_reference_logps(pairs, key if isinstance(key, str) else key[1])
+            if key == "train":
+                self.train_dataset = pairs
+            elif key == "eval":
+                self.eval_dataset = pairs
+            else:
+                self.eval_dataset[key[1]] = pairs
         check_env_launch(self, "EnvDPOTrainer", sampler, chat_template=envs is not None)
-        self.run_guards = RunGuards(self, model, type(envs[0]).__name__ if envs is not None else None)
         self.rounds = DPORounds(self, SyncRolloutSource(self.rollouts), *envs) if envs is not None else None
+        self.run_guards = RunGuards(self, model, type(envs[0]).__name__ if envs is not None else None)
 
     @property
     def last_rollout(self) -> RolloutBatchResult | None:
@@ -191,22 +238,57 @@ class EnvDPOTrainer(DPOTrainer):
         with trl_seam.continued_training_state(self):
             return super().train(trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
 
-    # -- TRL hooks -----------------------------------------------------------------------------------------------
+    # -- public methods of DPOTrainer ----------------------------------------------------------------------------
 
-    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-        """Pre-tokenized pairs are checked and used as they are; raw preference data is checked, then tokenized by
-        TRL."""
-        if is_tokenized(first_row(dataset, dataset_name)):
-            return check_tokenized_pairs(
-                dataset, dataset_name, max_length=args.max_length, truncation_mode=args.truncation_mode
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """``DPOTrainer.evaluate``; a dataset given here is checked first, and pre-tokenized pairs are evaluated as
+        they are (with their reference log-probabilities computed first under ``precompute_ref_log_probs``)."""
+        if isinstance(eval_dataset, dict):
+            metrics = {}
+            for name, dataset in eval_dataset.items():
+                metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        if eval_dataset is None or isinstance(eval_dataset, str) or _is_vision(eval_dataset):
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        eval_dataset, pairs = _checked(eval_dataset, "eval", text_tokenizer(self.processing_class), self.args)
+        if pairs is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        return Trainer.evaluate(self, self.with_reference_logps(pairs, "eval"), ignore_keys, metric_key_prefix)
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """``DPOTrainer.create_model_card`` with :data:`MODEL_TAG` among the tags."""
+        tags = [tags] if isinstance(tags, str) else list(tags or [])
+        return super().create_model_card(model_name, dataset_name, [*tags, MODEL_TAG])
+
+    def with_reference_logps(self, pairs, name: str):
+        """``pairs`` (pre-tokenized) with the columns ``ref_chosen_logps`` / ``ref_rejected_logps`` of the reference
+        policy under ``precompute_ref_log_probs`` (as ``DPOTrainer`` adds them to the data it tokenizes), else as
+        they are. Computed with ``DPOTrainer.compute_ref_log_probs`` batch by batch, gathered over processes."""
+        if not self.args.precompute_ref_log_probs:
+            return pairs
+        if self.reference_model is None and self.state.global_step > 0 and not hasattr(self.model, "peft_config"):
+            raise ValueError(
+                f"EnvDPOTrainer: cannot compute the reference log-probabilities of the {name} dataset after training "
+                "has started: with precompute_ref_log_probs=True, full fine-tuning and no ref_model the reference "
+                "is not kept. Give the dataset when building the trainer, pass a ref_model, or set "
+                "precompute_ref_log_probs=False."
             )
-        dataset = check_raw_preferences(dataset, dataset_name, trl_seam.tokenizer_of(self))
-        return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
-
-    def _set_signature_columns_if_needed(self):
-        """TRL's columns plus the per-token masks, so ``remove_unused_columns`` keeps them."""
-        super()._set_signature_columns_if_needed()
-        trl_seam.keep_columns(self, MASK_COLUMNS)
+        if not isinstance(pairs, Dataset):
+            raise ValueError(
+                f"EnvDPOTrainer: precompute_ref_log_probs=True needs a map-style Dataset, the {name} dataset is a "
+                f"{type(pairs).__name__}; use a Dataset or set precompute_ref_log_probs=False"
+            )
+        batch_size = self.args.precompute_ref_batch_size or self.args.per_device_eval_batch_size
+        loader = self.accelerator.prepare(
+            DataLoader(pairs, batch_size=batch_size, collate_fn=self.data_collator, shuffle=False)
+        )
+        chosen, rejected = [], []
+        for batch in loader:
+            c, r = self.compute_ref_log_probs(self.reference_model or self.model, batch)
+            c, r = self.accelerator.gather_for_metrics((c, r))
+            chosen += c.float().cpu().tolist()
+            rejected += r.float().cpu().tolist()
+        return pairs.add_column("ref_chosen_logps", chosen).add_column("ref_rejected_logps", rejected)
 
 
 def _check_env_config(args) -> None:
@@ -220,11 +302,20 @@ def _check_env_config(args) -> None:
         )
 
 
-def _placeholder_pairs() -> Dataset:
-    """One pre-tokenized pair for ``DPOTrainer.__init__`` (which needs a dataset) before the first round."""
-    return Dataset.from_dict(
-        {"prompt_ids": [[0]], "chosen_ids": [[0]], "rejected_ids": [[1]], "chosen_mask": [[1]], "rejected_mask": [[1]]}
-    )
+_STAND_IN = Dataset.from_dict({"prompt": ["?"], "chosen": [" a"], "rejected": [" b"]})
+"""What ``DPOTrainer.__init__`` (which needs a dataset and tokenizes raw preference data) is given in place of
+pre-tokenized pairs; the trainer's ``train_dataset`` / ``eval_dataset`` are the pairs once it is built."""
+
+
+def _checked(dataset, name: str, tokenizer, args):
+    """``(what DPOTrainer.__init__ gets, the pre-tokenized pairs or None)``: raw preference data checked (TRL then
+    tokenizes it), or pre-tokenized pairs checked and a stand-in for TRL."""
+    if dataset is _STAND_IN:
+        return dataset, None
+    if is_tokenized(first_row(dataset, name)):
+        pairs = check_tokenized_pairs(dataset, name, max_length=args.max_length, truncation_mode=args.truncation_mode)
+        return _STAND_IN, pairs
+    return check_raw_preferences(dataset, name, tokenizer), None
 
 
 def _is_vision(dataset) -> bool:

@@ -12,8 +12,9 @@ when the trainer was given envs). Each round:
    the optimizer and its moments carry over; the reference model stays the initial policy;
 3. plays the evaluation envs (``eval_envs_each_round``), logs one entry and prints one line;
 4. writes a round checkpoint when ``save_strategy`` asks for one (``"steps"``: the round crossed a multiple of
-   ``save_steps``; ``"epoch"`` / ``"best"``: every round). The ``Trainer``'s own saves inside a round are turned off:
-   a round's pairs come from the weights at its start, so only a round's end can be resumed exactly.
+   ``save_steps``; ``"epoch"`` / ``"best"``: every round): the ``Trainer`` saves at the round's last training step
+   and at no other (a round's pairs come from the weights at its start, so only a round's end can be resumed
+   exactly), and the round completes that checkpoint once it has logged.
 
 A round checkpoint is the ``Trainer``'s (weights, optimizer, scheduler, ``trainer_state.json``) plus
 :data:`ROUND_STATE_FILE` (rounds done, their logs, the DPO token count) and every process's random state
@@ -36,13 +37,13 @@ from typing import Any
 import torch
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
-from transformers.trainer_utils import TrainOutput
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput, load_sharded_checkpoint
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..core.types import RLDataset
 from ..rollout.metrics import rollout_metrics, summarize
 from ..training_data.pairs_step import PairsStep
 from ..training_data.preference import PairStats
-from . import trl_seam
 from .resume import rng_state, set_rng_state
 from .rollouts import RolloutSource
 
@@ -50,6 +51,7 @@ ROUND_STATE_FILE = "env_dpo_rounds.json"
 """In a round checkpoint: the rounds done, their logged values and the DPO token count."""
 ROUND_RNG_FILE = "env_dpo_rng_{rank}.pt"
 """In a round checkpoint: each process's random state at the end of the round."""
+TRAINER_STATE_NAME = "trainer_state.json"
 ROUND_METRICS = ("rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected")
 
 
@@ -70,13 +72,15 @@ class DPORounds:
         self.trainer, self.source, self.train_envs, self.eval_envs = trainer, source, train_envs, eval_envs
         self.history: list[dict[str, float]] = []
         self.last_pair_stats: PairStats | None = None
-        trainer.add_callback(_NoCheckpointsInsideRounds())
+        self.round_start_step: int | None = None  # the global step a round's training started at, while it trains
+        trainer.add_callback(_SaveAtRoundEnd(self))
 
     def run(self, checkpoint: str | None = None, trial=None, ignore_keys_for_eval=None) -> TrainOutput:
         """Every round from the first (or, with ``checkpoint``, from the one after it); returns the last global step,
         the mean of the rounds' losses and the last round's logs."""
         trainer, args = self.trainer, self.trainer.args
         first_round = self._load(checkpoint) if checkpoint is not None else 0
+        trainer.run_guards.marker.deferred = True  # a round checkpoint is complete once the round's files are in
         losses: list[float] = []
         last: dict[str, float] = {}
         if self.eval_envs is not None and args.eval_envs_each_round and first_round == 0:
@@ -110,7 +114,7 @@ class DPORounds:
             self._log_round(logs, r + 1)
             last = logs
             if self._checkpoint_due(steps_before, trainer.state.global_step):
-                self._save_round_checkpoint(r + 1, trial)
+                self._save_round_checkpoint(r + 1)
         train_loss = sum(losses) / len(losses) if losses else float("nan")
         return TrainOutput(trainer.state.global_step, train_loss, {"train_loss": train_loss, **last})
 
@@ -145,20 +149,20 @@ class DPORounds:
         """One ``Trainer.train`` call on ``pairs``, continuing the run's state; returns the round's ``round/...`` logs:
         its steps, its mean loss and the mean of each DPO reward metric over its training steps (all ranks)."""
         trainer = self.trainer
-        steps_before = trainer.state.global_step
+        steps_before = self.round_start_step = trainer.state.global_step
         collected = _RoundMetrics(trainer)
         trainer.add_callback(collected)
         try:
             out = trainer.train_round(pairs, trial, ignore_keys_for_eval)
         finally:
             trainer.remove_callback(collected)
+            self.round_start_step = None
         logs = {"round/steps": float(trainer.state.global_step - steps_before)}
         if logs["round/steps"]:
             loss = torch.tensor([out.training_loss], device=trainer.accelerator.device)
             logs["round/loss"] = trainer.accelerator.gather(loss).mean().item()
-        for key, values in collected.values.items():  # already gathered across ranks by DPOTrainer
-            if values:
-                logs[f"round/{key}"] = sum(values) / len(values)
+        for key, value in collected.means().items():  # already gathered across ranks by DPOTrainer
+            logs[f"round/{key}"] = value
         return logs
 
     def evaluate_envs(self) -> dict[str, float]:
@@ -193,20 +197,32 @@ class DPORounds:
             return steps_after // every > steps_before // every
         return True  # "epoch", "best", or save_steps given as a fraction: every round
 
-    def _save_round_checkpoint(self, rounds_done: int, trial) -> None:
+    def _save_round_checkpoint(self, rounds_done: int) -> None:
+        """Complete the checkpoint the Trainer wrote at the round's last step (weights, optimizer, scheduler; see
+        :class:`_SaveAtRoundEnd`) with the state at the round's end: ``trainer_state.json`` again (the round's logs
+        included), :data:`ROUND_STATE_FILE`, every process's random state; then mark it complete. A round that
+        trained nothing completes the checkpoint of the same step, written by an earlier round (none before the
+        first training step: there is nothing to resume then)."""
         trainer = self.trainer
-        folder = trl_seam.save_checkpoint(trainer, trial)
-        os.makedirs(folder, exist_ok=True)
+        folder = os.path.join(trainer.args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+        if not os.path.isdir(folder):
+            return
+        marker = trainer.run_guards.marker
+        marker.writing = folder
         torch.save(rng_state(), os.path.join(folder, ROUND_RNG_FILE.format(rank=trainer.accelerator.process_index)))
+        trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:
+            trainer.state.save_to_json(os.path.join(folder, TRAINER_STATE_NAME))
             with open(os.path.join(folder, ROUND_STATE_FILE), "w") as f:
                 state = {
                     "rounds_done": rounds_done,
                     "num_processes": trainer.accelerator.num_processes,
-                    "tokens_seen": trl_seam.dpo_tokens_seen(trainer),
+                    "tokens_seen": trainer.tokens_seen(),
                     "round_history": self.history,
                 }
                 json.dump(state, f, indent=1)
+            marker.mark(folder, trainer.state.global_step)
+        marker.writing = None
         trainer.accelerator.wait_for_everyone()
 
     def _load(self, checkpoint: str) -> int:
@@ -239,10 +255,10 @@ class DPORounds:
                 f"{where} holds no optimizer state (written with save_only_model=True?); the run cannot "
                 "continue exactly without it"
             )
-        trl_seam.load_model_checkpoint(trainer, checkpoint)
-        trainer.state = TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+        load_weights(trainer.model, checkpoint)
+        trainer.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
         self.history = saved["round_history"]
-        trl_seam.set_dpo_tokens_seen(trainer, saved["tokens_seen"])
+        trainer.tokens_before_resume = saved["tokens_seen"]
         # the optimizer the rounds carry over, made now with the checkpoint's moments (its scheduler is per round)
         trainer.create_optimizer().load_state_dict(torch.load(optimizer_path, map_location="cpu", weights_only=True))
         rng_path = os.path.join(checkpoint, ROUND_RNG_FILE.format(rank=trainer.accelerator.process_index))
@@ -251,29 +267,73 @@ class DPORounds:
 
 
 class _RoundMetrics(TrainerCallback):
-    """Collects, at every training log of a round, the DPO reward metrics ``DPOTrainer`` gathered since the last
-    log (every value, so their round mean weighs each training batch the same)."""
+    """Collects the DPO reward metrics of a round's training logs, each weighted by the training steps it covers.
+    ``DPOTrainer.log`` logs the mean of each metric over the batches since the previous log, so the weighted mean
+    over a round weighs each training batch the same."""
 
     def __init__(self, trainer):
         self.trainer = trainer
-        self.values: dict[str, list[float]] = defaultdict(list)
+        self.values: dict[str, list[tuple[float, int]]] = defaultdict(list)
+        self.last_step = trainer.state.global_step
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.trainer.model.training:
-            logged = trl_seam.logged_metrics(self.trainer, "train")
-            for key in ROUND_METRICS:
-                self.values[key].extend(logged.get(key, []))
+        if not self.trainer.model.training or not logs:
+            return
+        steps, self.last_step = state.global_step - self.last_step, state.global_step
+        for key in ROUND_METRICS:
+            if key in logs:
+                self.values[key].append((float(logs[key]), max(steps, 1)))
+
+    def means(self) -> dict[str, float]:
+        """Each metric's mean over the round's training batches."""
+        return {
+            key: sum(v * n for v, n in pairs) / sum(n for _, n in pairs) for key, pairs in self.values.items() if pairs
+        }
 
 
-class _NoCheckpointsInsideRounds(TrainerCallback):
-    """The Trainer's saves inside a round are dropped (see the module docstring); rounds are checkpointed at their
-    end."""
+class _SaveAtRoundEnd(TrainerCallback):
+    """The Trainer saves a checkpoint at the last training step of a round when the round's checkpoint is due, and at
+    no other step: a round's pairs come from the weights at its start, so only a round's end can be resumed exactly.
+    :meth:`DPORounds._save_round_checkpoint` completes it after the round."""
+
+    def __init__(self, rounds: DPORounds):
+        self.rounds = rounds
 
     def on_step_end(self, args, state, control, **kwargs):
-        control.should_save = False
+        start = self.rounds.round_start_step
+        last = state.global_step >= state.max_steps or control.should_training_stop
+        control.should_save = start is not None and last and self.rounds._checkpoint_due(start, state.global_step)
         return control
 
-    on_epoch_end = on_step_end
+    def on_epoch_end(self, args, state, control, **kwargs):
+        control.should_save = False  # saved at the round's last step already, if due
+        return control
+
+
+def load_weights(model, checkpoint: str) -> None:
+    """Load the weights of ``checkpoint`` into ``model`` in place, as ``Trainer.train(resume_from_checkpoint=...)``
+    does: a PEFT model's adapter, or the full model (one safetensors file or shards; weights tied to a loaded one
+    are not saved and need no loading). Raises ``ValueError`` naming the checkpoint when it does not fit."""
+    where = f"EnvDPOTrainer: resume_from_checkpoint={checkpoint!r}"
+    if hasattr(model, "peft_config"):
+        model.load_adapter(checkpoint, model.active_adapter, is_trainable=True)
+        return
+    single = os.path.join(checkpoint, SAFE_WEIGHTS_NAME)
+    if os.path.isfile(single):
+        from safetensors.torch import load_file
+
+        result = model.load_state_dict(load_file(single, device="cpu"), strict=False)
+    elif os.path.isfile(os.path.join(checkpoint, SAFE_WEIGHTS_INDEX_NAME)):
+        result = load_sharded_checkpoint(model, checkpoint, strict=False)
+    else:
+        raise ValueError(f"{where} holds no {SAFE_WEIGHTS_NAME} or {SAFE_WEIGHTS_INDEX_NAME}")
+    state = model.state_dict()
+    loaded = {state[k].data_ptr() for k in state if k not in set(result.missing_keys)}
+    missing = [k for k in result.missing_keys if state[k].data_ptr() not in loaded]
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            f"{where} does not fit the model: missing {missing[:5]}, unexpected {list(result.unexpected_keys)[:5]}"
+        )
 
 
 def round_line(logs: dict[str, float], round_index: int, num_rounds: int) -> str:

@@ -21,7 +21,6 @@ from ..core.types import RLDataset, RLDatasetBuilder
 from ..registry.env_datasets import resolve_row_datasets
 from ..rollout.event_loop import run_sync
 from ..samplers.base import Sampler
-from . import trl_seam
 
 ENV_DATASET_KINDS = "an RLDataset, RLDatasetBuilder or datasets.Dataset of env rows"
 
@@ -110,6 +109,11 @@ def frozen_reference(model, peft_config, *, needed: bool = True):
     return reference
 
 
+def text_tokenizer(processing_class):
+    """The text tokenizer of a trainer's ``processing_class``: the tokenizer itself, or a processor's ``.tokenizer``."""
+    return getattr(processing_class, "tokenizer", processing_class)
+
+
 def require_chat_template(tokenizer, owner: str) -> None:
     """Env renderers render chat messages: refuse a tokenizer without chat template, naming it."""
     if not getattr(tokenizer, "chat_template", None):
@@ -126,7 +130,7 @@ def check_env_launch(trainer, owner: str, custom_sampler: Sampler | None, *, cha
     check_single_process_launch(trainer.accelerator.num_processes, os.environ, owner)
     check_sampler_backend(trainer, owner, custom_sampler)
     if chat_template:
-        require_chat_template(trl_seam.tokenizer_of(trainer), owner)
+        require_chat_template(text_tokenizer(trainer.processing_class), owner)
 
 
 def check_sampler_backend(trainer, owner: str, custom_sampler: Sampler | None = None) -> None:
@@ -180,4 +184,5 @@ __all__ = [
     "load_env_datasets",
     "require_chat_template",
     "resolve_env_datasets",
+    "text_tokenizer",
 ]

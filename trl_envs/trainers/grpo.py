@@ -43,7 +43,7 @@ from ..training_data.row_layout import RowPlan, check_group_size
 from ..training_data.rows_step import RowsStep
 from . import off_policy, trl_seam
 from .async_rollouts import PipelinedRolloutSource
-from .env_setup import check_env_launch, frozen_reference, load_env_datasets
+from .env_setup import check_env_launch, frozen_reference, load_env_datasets, text_tokenizer
 from .group_index import GroupIndex, GroupKey, keys_of_rows
 from .grpo_config import EnvGRPOConfig
 from .health import TrainingHealthCallback, check_finite_rewards
@@ -183,7 +183,7 @@ class EnvGRPOTrainer(GRPOTrainer):
                 rollout_func=env_rollout_func,
             )
         check_env_launch(self, "EnvGRPOTrainer", sampler)
-        tokenizer = trl_seam.tokenizer_of(self)
+        tokenizer = text_tokenizer(self.processing_class)
         for function in reward_functions[1:]:
             function.bind(tokenizer, self.accelerator.device)
         trl_seam.set_stop_token_ids(self, with_turn_stops(trl_seam.stop_token_ids(self), Renderer(tokenizer)))
@@ -196,7 +196,9 @@ class EnvGRPOTrainer(GRPOTrainer):
         if args.rollout_traces:
             from .trace_callback import RolloutTraceCallback
 
-            self.add_callback(RolloutTraceCallback(self.rollouts, trl_seam.tokenizer_of(self), args.rollout_traces))
+            self.add_callback(
+                RolloutTraceCallback(self.rollouts, text_tokenizer(self.processing_class), args.rollout_traces)
+            )
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """``GRPOTrainer.train`` holding ``output_dir``'s lock; ``resume_from_checkpoint`` (a folder, or ``True`` /
@@ -307,7 +309,9 @@ class EnvGRPOTrainer(GRPOTrainer):
     def _row_columns(self, step: RowsStep, keys: list[GroupKey]) -> dict[str, Any]:
         """The rows of ``step`` as ``rollout_func`` output, with the reward functions' fields."""
         plan = step.plan
-        columns = plan.rollout_output(trl_seam.tokenizer_of(self).pad_token_id, trl_seam.stop_token_ids(self)[0])
+        columns = plan.rollout_output(
+            text_tokenizer(self.processing_class).pad_token_id, trl_seam.stop_token_ids(self)[0]
+        )
         columns[REWARD_FIELD] = columns.pop("rewards")
         sequences = {
             (r.group, r.trajectory): r.row.prompt_ids + r.row.completion_ids for r in plan.rows if r.row is not None

@@ -29,6 +29,7 @@ from ..samplers.choice import build_sampler
 from ..samplers.hf import HFSampler
 from ..samplers.lockstep import LockstepSampler
 from . import trl_seam
+from .env_setup import text_tokenizer
 from .group_index import GroupKey
 
 RolloutListener = Callable[[RolloutBatchResult], None]
@@ -100,12 +101,12 @@ class EnvRollouts:
         if getattr(args, "use_vllm", False):
             from ..samplers.vllm import VLLMSampler
 
-            return VLLMSampler(trl_seam.vllm_generation(trainer), trl_seam.tokenizer_of(trainer))
+            return VLLMSampler(trl_seam.vllm_generation(trainer), text_tokenizer(trainer.processing_class))
         backend = args.resolved_sampler_backend()
         if backend == "generate":
             return HFSampler(
                 trainer.model_wrapped,
-                trl_seam.tokenizer_of(trainer),
+                text_tokenizer(trainer.processing_class),
                 model_context=self.generation_model,
                 **self.sampling_settings(),
             )
@@ -113,7 +114,7 @@ class EnvRollouts:
             self.policy_sampler = build_sampler(
                 backend,
                 trainer.model_wrapped,
-                trl_seam.tokenizer_of(trainer),
+                text_tokenizer(trainer.processing_class),
                 model_context=self.generation_model,
                 continuous_batching_config=args.continuous_batching_options(),
                 **self.sampling_settings(),
@@ -162,7 +163,7 @@ class EnvRollouts:
             return
         sampler = LockstepSampler(
             policy,
-            [trl_seam.tokenizer_of(self.trainer).pad_token_id],
+            [text_tokenizer(self.trainer.processing_class).pad_token_id],
             self.trainer.accelerator.device,
             equal_batch_sizes=self.equal_batch_sizes(),
         )

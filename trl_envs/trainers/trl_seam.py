@@ -20,7 +20,6 @@ import contextlib
 import functools
 import importlib
 import inspect
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -28,25 +27,12 @@ import torch
 import transformers
 import trl
 from accelerate.utils import gather_object
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 SEAM_MODULE = "trl_envs/trainers/trl_seam.py"
 
 
 class TRLCompatibilityError(RuntimeError):
     """The installed TRL or transformers lacks a name ``trl_envs`` relies on (see :data:`TRL_PRIVATE_NAMES`)."""
-
-
-# TRL's unexported classes, imported here and nowhere else.
-try:
-    # trl.trainer.dpo_trainer.DataCollatorForPreference: DPOTrainer's default collator, which pads prompt / chosen /
-    # rejected ids into prompt-then-completion rows with a ``completion_mask`` (the only mask DPO's loss uses).
-    from trl.trainer.dpo_trainer import DataCollatorForPreference as PreferenceCollator
-except ImportError as error:  # pragma: no cover - only with another TRL version
-    raise TRLCompatibilityError(
-        f"{SEAM_MODULE} imports TRL internals that the installed trl {trl.__version__} lacks "
-        f"({error}); update {SEAM_MODULE} (docs/DESIGN.md, 'Upgrading TRL')."
-    ) from error
 
 
 CHECKS = ("attr", "source")
@@ -119,41 +105,12 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         check="source",
     ),
     PrivateName(
-        "_metrics",
-        "trl.DPOTrainer",
-        "mode ('train'/'eval') -> metric name -> values gathered across ranks since the last log()",
-        check="source",
-    ),
-    PrivateName(
-        "_prepare_dataset",
-        "trl.DPOTrainer",
-        "(dataset, processing_class, args, dataset_name) -> the tokenized dataset; EnvDPOTrainer passes "
-        "pre-tokenized pairs through and checks raw preference data first",
-        overridden_in="trl_envs/trainers/dpo.py",
-    ),
-    PrivateName(
-        "_set_signature_columns_if_needed",
-        "trl.DPOTrainer",
-        "sets the columns Trainer keeps when remove_unused_columns is on; EnvDPOTrainer adds its mask columns",
-        overridden_in="trl_envs/trainers/dpo.py",
-    ),
-    PrivateName(
-        "_signature_columns",
-        "transformers.Trainer",
-        "the list of dataset columns kept by remove_unused_columns",
-        check="source",
-    ),
-    PrivateName(
-        "_is_vision_dataset",
-        "trl.DPOTrainer",
-        "whether the training data holds images (DPOTrainer then keeps its own column list)",
-        check="source",
-    ),
-    PrivateName(
         "_init_training_state",
         "transformers.Trainer",
         "(max_steps, ...) makes the fresh TrainerState of one train() call, before the loop reads its global "
-        "step; continued_training_state wraps it so env-driven DPO rounds keep counting steps, logs and FLOPs",
+        "step; continued_training_state wraps it so env-driven DPO rounds keep counting steps, logs and FLOPs "
+        "(no public door: train() makes a fresh TrainerState unless resume_from_checkpoint, which also reloads "
+        "weights, optimizer and scheduler and skips global_step // steps_per_epoch epochs)",
     ),
     PrivateName(
         "_finalize_training",
@@ -162,34 +119,10 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "state.max_steps; continued_training_state scales them to the call's own steps",
     ),
     PrivateName(
-        "_save_checkpoint",
-        "transformers.Trainer",
-        "(model, trial) writes checkpoint-<global_step> (weights, optimizer, scheduler, trainer_state.json, RNG) "
-        "and rotates old ones; save_checkpoint calls it at the end of an env-driven DPO round",
-    ),
-    PrivateName(
-        "_get_output_dir",
-        "transformers.Trainer",
-        "(trial) -> the folder _save_checkpoint writes checkpoint-<global_step> into",
-    ),
-    PrivateName(
-        "_load_from_checkpoint",
-        "transformers.Trainer",
-        "(checkpoint) loads a checkpoint's weights (full model, sharded or PEFT adapter) into the model",
-    ),
-    PrivateName("_tag_names", "trl.DPOTrainer", "class attribute: the tags DPOTrainer adds to the model (card)"),
-    PrivateName("DataCollatorForPreference", "trl.trainer.dpo_trainer", "DPOTrainer's default collator (see above)"),
-    PrivateName(
         "create_model_from_path",
         "trl.trainer.grpo_trainer",
         "GRPOTrainer.__init__ builds the reference model (beta != 0, no PEFT) with this function of its module, "
         "called once; grpo_reference_model replaces it to hand in a frozen copy of the policy",
-    ),
-    PrivateName(
-        "_total_train_tokens",
-        "trl.DPOTrainer",
-        "the running token count behind DPO's num_tokens metric, not saved in checkpoints",
-        check="source",
     ),
     PrivateName(
         "eos_token_ids",
@@ -247,13 +180,6 @@ def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES) ->
 # -- attributes of a built trainer ------------------------------------------------------------------------------------
 
 
-def tokenizer_of(trainer):
-    """The trainer's text tokenizer: its ``processing_class``, or that processor's ``.tokenizer`` (public: the
-    ``Trainer`` attribute TRL sets to the tokenizer or processor it uses)."""
-    processing_class = trainer.processing_class
-    return getattr(processing_class, "tokenizer", processing_class)
-
-
 def logged_metrics(trainer, mode: str = "train") -> dict[str, list[float]]:
     """The metrics the trainer gathered since its last ``log()`` (name -> values). Relies on: TRL trainers'
     ``_metrics[mode]``, filled by ``compute_loss`` / scoring and cleared by ``log()``."""
@@ -298,26 +224,7 @@ def score_generation_batch(trainer, inputs: list[dict]) -> dict:
     return trainer._generate_and_score_completions(inputs)
 
 
-def keep_columns(trainer, columns: Iterable[str]) -> None:
-    """Also keep ``columns`` when ``remove_unused_columns`` drops dataset columns (text data only). Relies on:
-    ``transformers.Trainer._signature_columns`` (the kept columns, set by ``_set_signature_columns_if_needed``) and
-    DPOTrainer's ``_is_vision_dataset`` (vision data keeps DPOTrainer's own list)."""
-    if not trainer._is_vision_dataset:
-        trainer._signature_columns = list(dict.fromkeys(list(trainer._signature_columns) + list(columns)))
-
-
 # -- class-level settings and construction -----------------------------------------------------------------------------
-
-
-def model_tags(*tags: str):
-    """Class decorator: the tags the trainer adds to the model and its model card. Relies on: TRL trainers' class
-    attribute ``_tag_names``, passed to ``model.add_model_tags`` in ``__init__``."""
-
-    def decorate(cls):
-        cls._tag_names = list(tags)
-        return cls
-
-    return decorate
 
 
 # -- model construction and resume ------------------------------------------------------------------------------------
@@ -355,21 +262,6 @@ def grpo_reference_model(reference) -> Iterator[None]:
         yield
     finally:
         grpo_trainer.create_model_from_path = original
-
-
-def dpo_tokens_seen(trainer) -> int:
-    """The running token count behind the ``num_tokens`` metric of a ``DPOTrainer``.
-
-    TRL 1.16 behaviour relied on: ``DPOTrainer`` keeps it in ``self._total_train_tokens`` (set to 0 in ``__init__``,
-    increased by every training batch's attention-mask sum, logged as ``num_tokens``); it is not part of the
-    ``TrainerState`` a checkpoint holds, so a resumed run restores it with :func:`set_dpo_tokens_seen`.
-    """
-    return int(trainer._total_train_tokens)
-
-
-def set_dpo_tokens_seen(trainer, value: int) -> None:
-    """Restore the count read by :func:`dpo_tokens_seen`."""
-    trainer._total_train_tokens = int(value)
 
 
 @contextlib.contextmanager
@@ -414,20 +306,6 @@ def continued_training_state(trainer) -> Iterator[None]:
         del trainer._init_training_state, trainer._finalize_training  # the class's methods again
 
 
-def save_checkpoint(trainer, trial=None) -> str:
-    """Write the ``Trainer``'s checkpoint of the current state (weights, optimizer, scheduler, ``trainer_state.json``,
-    RNG; old checkpoints rotated by ``save_total_limit``) and return its folder. Relies on:
-    ``Trainer._save_checkpoint(model, trial)`` writes ``<_get_output_dir(trial)>/checkpoint-<global_step>``."""
-    trainer._save_checkpoint(trainer.model, trial)
-    return os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
-
-
-def load_model_checkpoint(trainer, checkpoint: str) -> None:
-    """Load the weights of ``checkpoint`` into the trainer's model as ``Trainer.train(resume_from_checkpoint=...)``
-    does (full model, sharded, or PEFT adapter). Relies on: ``Trainer._load_from_checkpoint(checkpoint)``."""
-    trainer._load_from_checkpoint(checkpoint)
-
-
 def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float]]) -> None:
     """Append, for each metric, the mean of its samples over all processes to the values TRL logs, with ONE
     gather for all metrics (TRL's own metric queue gathers once per metric name).
@@ -453,7 +331,6 @@ def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float
 
 
 __all__ = [
-    "PreferenceCollator",
     "PrivateName",
     "SEAM_MODULE",
     "TRLCompatibilityError",
@@ -461,19 +338,12 @@ __all__ = [
     "CHECKS",
     "check_trl_compatibility",
     "continued_training_state",
-    "dpo_tokens_seen",
     "grpo_reference_model",
-    "keep_columns",
     "logged_completions",
-    "load_model_checkpoint",
     "logged_metrics",
-    "model_tags",
     "record_mean_metrics",
     "score_generation_batch",
-    "save_checkpoint",
-    "set_dpo_tokens_seen",
     "set_stop_token_ids",
     "stop_token_ids",
-    "tokenizer_of",
     "vllm_generation",
 ]
