@@ -18,6 +18,7 @@ from transformers.trainer_utils import TrainOutput
 from trl import DPOConfig, DPOTrainer
 
 from ..core.types import RLDataset, RLDatasetBuilder
+from ..registry.names import env_label as named_env
 from ..rollout.engine import RolloutBatchResult
 from ..samplers.base import Sampler
 from ..training_data.preference import PAIR_COLUMNS, PairStats
@@ -151,7 +152,7 @@ class EnvDPOTrainer(DPOTrainer):
             peft_config=peft_config,
         )
         check_env_launch(self, "EnvDPOTrainer", sampler, chat_template=envs is not None)
-        self.run_guards = RunGuards(self, model, type(envs[0]).__name__ if envs is not None else None)
+        self.run_guards = RunGuards(self, model, named_env(env_dataset) if envs is not None else None)
         self.rounds = DPORounds(self, SyncRolloutSource(self.rollouts), *envs) if envs is not None else None
 
     @property
