@@ -15,7 +15,7 @@ from trl_envs.trainers import machine_defaults
 @pytest.fixture
 def no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(machine_defaults, "_SAID", set())
+    monkeypatch.setattr(machine_defaults, "ANNOUNCED", set())
 
 
 def test_configs_built_without_a_gpu_run_on_the_cpu_and_say_so_once(no_gpu, tmp_path, caplog):

@@ -41,7 +41,8 @@ SKIP_CAUSE_HINTS = {
     "env's options (--env_kwargs) or shorten the prompts",
     "ContextBudgetError": "its observations outgrow max_context_tokens: raise it (up to the model's maximum positions) "
     "or shorten the env's prompts",
-    "RolloutTimeoutError": "its episodes ran past rollout_timeout: raise rollout_timeout, or find what the env waits on",
+    "RolloutTimeoutError": "its episodes ran past rollout_timeout: raise rollout_timeout, or find what the env "
+    "waits on",
     "EnvOutageError": "its server could not be reached: check that it is up (reconnect_timeout_s bounds the wait)",
     "AgentError": "its agent failed: play one task by hand (trl-envs play) to see the agent's error",
 }

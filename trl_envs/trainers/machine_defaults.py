@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
 
-_SAID: set[str] = set()  # what was already said in this process
+ANNOUNCED: set[str] = set()
+"""The lines already said in this process (each is said once)."""
 
 
 @dataclass
@@ -43,8 +44,8 @@ class MachineDefaults:
             self.bf16 = chosen["bf16"] = bf16
         if not cuda and chosen:
             line = ", ".join(f"{name}={value}" for name, value in chosen.items())
-            if line not in _SAID:
-                _SAID.add(line)
+            if line not in ANNOUNCED:
+                ANNOUNCED.add(line)
                 logger.warning(
                     "%s: no CUDA GPU on this machine, so %s (as the training scripts choose); set them to choose "
                     "yourself",
