@@ -114,6 +114,23 @@ def test_multi_turn_env_plays_the_user_and_scores_after_the_exchange():
     assert max(t["turns"] for g in result["groups"] for t in g["trajectories"]) > 1
 
 
+def test_episode_cut_by_max_turns_is_scored_by_its_rubric_and_marked_truncated():
+    # 4 guesses allowed by the env, 2 by the trainer: task guess-0 (secret 3) needs 3 guesses, guess-1 (secret 6) 2
+    result = rollouts("vf_guess", "guess", "--batch_size", "2", "--group_size", "2", "--max_turns", "2")
+    assert result["errors"] == {}
+    cut, solved = ([t for t in group["trajectories"]] for group in result["groups"])
+    for trajectory in cut:
+        assert trajectory["stop_reason"] == "max_turns" and trajectory["turns"] == 2
+        metrics = trajectory["metrics"]
+        # finalized and scored by the env's own run(): the rubric's rewards and metric are there, unsolved
+        assert metrics["solved"] == 0.0 and metrics["few_guesses"] == 0.0 and metrics["guesses"] == 2.0
+        assert metrics["truncated"] == 1.0 and trajectory["reward"] == 0.0
+    for trajectory in solved:
+        assert trajectory["stop_reason"] == "done" and trajectory["metrics"]["truncated"] == 0.0
+        assert trajectory["reward"] == pytest.approx(1.0 + 0.5 * (1 - 2 / 8))
+    assert result["processes_left"] == []
+
+
 def test_tool_env_calls_its_mcp_tool_through_the_endpoint():
     result = rollouts("vf_calc", "calc", "--batch_size", "2", "--group_size", "2")
     assert result["errors"] == {}
@@ -170,7 +187,10 @@ def test_trl_envs_eval_plays_the_held_out_split(tiny_model_path, tmp_path):
     out = run([*args, *split, "--no_progress"], cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "vf_echo" in out.stdout and "test split" in out.stdout
-    assert "verifiers/vf_echo" in (tmp_path / "eval_results.json").read_text()
+    results = json.loads((tmp_path / "eval_results.json").read_text())
+    assert results["settings"]["env"] == "verifiers/vf_echo"
+    # the test taskset's 2 words, each once (the builder's batches of 4 must not wrap round to 4 problems)
+    assert (results["num_problems"], results["num_episodes"]) == (2, 8)
     no_split = run([*args, "--no_progress"], cwd=tmp_path)
     assert no_split.returncode == 2
     assert "no test split" in no_split.stderr and "Traceback" not in no_split.stderr
@@ -202,3 +222,43 @@ def test_bad_names_options_and_a_missing_package_end_in_one_line(tmp_path):
     missing = run([*script, "verifiers/vf_echo"], extra_path=[str(tmp_path / "site")])
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "pip install 'trl-envs[verifiers]'" in missing.stderr
+
+
+SPLIT_CODE = """
+import json, sys
+from transformers import AutoTokenizer
+from trl_envs import Renderer
+from trl_envs.registry import make_env_dataset
+from trl_envs.rollout.evaluation import evaluate
+from trl_envs.rollout.event_loop import run_sync
+from trl_envs.samplers.text_policy import TextPolicySampler
+from trl_envs.tiny_model import build_tiny_model
+
+renderer = Renderer(AutoTokenizer.from_pretrained(build_tiny_model()))
+out = {}
+for size in (1, 2, 3, 5, 7):
+    builder = make_env_dataset(
+        "verifiers/vf_echo", renderer, taskset={"num_tasks": 8}, num_test_tasks=size, groups_per_batch=4, group_size=2
+    )
+    _, test = run_sync(builder)
+    out[size] = [[b.task.data.word for b in test.get_batch(i)] for i in range(len(test))]
+_, test = run_sync(
+    make_env_dataset("verifiers/vf_echo", renderer, taskset={"num_tasks": 8}, num_test_tasks=3, groups_per_batch=2)
+)
+words = lambda prompt: prompt.rsplit("Say the word ", 1)[-1].split(".")[0]
+result = evaluate(TextPolicySampler(renderer, words), test)
+out["played"] = [result.num_problems, result.num_episodes, result.mean_reward]
+print(json.dumps(out))
+"""
+
+
+def test_test_split_plays_each_held_out_task_once_whatever_the_batch_size():
+    out = run(["-c", SPLIT_CODE])
+    assert out.returncode == 0, out.stderr[-3000:]
+    splits = json.loads(out.stdout.strip().splitlines()[-1])
+    for size in (1, 2, 3, 5, 7):
+        batches = splits[str(size)]
+        words = [w for batch in batches for w in batch]
+        assert len(words) == size == len(set(words)), batches  # the last `size` tasks, each once
+        assert [len(b) for b in batches] == [4] * (size // 4) + ([size % 4] if size % 4 else [])
+    assert splits["played"] == [3, 12, 1.0]  # 3 tasks x the default 4 samples, in batches of 2 and 1

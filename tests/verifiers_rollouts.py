@@ -59,6 +59,7 @@ def main() -> None:
     p.add_argument("--env_kwargs", default="{}")
     p.add_argument("--as_object", action="store_true", help="pass a loaded vf.Env instead of the id")
     p.add_argument("--split", default="train", choices=["train", "test"])
+    p.add_argument("--max_turns", type=int, default=8)
     args = p.parse_args()
 
     from transformers import AutoTokenizer
@@ -84,7 +85,9 @@ def main() -> None:
     train, test = run_sync(builder)
     dataset = train if args.split == "train" else test
     result = run_rollout_batch(
-        dataset.get_batch(0), TextPolicySampler(renderer, POLICIES[args.policy]), RolloutBudget(max_turns=8)
+        dataset.get_batch(0),
+        TextPolicySampler(renderer, POLICIES[args.policy]),
+        RolloutBudget(max_turns=args.max_turns),
     )
     groups = []
     for group in result.groups:
@@ -102,6 +105,7 @@ def main() -> None:
                     "reward": sum(t.reward for t in trajectory.transitions),
                     "metrics": last.metrics,
                     "turns": len(trajectory.transitions),
+                    "stop_reason": trajectory.stop_reason,
                     "extends": extends,
                     "text": tokenizer.decode(sequence, skip_special_tokens=False),
                 }

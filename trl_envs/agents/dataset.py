@@ -27,6 +27,8 @@ class AgentDataset(RLDataset):
         reward_fn: ``reward_fn(task, result)`` scoring what the agent returns (``None``: it returns the reward).
         seed: the order of the passes after the first (the first pass keeps the dataset's order).
         tags: logging tags of every group.
+        distinct: play each task at most once (a test split): at most one pass, the last batch shorter instead of
+            wrapping around, so an evaluation counts every task exactly once.
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class AgentDataset(RLDataset):
         reward_fn: RewardFn | None = None,
         seed: int = 0,
         tags: Sequence[str] = ("agent",),
+        distinct: bool = False,
     ):
         if len(tasks) == 0:
             raise ValueError("AgentDataset: no tasks given")
@@ -53,6 +56,11 @@ class AgentDataset(RLDataset):
         self.num_batches = num_batches if num_batches is not None else -(-len(tasks) // batch_size)
         if self.num_batches < 1:
             raise ValueError(f"AgentDataset: num_batches must be >= 1, got {num_batches!r}")
+        if distinct:
+            self.num_tasks = min(len(tasks), self.num_batches * batch_size)
+            self.num_batches = -(-self.num_tasks // batch_size)
+        else:
+            self.num_tasks = self.num_batches * batch_size
 
     def _task(self, i: int) -> Any:
         n = len(self.tasks)
@@ -67,16 +75,17 @@ class AgentDataset(RLDataset):
         if not 0 <= index < self.num_batches:
             raise IndexError(f"AgentDataset: batch {index} out of range (0..{self.num_batches - 1})")
         start = index * self.batch_size
+        stop = min(start + self.batch_size, self.num_tasks)
         return [
             AgentGroupBuilder(
                 self.agent,
-                self._task(start + k),
+                self._task(i),
                 self.prompts,
                 self.group_size,
                 reward_fn=self.reward_fn,
                 tags=self.tags,
             )
-            for k in range(self.batch_size)
+            for i in range(start, stop)
         ]
 
     def __len__(self) -> int:
@@ -87,7 +96,7 @@ class AgentDatasetBuilder(RLDatasetBuilder):
     """Train tasks and (optionally) held-out test tasks for ``agent``: ``(AgentDataset, AgentDataset | None)``.
 
     Keyword arguments are those of :class:`AgentDataset`; ``num_test_batches`` (default: one pass) sizes the test
-    set.
+    set, which plays each test task at most once.
     """
 
     def __init__(
@@ -108,5 +117,5 @@ class AgentDatasetBuilder(RLDatasetBuilder):
         train = AgentDataset(self.agent, self.tasks, self.renderer, **self.kwargs)
         if not self.test_tasks:
             return train, None
-        kwargs = {**self.kwargs, "num_batches": self.num_test_batches}
+        kwargs = {**self.kwargs, "num_batches": self.num_test_batches, "distinct": True}
         return train, AgentDataset(self.agent, self.test_tasks, self.renderer, **kwargs)

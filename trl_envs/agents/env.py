@@ -25,12 +25,25 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.renderer import Renderer
-from ..core.types import Action, Env, EnvContractError, EnvGroupBuilder, Observation, StepResult, StopCondition
+from ..core.types import (
+    Action,
+    Env,
+    EnvContractError,
+    EnvGroupBuilder,
+    Metrics,
+    Observation,
+    StepResult,
+    StopCondition,
+    Trajectory,
+)
 from .endpoint import AgentEndpoint, Call, Session, acquire_endpoint, ended_error
 from .openai_format import APIError, assistant_reply, completion_body, finish_reason, stream_body
 from .prompts import PromptBuilder, Turn
 
 logger = logging.getLogger(__name__)
+
+FINISH_TIMEOUT = 60.0
+"""Seconds :meth:`AgentEnv.finish_truncated` waits for a cut episode's agent to finish and score it."""
 
 AgentFn = Callable[[str, str, Any], Any]
 RewardFn = Callable[[Any, Any], Any]
@@ -142,6 +155,32 @@ class AgentEnv(Env):
             await self.aclose("the episode failed")
             raise
 
+    async def finish_truncated(self, stop_reason: str) -> tuple[float, dict[str, float]] | None:
+        """Score an episode the rollout budget cut (``stop_reason``: ``"max_turns"`` / ``"max_tokens"``) the way its
+        agent's library scores a cut episode, when the agent says how: an agent with a
+        ``stop_episode(api_key, stop_reason) -> bool`` method (e.g. :class:`~trl_envs.verifiers.VerifiersAgent`) is
+        told, its pending and later calls are refused, and its run is awaited (up to :data:`FINISH_TIMEOUT` s) for
+        its reward and metrics (``truncated`` = 1). ``None`` (the episode stays unscored, reward 0) for other agents,
+        or when the run cannot finish."""
+        stop = getattr(self.agent, "stop_episode", None)
+        run, session = self._run, self._session
+        if stop is None or run is None or session is None or session.closed or run.done():
+            return None
+        if not stop(session.key, stop_reason):
+            return None
+        reason = f"the rollout's {stop_reason} budget ended it"
+        call, self._call = self._call, None
+        if call is not None:
+            call.refuse(ended_error(reason))
+        session.close(reason)
+        await asyncio.wait([run], timeout=FINISH_TIMEOUT)
+        if not run.done() or run.cancelled() or run.exception() is not None:
+            why = "did not finish" if not run.done() else "was cancelled" if run.cancelled() else repr(run.exception())
+            logger.warning("%s: the episode cut by %s could not be scored: its run %s", self.name, stop_reason, why)
+            return None
+        reward, metrics = await self._reward()
+        return reward, {**metrics, "agent_calls": float(session.num_calls), "truncated": 1.0}
+
     async def aclose(self, reason: str = "the episode ended") -> None:
         """End the episode's side of the endpoint: answer pending calls with 409, cancel the agent if it still runs
         (waiting up to 5 s for it), and release the endpoint. Safe to call more than once."""
@@ -232,7 +271,8 @@ def _short(value: Any, limit: int = 120) -> str:
 class AgentGroupBuilder(EnvGroupBuilder):
     """``group_size`` runs of ``agent`` on one ``task`` (a GRPO group), cleaned up however the group ends.
 
-    ``compute_group_rewards`` is the default (zeros): the agent's own reward is the trajectory's. ``cleanup``
+    ``compute_group_rewards`` gives zeros (the agent's own reward is the trajectory's), after scoring the episodes
+    the rollout budget cut where the agent's library scores them (:meth:`AgentEnv.finish_truncated`). ``cleanup``
     closes every env made (also those of retried attempts), so no agent or pending call outlives its rollout.
     """
 
@@ -257,6 +297,24 @@ class AgentGroupBuilder(EnvGroupBuilder):
         envs = [AgentEnv(self.agent, self.task, self.prompts, reward_fn=self.reward_fn) for _ in range(self.group_size)]
         self._envs.extend(envs)
         return envs
+
+    async def compute_group_rewards(
+        self, trajectories: Sequence[Trajectory], envs: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        """Zeros; but an episode the rollout budget cut (stop reason ``max_turns`` / ``max_tokens``) whose agent's
+        library scores cut episodes (:meth:`AgentEnv.finish_truncated`) gets that score on its last step, as a
+        finished episode does, with the metric ``truncated`` = 1."""
+        for trajectory, env in zip(trajectories, envs):
+            if trajectory.stop_reason not in ("max_turns", "max_tokens") or not isinstance(env, AgentEnv):
+                continue
+            if not trajectory.transitions:
+                continue
+            scored = await env.finish_truncated(trajectory.stop_reason)
+            if scored is not None:
+                reward, metrics = scored
+                last = trajectory.transitions[-1]
+                last.reward, last.metrics = last.reward + reward, {**last.metrics, **metrics}
+        return [(0.0, {}) for _ in trajectories]
 
     async def cleanup(self) -> None:
         envs, self._envs = self._envs, []

@@ -118,10 +118,16 @@ class BuiltinDatasetBuilder(RLDatasetBuilder):
         draws only from its own), else ``None`` (both splits draw from every problem, with different seeds)."""
         return None
 
+    def test_dataset(self) -> RLDataset:
+        """The test split: ``num_test_batches`` batches drawn with ``test_seed + TEST_SEED_OFFSET`` (from the held-out
+        problems when the env holds some out). An env whose problems can repeat overrides it to play each once."""
+        split = self.held_out_split()
+        return self.dataset(
+            self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, *(() if split is None else (split[1],))
+        )
+
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         split = self.held_out_split()
-        train, test = ((), ()) if split is None else ((split[0],), (split[1],))  # the problems, when split
-        return (
-            self.dataset(self.num_batches, self.train_seed, *train),
-            self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, *test),
-        )
+        return self.dataset(
+            self.num_batches, self.train_seed, *(() if split is None else (split[0],))
+        ), self.test_dataset()

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from ..core.builtin_datasets import BuiltinDataset, BuiltinDatasetBuilder
 from ..core.problem_env import ProblemEnv, ProblemGroupBuilder
 from ..core.renderer import Message, Renderer
-from ..core.types import EnvGroupBuilder
+from ..core.types import TEST_SEED_OFFSET, EnvGroupBuilder
 
 _FINAL_INTEGER = re.compile(r"(?<![\w.])(-?\d+)\s*$")
 
@@ -63,6 +63,29 @@ def draw_problem(rng: random.Random, problems: Sequence[tuple[int, int]] | None,
     return rng.choice(problems) if problems else sample_problem(rng, max_operand)
 
 
+def distinct_problems(
+    problems: Sequence[tuple[int, int]] | None, max_operand: int, seed: int, limit: int
+) -> list[tuple[int, int]]:
+    """At most ``limit`` problems, each once, in an order fixed by ``seed``: of ``problems`` when given (a held-out
+    split's side), else of every pair of operands ``0..max_operand``. What a test split plays, so that no problem is
+    counted twice in an evaluation."""
+    pool = (
+        sorted(set(problems)) if problems else [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
+    )
+    random.Random(f"arithmetic-test/{seed}").shuffle(pool)
+    return pool[:limit]
+
+
+def batch_problems(dataset: Any, index: int) -> list[tuple[int, int]]:
+    """The ``(a, b)`` of batch ``index`` of an arithmetic-style dataset (``batch_size``, ``seed``, ``problems``,
+    ``max_operand``, ``order``): a slice of ``order`` when the dataset plays distinct problems, else drawn with the
+    batch's own seed."""
+    if dataset.order is not None:
+        return dataset.order[index * dataset.batch_size : (index + 1) * dataset.batch_size]
+    rng = random.Random(f"{dataset.draw_prefix}/{dataset.seed}/{index}")
+    return [draw_problem(rng, dataset.problems, dataset.max_operand) for _ in range(dataset.batch_size)]
+
+
 def split_problems(max_operand: int, held_out_fraction: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """``(train, held_out)``: every pair ``(a, b)`` with operands ``0..max_operand``, a fixed (seed-independent)
     ``held_out_fraction`` of them set aside for testing. The same split for every training seed, so a test set made
@@ -97,7 +120,11 @@ class ArithmeticGroupBuilder(ProblemGroupBuilder):
 
 class ArithmeticDataset(BuiltinDataset):
     """``num_batches`` batches of ``batch_size`` groups; batch ``i`` is fixed by ``seed`` and ``i``. Problems are
-    drawn uniformly from ``problems`` when given, else from all operands ``0..max_operand``."""
+    drawn uniformly from ``problems`` when given, else from all operands ``0..max_operand``. With ``distinct`` (a
+    test split) no problem repeats: the batches hold :func:`distinct_problems` in order, the last one shorter when
+    the problems run out before ``num_batches`` full batches."""
+
+    draw_prefix: ClassVar[str] = "arithmetic"
 
     def __init__(
         self,
@@ -109,18 +136,21 @@ class ArithmeticDataset(BuiltinDataset):
         seed: int = 0,
         format_coef: float = 0.1,
         problems: Sequence[tuple[int, int]] | None = None,
+        *,
+        distinct: bool = False,
     ):
+        self.order = distinct_problems(problems, max_operand, seed, num_batches * batch_size) if distinct else None
+        if self.order is not None:
+            num_batches = -(-len(self.order) // batch_size)
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.max_operand, self.seed, self.format_coef = max_operand, seed, format_coef
         self.problems = list(problems) if problems is not None else None
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        rng = random.Random(f"arithmetic/{self.seed}/{index}")
-        builders = []
-        for _ in range(self.batch_size):
-            a, b = draw_problem(rng, self.problems, self.max_operand)
-            builders.append(ArithmeticGroupBuilder(self.renderer, a, b, self.group_size, self.format_coef))
-        return builders
+        return [
+            ArithmeticGroupBuilder(self.renderer, a, b, self.group_size, self.format_coef)
+            for a, b in batch_problems(self, index)
+        ]
 
 
 @dataclass
@@ -147,11 +177,29 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
             raise ValueError(f"arithmetic: option held_out_fraction must be a number in [0, 1), got {fraction!r}")
 
     def dataset(
-        self, num_batches: int, seed: int, problems: Sequence[tuple[int, int]] | None = None
+        self,
+        num_batches: int,
+        seed: int,
+        problems: Sequence[tuple[int, int]] | None = None,
+        *,
+        distinct: bool = False,
     ) -> ArithmeticDataset:
         return ArithmeticDataset(
-            self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed, problems=problems
+            self.renderer,
+            self.batch_size,
+            self.group_size,
+            num_batches,
+            self.max_operand,
+            seed,
+            problems=problems,
+            distinct=distinct,
         )
+
+    def test_dataset(self) -> ArithmeticDataset:
+        """``num_test_batches`` batches of distinct problems (fewer when the held-out problems run out)."""
+        split = self.held_out_split()
+        problems = None if split is None else split[1]
+        return self.dataset(self.num_test_batches, self.test_seed + TEST_SEED_OFFSET, problems, distinct=True)
 
     def held_out_split(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
         return split_problems(self.max_operand, self.held_out_fraction) if self.held_out_fraction else None

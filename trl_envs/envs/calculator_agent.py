@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from ..agents import AgentDataset
 from ..core.builtin_datasets import BuiltinDatasetBuilder, check_int_option
 from ..core.tools import CALCULATOR, ToolCall, run_tool_call
+from ..core.types import TEST_SEED_OFFSET
 from .arithmetic import split_problems
 from .tool_use import make_problem, read_number
 
@@ -145,3 +146,27 @@ class CalculatorAgentDatasetBuilder(BuiltinDatasetBuilder):
 
     def held_out_split(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
         return split_problems(self.max_operand, self.held_out_fraction) if self.held_out_fraction else None
+
+    def test_dataset(self) -> AgentDataset:
+        """The drawn test tasks, each question once (a repeated draw is dropped, not played twice)."""
+        split = self.held_out_split()
+        tasks = make_tasks(
+            self.num_test_batches,
+            self.batch_size,
+            self.test_seed + TEST_SEED_OFFSET,
+            self.problem,
+            self.max_operand,
+            self.max_tool_calls,
+            None if split is None else split[1],
+        )
+        unique = list({task["question"]: task for task in tasks}.values())
+        return AgentDataset(
+            calculator_agent,
+            unique,
+            self.renderer,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            num_batches=self.num_test_batches,
+            tags=["calculator_agent"],
+            distinct=True,
+        )

@@ -12,7 +12,6 @@ function of two answers) to train against a model's preferences instead.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -22,7 +21,7 @@ from ..core.judge import PairwiseJudgeGroupBuilder
 from ..core.message_env import MessageEnv, MessageStepResult, MessageTokenEnv
 from ..core.renderer import Message, ParsedResponse, Renderer
 from ..core.types import Env, EnvGroupBuilder
-from .arithmetic import ArithmeticDatasetBuilder, draw_problem, question, read_answer
+from .arithmetic import ArithmeticDatasetBuilder, batch_problems, distinct_problems, question, read_answer
 
 
 class CloserToJudge:
@@ -73,7 +72,10 @@ class QuestionGroupBuilder(EnvGroupBuilder):
 
 
 class JudgedArithmeticDataset(BuiltinDataset):
-    """``num_batches`` batches of ``batch_size`` judged groups; batch ``i`` is fixed by ``seed`` and ``i``."""
+    """``num_batches`` batches of ``batch_size`` judged groups; batch ``i`` is fixed by ``seed`` and ``i``. With
+    ``distinct`` (a test split) no problem repeats, as in :class:`~trl_envs.envs.arithmetic.ArithmeticDataset`."""
+
+    draw_prefix: ClassVar[str] = "judged_arithmetic"
 
     def __init__(
         self,
@@ -85,18 +87,21 @@ class JudgedArithmeticDataset(BuiltinDataset):
         seed: int = 0,
         both_orders: bool = False,
         problems: Sequence[tuple[int, int]] | None = None,
+        *,
+        distinct: bool = False,
     ):
         if group_size < 2:
             raise ValueError(f"judged_arithmetic: group_size must be >= 2 to compare answers, got {group_size}")
+        self.order = distinct_problems(problems, max_operand, seed, num_batches * batch_size) if distinct else None
+        if self.order is not None:
+            num_batches = -(-len(self.order) // batch_size)
         super().__init__(renderer, batch_size, group_size, num_batches)
         self.max_operand, self.seed, self.both_orders = max_operand, seed, both_orders
         self.problems = list(problems) if problems is not None else None
 
     def make_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
-        rng = random.Random(f"judged_arithmetic/{self.seed}/{index}")
         out = []
-        for _ in range(self.batch_size):
-            a, b = draw_problem(rng, self.problems, self.max_operand)
+        for a, b in batch_problems(self, index):
             out.append(
                 PairwiseJudgeGroupBuilder(
                     QuestionGroupBuilder(self.renderer, a, b, self.group_size),
@@ -121,8 +126,20 @@ class JudgedArithmeticDatasetBuilder(ArithmeticDatasetBuilder):
     int_options: ClassVar[dict[str, int]] = {"group_size": 2, "max_operand": 0}  # a judge compares >= 2 answers
 
     def dataset(
-        self, num_batches: int, seed: int, problems: Sequence[tuple[int, int]] | None = None
+        self,
+        num_batches: int,
+        seed: int,
+        problems: Sequence[tuple[int, int]] | None = None,
+        *,
+        distinct: bool = False,
     ) -> JudgedArithmeticDataset:
         return JudgedArithmeticDataset(
-            self.renderer, self.batch_size, self.group_size, num_batches, self.max_operand, seed, problems=problems
+            self.renderer,
+            self.batch_size,
+            self.group_size,
+            num_batches,
+            self.max_operand,
+            seed,
+            problems=problems,
+            distinct=distinct,
         )

@@ -46,6 +46,7 @@ def evaluate_model(
     model=None,
     tokenizer=None,
     max_context_tokens: int | None = None,
+    at_most: bool = False,
 ) -> EvalResult:
     """Load ``model_name_or_path`` (full model or PEFT adapter, see :func:`~trl_envs.hub.model_loading.load_policy`),
     play ``num_problems`` problems of ``env``'s ``split`` with ``samples_per_problem`` samples each and return the
@@ -57,7 +58,8 @@ def evaluate_model(
     own (its dataset seed is an ``env_kwargs`` option); ``seed`` seeds the sampling; ``temperature=0`` is greedy.
     Pass ``model`` and ``tokenizer`` to evaluate a model already in memory (``model_name_or_path`` is then only a
     label). Episodes end at ``max_context_tokens`` tokens of context (default: the model's maximum positions), as in
-    training.
+    training. With ``at_most``, ``num_problems`` is an upper bound: a smaller split is played whole, each problem
+    once.
 
     Raises:
         UnknownEnvError: (a ``KeyError``) for an unknown env. ValueError: for an unknown or missing split, or a split
@@ -112,4 +114,5 @@ def evaluate_model(
         success_threshold=success_threshold,
         chunk_size=chunk_size,
         progress=progress,
+        at_most=at_most,
     )

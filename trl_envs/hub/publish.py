@@ -65,7 +65,10 @@ class PublishArguments:
     card_eval_env: str | None = field(
         default=None, metadata={"help": "Env to evaluate on (default: the training env)."}
     )
-    card_eval_problems: int = field(default=32, metadata={"help": "Test problems in the card's evaluation."})
+    card_eval_problems: int = field(
+        default=32,
+        metadata={"help": "Test problems in the card's evaluation (at most: a smaller test split is played whole)."},
+    )
     card_eval_samples: int = field(
         default=8, metadata={"help": "Samples per problem (the n of pass@n) in the card's evaluation."}
     )
@@ -298,6 +301,7 @@ def _evaluate_before_after(
         seed=publish_args.card_eval_seed,
         device=str(trainer.accelerator.device),
         max_context_tokens=getattr(args, "max_context_tokens", None),
+        at_most=True,  # card_eval_problems bounds the count: a smaller test split is played whole, each problem once
     )
     results = {}
     episodes = publish_args.card_eval_problems * publish_args.card_eval_samples
@@ -310,6 +314,11 @@ def _evaluate_before_after(
             flush=True,
         )
         results[name] = evaluate_model(model, env, **common, progress=progress)
+        if results[name].num_problems != settings["problems"]:  # the split held fewer: report what was played
+            settings["problems"] = results[name].num_problems
+            settings["command"] = settings["command"].replace(
+                f"--num_problems {publish_args.card_eval_problems}", f"--num_problems {results[name].num_problems}"
+            )
         print(f"[trl_envs] {env} test problems, {name} training:\n{results[name].format_table()}")
     with open(os.path.join(output_dir, "eval_results.json"), "w", encoding="utf-8") as f:
         json.dump(

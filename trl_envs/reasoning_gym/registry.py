@@ -110,7 +110,11 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
         wanted = self.num_test_batches * self.batch_size
         config = self._config(self.test_seed + TEST_SEED_OFFSET, max(wanted * 2, self.config.get("size", 0) or 0))
         test = procedural_dataset(self.task, config)
-        indices = [i for i in range(len(test)) if test[i]["question"] not in seen][:wanted]
+        indices = []  # each held-out question once: a procedural config can ask the same question twice
+        for i in range(len(test)):
+            if len(indices) < wanted and test[i]["question"] not in seen:
+                seen.add(test[i]["question"])
+                indices.append(i)
         if len(indices) < wanted:
             raise ValueError(
                 f"env {self.env_name!r}: only {len(indices)} of the {wanted} test problems asked for are "

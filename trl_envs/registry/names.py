@@ -280,7 +280,28 @@ def make_env_dataset(
             f"env {name!r} ({kind.source}): its factory returned {type(out).__name__}, not an RLDataset "
             "or RLDatasetBuilder"
         )
+    try:
+        setattr(out, ENV_NAME_ATTRIBUTE, name)  # so that messages name the env as the user wrote it
+    except (AttributeError, TypeError):  # a frozen or slotted object: messages fall back to its logging tags
+        pass
     return out
+
+
+ENV_NAME_ATTRIBUTE = "trl_envs_env_name"
+"""The attribute :func:`make_env_dataset` sets on what it returns: the env's name as the user wrote it."""
+
+
+def env_label(envs: Any, builder: EnvGroupBuilder | None = None) -> str:
+    """How messages name the envs a trainer was given: the name the user wrote (``verifiers/vf_sums``,
+    ``textarena/Nim-v0``) when :func:`make_env_dataset` made them, else the first group's first logging tag, else the
+    class of the group (or of ``envs``)."""
+    name = getattr(envs, ENV_NAME_ATTRIBUTE, None)
+    if isinstance(name, str) and name:
+        return name
+    if builder is not None:
+        tags = [tag for tag in builder.logging_tags() if tag != "all"]
+        return tags[0] if tags else type(builder).__name__
+    return type(envs).__name__
 
 
 # -- internals ---------------------------------------------------------------------------------------------------

@@ -141,6 +141,7 @@ def evaluate(
     chunk_size: int | None = None,
     progress: bool = False,
     max_wait_s: float | None = 30.0,
+    at_most: bool = False,
 ) -> EvalResult:
     """Play the env groups of ``dataset`` with ``sampler`` and measure rewards and pass@k.
 
@@ -158,12 +159,14 @@ def evaluate(
             sampled numbers depend on it (batches are sampled together).
         progress: show a progress bar (tqdm, on stderr) over the problems.
         max_wait_s: see :func:`~trl_envs.rollout.engine.run_rollout_batch`.
+        at_most: ``num_problems`` is an upper bound: a dataset with fewer problems is played whole (each problem
+            once) instead of raising.
 
     Raises:
         ValueError: for a ``k`` larger than some group, or ``num_problems`` larger than the dataset.
         RuntimeError: when every group was skipped after errors.
     """
-    builders = _select_builders(dataset, num_batches, num_problems)
+    builders = _select_builders(dataset, num_batches, num_problems, at_most)
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"evaluate: chunk_size must be >= 1, got {chunk_size}")
     if seed is not None:
@@ -243,7 +246,9 @@ def _tag_stats(entries: list[tuple[list[float], int]], ks: Sequence[int]) -> Tag
     )
 
 
-def _select_builders(dataset: RLDataset, num_batches: int | None, num_problems: int | None) -> list[EnvGroupBuilder]:
+def _select_builders(
+    dataset: RLDataset, num_batches: int | None, num_problems: int | None, at_most: bool = False
+) -> list[EnvGroupBuilder]:
     if num_problems is not None and num_problems < 1:
         raise ValueError(f"evaluate: num_problems must be >= 1, got {num_problems}")
     n = len(dataset) if num_batches is None else min(num_batches, len(dataset))
@@ -253,7 +258,7 @@ def _select_builders(dataset: RLDataset, num_batches: int | None, num_problems: 
             break
         builders.extend(dataset.get_batch(i))
     if num_problems is not None:
-        if len(builders) < num_problems:
+        if len(builders) < num_problems and not at_most:
             raise ValueError(
                 f"evaluate: asked for {num_problems} problems but the dataset "
                 f"({type(dataset).__name__}, {n} batches) holds {len(builders)}"

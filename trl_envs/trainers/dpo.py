@@ -19,6 +19,7 @@ from transformers.trainer_utils import TrainOutput
 from trl import DPOConfig, DPOTrainer
 
 from ..core.types import RLDataset, RLDatasetBuilder
+from ..registry.names import env_label as named_env
 from ..rollout.engine import RolloutBatchResult
 from ..samplers.base import Sampler
 from ..training_data.preference import PAIR_COLUMNS, PairStats
@@ -199,7 +200,7 @@ class EnvDPOTrainer(DPOTrainer, _ResumedTokenCount):
                 self.eval_dataset[key[1]] = pairs
         check_env_launch(self, "EnvDPOTrainer", sampler, chat_template=envs is not None)
         self.rounds = DPORounds(self, SyncRolloutSource(self.rollouts), *envs) if envs is not None else None
-        self.run_guards = RunGuards(self, model, type(envs[0]).__name__ if envs is not None else None)
+        self.run_guards = RunGuards(self, model, named_env(env_dataset) if envs is not None else None)
 
     @property
     def last_rollout(self) -> RolloutBatchResult | None:

@@ -8,11 +8,12 @@ from trl import DPOConfig
 
 from .activation_checkpointing import ActivationCheckpointing
 from .checkpoints import ResumeArguments
+from .machine_defaults import MachineDefaults
 from .rollout_args import RolloutArguments, check_count
 
 
 @dataclass
-class EnvDPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, DPOConfig):
+class EnvDPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, MachineDefaults, DPOConfig):
     """``DPOConfig`` with the settings of env-driven (iterative / online) DPO. Every DPO option keeps its TRL meaning.
 
     On a preference dataset (``train_dataset``) only the ``DPOConfig`` part matters. With envs (``env_dataset``),

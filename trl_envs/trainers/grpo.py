@@ -35,6 +35,7 @@ from trl import GRPOTrainer
 
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from ..registry.names import env_label as named_env
 from ..rollout.engine import RolloutBatchResult
 from ..rollout.event_loop import run_sync
 from ..samplers.base import Sampler
@@ -50,6 +51,7 @@ from .health import TrainingHealthCallback, check_finite_rewards
 from .reward_funcs import EPISODE_FIELD, METRICS_FIELD, REWARD_FIELD, Episode, episode_reward_functions
 from .rollouts import EnvRollouts, RolloutSource, SyncRolloutSource
 from .run_guards import RunGuards
+from .trl_warnings import replace_trl_reward_none_warning
 
 
 class RowLayoutNeeded(Exception):
@@ -187,9 +189,10 @@ class EnvGRPOTrainer(GRPOTrainer):
         for function in reward_functions[1:]:
             function.bind(tokenizer, self.accelerator.device)
         trl_seam.set_stop_token_ids(self, with_turn_stops(trl_seam.stop_token_ids(self), Renderer(tokenizer)))
-        env_label = type(self.train_groups.builder(self.train_groups.key(0))).__name__
+        env_label = named_env(env_dataset, self.train_groups.builder(self.train_groups.key(0)))
         self.run_guards = RunGuards(self, model, env_label)
         self.add_callback(TrainingHealthCallback(args.health_patience, args.health_min_entropy, envs=env_label))
+        replace_trl_reward_none_warning()  # TRL's per-step block about rows without reward -> one line
         self.rollout_source: RolloutSource = (
             PipelinedRolloutSource(self.rollouts, self) if args.max_staleness else SyncRolloutSource(self.rollouts)
         )

@@ -8,13 +8,14 @@ from trl import GRPOConfig
 
 from .activation_checkpointing import ActivationCheckpointing
 from .checkpoints import ResumeArguments
+from .machine_defaults import MachineDefaults
 from .rollout_args import RolloutArguments, check_count
 
 ASYNC_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none")
 
 
 @dataclass
-class EnvGRPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, GRPOConfig):
+class EnvGRPOConfig(RolloutArguments, ResumeArguments, ActivationCheckpointing, MachineDefaults, GRPOConfig):
     """``GRPOConfig`` with the settings of env rollouts. Every GRPO option keeps its TRL meaning.
 
     ``num_generations`` is the group size: every env group must have exactly that many envs.

@@ -36,6 +36,21 @@ MAX_ABS_REWARD = 1e18
 """Largest reward magnitude whose group statistics stay finite in float32 (TRL's reward tensor): (2e18)^2 < 3.4e38."""
 
 
+SKIP_CAUSE_HINTS = {
+    "InitialObservationOverflowError": "its prompts are over the env's own token budget: raise that budget in the "
+    "env's options (--env_kwargs) or shorten the prompts",
+    "ContextBudgetError": "its observations outgrow max_context_tokens: raise it (up to the model's maximum positions) "
+    "or shorten the env's prompts",
+    "RolloutTimeoutError": "its episodes ran past rollout_timeout: raise rollout_timeout, or find what the env "
+    "waits on",
+    "EnvOutageError": "its server could not be reached: check that it is up (reconnect_timeout_s bounds the wait)",
+    "AgentError": "its agent failed: play one task by hand (trl-envs play) to see the agent's error",
+}
+"""What to change for the most frequent error behind a run's skipped groups, by error type."""
+
+_BOOKKEEPING_ERRORS = ("GroupSkipped", "SiblingEnded")  # counted beside the errors that skipped the groups
+
+
 class TrainingHealthWarning(UserWarning):
     """A training step that cannot change the policy usefully (see the module docstring)."""
 
@@ -98,6 +113,7 @@ class TrainingHealthCallback(TrainerCallback):
         self.empty_in_a_row = 0
         self.seen_mixed = False  # a step with a mixed-reward group was logged
         self.best_reward: float | None = None  # the best mean env reward logged so far
+        self.skip_causes: dict[str, list[float]] = {}  # error type -> its errors per group, in each empty step
 
     def problems(self, logs: dict) -> list[str]:
         """What is wrong with one training log (empty: healthy).
@@ -146,6 +162,11 @@ class TrainingHealthCallback(TrainerCallback):
         skipped = _number(logs, "env/all/skipped_groups")
         empty = skipped is not None and skipped >= 1.0
         self.empty_steps += empty
+        if empty:
+            for key, value in logs.items():
+                name = key[len("env/all/errors/") :]
+                if key.startswith("env/all/errors/") and name not in _BOOKKEEPING_ERRORS and _number(logs, key):
+                    self.skip_causes.setdefault(name, []).append(float(value))
         self.empty_in_a_row = self.empty_in_a_row + 1 if empty else 0
         if not found:
             self.unhealthy_in_a_row = 0
@@ -171,10 +192,22 @@ class TrainingHealthCallback(TrainerCallback):
         if verdict is not None:
             raise RunFailed(
                 f"training on {self.envs} ended at step {state.global_step}, but in {verdict} every group was "
-                "skipped after env errors or timeouts: nothing was trained. No model was saved and no card written. "
-                "Check the env's errors (an env server that is down, an agent that never returns) and "
-                "rollout_timeout."
+                f"skipped after env errors or timeouts: nothing was trained. No model was saved and no card written. "
+                f"{self.skip_cause()}"
             )
+
+    def skip_cause(self) -> str:
+        """The most frequent error behind the empty steps, how often, and what to change (:data:`SKIP_CAUSE_HINTS`)."""
+        if not self.skip_causes:
+            return (
+                "Check the env's errors (an env server that is down, an agent that never returns) and rollout_timeout."
+            )
+        name, per_group = max(self.skip_causes.items(), key=lambda item: (len(item[1]), sum(item[1])))
+        hint = SKIP_CAUSE_HINTS.get(name, "see the env's logged errors (env/all/errors/*) for its message")
+        return (
+            f"The most frequent cause: {name} on {self.envs}, in {len(per_group)} of the {self.empty_steps} empty "
+            f"steps ({sum(per_group) / len(per_group):.2g} per group): {hint}."
+        )
 
     def mostly_empty(self) -> str | None:
         """Where the run so far trained on nothing (``"12 of its 20 logged steps"``, ``"its last 10 logged steps"``),

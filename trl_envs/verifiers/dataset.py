@@ -23,8 +23,9 @@ class VerifiersDatasetBuilder(RLDatasetBuilder):
     Each batch has ``batch_size`` tasks; each task is one group of ``group_size`` episodes (GRPO's
     ``num_generations``). The first pass over the training tasks keeps the taskset's order, later passes are
     shuffled with ``seed`` (left ``None``, the trainer's seed). The test split is the environment's held-out tasks
-    (``test_taskset`` or ``num_test_tasks``, see :class:`~trl_envs.verifiers.source.VerifiersSource`); without one
-    the builder returns no test dataset.
+    (``test_taskset`` or ``num_test_tasks``, see :class:`~trl_envs.verifiers.source.VerifiersSource`), each played
+    once (``num_test_batches`` caps it; the last batch is shorter rather than wrapping round); without one the builder
+    returns no test dataset.
 
     Each group is logged under the tag ``tag`` (default: the environment's id): its reward components and metrics
     as ``env/<tag>/<name>``, with ``num_turns``, ``agent_calls`` and ``history_rewrites``.
@@ -80,4 +81,5 @@ class VerifiersDatasetBuilder(RLDatasetBuilder):
         )
         if not test_tasks:
             return train, None
-        return train, AgentDataset(agent, test_tasks, self.renderer, num_batches=self.num_test_batches, **sizes)
+        test = AgentDataset(agent, test_tasks, self.renderer, num_batches=self.num_test_batches, distinct=True, **sizes)
+        return train, test

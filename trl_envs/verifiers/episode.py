@@ -5,6 +5,8 @@ its harness, tools, judges and rubric) with the policy's endpoint as the model: 
 at ``base_url`` with this episode's ``api_key``, so every call the environment's agents make, relayed by verifiers'
 interception server, is one turn of this episode, sampled and recorded token by token by the trainer. The episode's
 reward is the summed reward of its trainable traces; their reward components and metrics are returned as metrics.
+An episode the trainer's budget cuts (``max_turns``, token budgets) is stopped and scored as verifiers' own limits
+stop and score one (:meth:`VerifiersAgent.stop_episode`), and marked ``truncated``.
 
 The environment's serving resources (its interception server and taskset-wide tool servers, ``env.serving()``) are
 shared by all episodes of one event loop: started by the first, stopped when the last ends (:func:`serving`).
@@ -71,6 +73,11 @@ async def serving(env: Any):
             await asyncio.gather(entry.task, return_exceptions=True)
 
 
+VERIFIERS_STOP_CONDITIONS = {"max_turns": "max_turns", "max_tokens": "max_total_tokens"}
+"""The verifiers stop condition (``RolloutLimits``) a trace gets when the trainer's budget (a trajectory's stop
+reason) cuts its episode; both count as truncated in verifiers (``Trace.is_truncated``)."""
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
@@ -97,6 +104,9 @@ def episode_result(episode: Any, env_name: str) -> dict[str, Any]:
             if number is not None and name not in metrics:
                 metrics[name] = number
     metrics["num_turns"] = float(sum(t.num_turns for t in trained))
+    # verifiers' own notion: a framework limit (its own or the trainer's budget, see VerifiersAgent.stop_episode) or
+    # a reply cut at its length; the episode is scored by its rubric either way
+    metrics["truncated"] = float(any(t.is_truncated for t in trained))
     return {"reward": float(sum(t.reward for t in trained)), "metrics": metrics}
 
 
@@ -117,6 +127,20 @@ class VerifiersAgent:
     def __init__(self, source: Any, model: str = "policy"):
         self.source, self.model = source, model
         self.__name__ = f"verifiers/{source.name}"
+        self._traces: dict[str, list[Any]] = {}  # api key -> the traces its episode minted so far
+
+    def stop_episode(self, api_key: str, reason: str) -> bool:
+        """The trainer's budget (``reason``: ``"max_turns"`` or ``"max_tokens"``) cut the episode of ``api_key``:
+        stop its live agent run as verifiers' own limits do (its next model call is refused, the run ends, the
+        env's ``run()`` goes on, and the trace is finalized and scored by the rubric with the stop condition
+        ``max_turns`` / ``max_total_tokens``). Returns False when no run of that episode is live."""
+        live = [t for t in self._traces.get(api_key, ()) if not t.is_completed]
+        for trace in live:
+            trace.stop(VERIFIERS_STOP_CONDITIONS.get(reason, reason))
+        return bool(live)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_traces": {}}  # live traces stay in the process that runs them
 
     async def __call__(self, base_url: str, api_key: str, task: Any) -> Mapping[str, Any]:
         import verifiers.v1 as vf
@@ -132,8 +156,10 @@ class VerifiersAgent:
                 client=vf.EvalClientConfig(base_url=base_url, api_key_var=variable),
                 sampling=vf.SamplingConfig(),
             )
+            traces = self._traces[api_key] = []
             async with serving(env):
-                episode = await env.run_episode(task, ctx)
+                episode = await env.run_episode(task, ctx, on_trace=traces.append)
         finally:
             os.environ.pop(variable, None)
+            self._traces.pop(api_key, None)
         return episode_result(episode, self.source.name)
