@@ -432,6 +432,15 @@ def test_a_missing_private_name_is_reported_with_the_seam_module(monkeypatch):
         trl_seam.check_trl_compatibility()
 
 
+def test_a_name_only_dpo_needs_does_not_stop_grpo():
+    """transformers versions without Trainer._init_training_state can still train GRPO (env-driven DPO rounds need
+    it); each trainer checks the names it uses."""
+    entry = trl_seam.PrivateName("_no_such_method", "transformers.Trainer", "DPO rounds only", trainer="dpo")
+    trl_seam.check_trl_compatibility([entry], trainer="grpo")
+    with pytest.raises(trl_seam.TRLCompatibilityError, match="'_no_such_method'"):
+        trl_seam.check_trl_compatibility([entry], trainer="dpo")
+
+
 def test_a_missing_private_attribute_set_in_init_is_reported():
     entry = trl_seam.PrivateName("_no_such_thing", "trl.GRPOTrainer", "nothing", check="source")
     assert entry.source == "self._no_such_thing"

@@ -119,7 +119,7 @@ class EnvDPOTrainer(DPOTrainer, _ResumedTokenCount):
         eval_env_dataset: RLDataset | Dataset | None = None,
         sampler: Sampler | None = None,
     ):
-        trl_seam.check_trl_compatibility()  # an incompatible TRL fails here, not in a training step
+        trl_seam.check_trl_compatibility(trainer="dpo")  # an incompatible TRL fails here, not in a training step
         self.rollouts = EnvRollouts(self, sampler)
         if (train_dataset is None) == (env_dataset is None):
             raise ValueError(

@@ -138,7 +138,7 @@ class EnvGRPOTrainer(GRPOTrainer):
     ):
         if not isinstance(args, EnvGRPOConfig):
             raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
-        trl_seam.check_trl_compatibility()  # an incompatible TRL fails here, not in a training step
+        trl_seam.check_trl_compatibility(trainer="grpo")  # an incompatible TRL fails here, not in a training step
         train_envs, eval_envs, processing_class = load_env_datasets(
             env_dataset,
             eval_env_dataset,

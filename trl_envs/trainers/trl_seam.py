@@ -55,6 +55,8 @@ class PrivateName:
             root) that defines the method; that module may define it and call ``super().name`` inside it.
         source_text: with ``check="source"``, the text to find; default ``self.<name>`` for an identifier, else
             ``name`` itself (a message).
+        trainer: the env trainer that needs it (``"grpo"`` / ``"dpo"``), so that a version lacking a name only one
+            trainer uses does not stop the other; ``None``: both.
     """
 
     name: str
@@ -63,6 +65,7 @@ class PrivateName:
     check: str = field(default="attr", kw_only=True)
     overridden_in: str | None = field(default=None, kw_only=True)
     source_text: str | None = field(default=None, kw_only=True)
+    trainer: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.check not in CHECKS:
@@ -89,6 +92,7 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "advantages); EnvGRPOTrainer rolls out the rows' env groups, then calls it with one row per planned row, "
         "whose prompt carries that row for rollout_func",
         overridden_in="trl_envs/trainers/grpo.py",
+        trainer="grpo",
     ),
     PrivateName(
         "_metrics",
@@ -96,6 +100,7 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "mode ('train'/'eval') -> metric name -> list of values whose mean over the logging window log() "
         "logs; record_mean_metrics appends the env metrics there after one cross-rank gather",
         check="source",
+        trainer="grpo",
     ),
     PrivateName(
         "_logs",
@@ -103,6 +108,7 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "the record of the latest scored rows ('prompt', 'completion', 'rewards' name -> values, 'advantages'), "
         "gathered over processes, in deques of generation_batch_size",
         check="source",
+        trainer="grpo",
     ),
     PrivateName(
         "_init_training_state",
@@ -111,18 +117,21 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "step; continued_training_state wraps it so env-driven DPO rounds keep counting steps, logs and FLOPs "
         "(no public door: train() makes a fresh TrainerState unless resume_from_checkpoint, which also reloads "
         "weights, optimizer and scheduler and skips global_step // steps_per_epoch epochs)",
+        trainer="dpo",
     ),
     PrivateName(
         "_finalize_training",
         "transformers.Trainer",
         "(trial, num_train_samples, start_time) computes the speed metrics of one train() call from "
         "state.max_steps; continued_training_state scales them to the call's own steps",
+        trainer="dpo",
     ),
     PrivateName(
         "create_model_from_path",
         "trl.trainer.grpo_trainer",
         "GRPOTrainer.__init__ builds the reference model (beta != 0, no PEFT) with this function of its module, "
         "called once; grpo_reference_model replaces it to hand in a frozen copy of the policy",
+        trainer="grpo",
     ),
     PrivateName(
         "eos_token_ids",
@@ -130,6 +139,7 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "the token ids that end a completion: generation stops on them and scoring counts a completion whose last "
         "token is not one of them (or pad) as truncated; EnvGRPOTrainer adds the chat template's turn stops",
         check="source",
+        trainer="grpo",
     ),
     PrivateName(
         "vllm_generation",
@@ -137,6 +147,7 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "the VLLMGeneration GRPOTrainer.__init__ builds with use_vllm (the vLLM engine or server client and its "
         "weight sync); VLLMSampler generates with it",
         check="source",
+        trainer="grpo",
     ),
 )
 
@@ -159,9 +170,11 @@ def _source_of(owner) -> str:
     return _source_file_text(inspect.getsourcefile(owner))
 
 
-def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES) -> None:
+def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES, trainer: str | None = None) -> None:
     """Raise :class:`TRLCompatibilityError` naming this module and the first missing entry of ``names`` (default
-    :data:`TRL_PRIVATE_NAMES`) if the installed TRL or transformers lacks it."""
+    :data:`TRL_PRIVATE_NAMES`; with ``trainer``, only the entries that trainer needs) if the installed TRL or
+    transformers lacks it."""
+    names = [e for e in names if trainer is None or e.trainer in (None, trainer)]
     for entry in names:
         try:
             owner = _resolve(entry.owner)
