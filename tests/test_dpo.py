@@ -420,3 +420,18 @@ def test_script_loads_preference_data_from_files_and_disk(tmp_path, monkeypatch)
         script.pick_split(saved, "validation", "evaluation")
     with pytest.raises(ValueError, match="files of one kind"):
         script.load_preference_splits(args(data_files=[str(tmp_path / "p.jsonl"), str(tmp_path / "p.csv")]))
+
+
+def test_a_question_column_trains_as_the_prompt(tmp_path, tiny_model_path, tokenizer):
+    """The shape TRL would have trained on silently with prompts '' and '1': here the question is the prompt."""
+    rows = [{"question": f"What is {a} + {a}?", "chosen": str(2 * a), "rejected": str(2 * a + 1)} for a in range(8)]
+    with pytest.warns(UserWarning, match="its 'question' column is used as the prompt"):
+        trainer = EnvDPOTrainer(
+            tiny_model_path,
+            args=config(tmp_path),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+        )
+    prompts = [tokenizer.decode(ids) for ids in trainer.train_dataset["prompt_ids"]]
+    assert prompts[3].startswith("What is 3 + 3?")
+    assert trainer.train().global_step == 1
