@@ -374,6 +374,13 @@ def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypa
     card_eval = json.loads((tmp_path / "offline" / "eval_results.json").read_text())
     assert card_eval["env"] == "arithmetic"  # scored on the questions the built-in data leaves out, not on seen ones
     assert card_eval["env_kwargs"] == {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION}
+    card = (tmp_path / "offline" / "README.md").read_text()
+    assert "trained with DPO on the built-in arithmetic preference dataset `arithmetic-preferences-v2` (train " in card
+    assert "split, 512 rows)" in card
+    settings = card[card.index("| setting | value |") :]
+    assert "`beta`" in settings and "`max_steps`" in settings
+    for env_only in ("num_rounds", "max_turns", "max_tokens_per_turn", "temperature", "group_size", "num_generations"):
+        assert f"`{env_only}`" not in settings, env_only  # offline DPO samples nothing: env settings did not act
     stdout = run_script(
         monkeypatch,
         capsys,
@@ -393,6 +400,10 @@ def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypa
     )
     assert "round  1/1 | env reward" in stdout, stdout
     assert (tmp_path / "env" / "log_history.json").exists()
+    settings = (tmp_path / "env" / "README.md").read_text().split("| setting | value |")[1]
+    for env_setting in ("num_rounds", "group_size", "groups_per_round", "max_turns", "temperature"):
+        assert f"`{env_setting}`" in settings, env_setting
+    assert "`num_generations`" not in settings and "`max_length`" not in settings
 
 
 def test_script_loads_preference_data_from_files_and_disk(tmp_path, monkeypatch):
