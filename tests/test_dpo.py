@@ -287,10 +287,30 @@ def test_a_round_without_pairs_warns_with_the_count(tmp_path, tiny_model_path, t
     trainer = EnvDPOTrainer(
         tiny_model_path, args=config(tmp_path, num_rounds=2), env_dataset=envs, processing_class=tokenizer
     )
-    with pytest.warns(EmptyPairsWarning, match=r"round 1 made no preference pair from 3 env groups \(3 all ties"):
+    with pytest.warns(EmptyPairsWarning, match=r"round 1 made no preference pair from 3 env groups \(3 all ties") as w:
         out = trainer.train()
+    assert any("a reward that is constant within a group never pairs" in str(m.message) for m in w)
     assert out.global_step == 0
     assert [h["pairs/ties"] for h in trainer.round_history] == [3.0, 3.0]
+
+
+def test_self_play_that_cannot_pair_is_refused_before_training(tmp_path, tiny_model_path, tokenizer, renderer):
+    """tic_tac_toe's groups are games of two seats: no two trajectories share a prompt, so no round can ever pair."""
+    envs = make_env_dataset("tic_tac_toe", renderer, group_size=4, groups_per_batch=2)
+    trainer = EnvDPOTrainer(
+        tiny_model_path,
+        args=config(tmp_path, num_rounds=3, group_size=4, groups_per_round=2),
+        env_dataset=envs,
+        processing_class=tokenizer,
+    )
+    before = params(trainer.model)
+    with pytest.raises(
+        ValueError,
+        match=r"in all 2 the trajectories began from different prompts.*"
+        r"Train such envs with GRPO \(trl-envs grpo --env tic_tac_toe\)",
+    ):
+        trainer.train()
+    assert trainer.state.global_step == 0 and all(torch.equal(before[n], p) for n, p in params(trainer.model).items())
 
 
 # -- errors ----------------------------------------------------------------------------------------------------
