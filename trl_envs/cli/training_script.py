@@ -136,10 +136,10 @@ def make_parser(
     """The ``TrlParser`` of a script over ``dataclass_types``, as a ``command`` of ``subparsers`` when given, with the
     ``demo_recipe`` as defaults (``demo_defaults=False``: without them; :func:`parse_args` adds them for the demo model
     only), on CPU when there is no GPU and in bf16 where the GPU has it."""
+    import argparse
+
     import torch
     from trl import TrlParser
-
-    import argparse
 
     class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
         """The description as written (examples keep their lines), each flag's default after its help."""

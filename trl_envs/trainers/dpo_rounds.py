@@ -97,7 +97,8 @@ class DPORounds:
             else:
                 if r == first_round and 0 < stats.num_groups == stats.prompt_mismatch:
                     raise ValueError(no_pairs_possible(self.train_envs, stats))
-                warnings.warn(no_pairs_message(r + 1, stats, int(logs.get("pairs/too_long", 0))), EmptyPairsWarning)
+                message = no_pairs_message(r + 1, stats, int(logs.get("pairs/too_long", 0)))
+                warnings.warn(message, EmptyPairsWarning, stacklevel=3)
             if self.eval_envs is not None and args.eval_envs_each_round:
                 logs.update(self.evaluate_envs())
             logs["round/seconds"] = time.perf_counter() - start
