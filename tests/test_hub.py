@@ -113,9 +113,12 @@ def test_the_stand_in_received_exactly_the_folder_byte_for_byte(published):
         "eval_results.json",
     }
     assert expected <= set(on_disk), sorted(on_disk)
-    assert sorted(on_disk) == files_to_push(output_dir)  # nothing in this folder is excluded from the push
+    bookkeeping = {name for name in on_disk if name in (LOCK_FILE, RUN_RECORD)}
+    pushed = {name: data for name, data in on_disk.items() if name not in bookkeeping}
+    assert sorted(pushed) == files_to_push(output_dir)  # nothing but the run's bookkeeping is left out of the push
     repo = hub.repos[REPO_ID]
-    assert repo.files == on_disk  # same names, identical bytes
+    assert repo.files == pushed  # same names, identical bytes
+    assert not bookkeeping & set(repo.files)
     assert [c["revision"] for c in repo.commits] == ["main"]  # one commit
     assert hub.unexpected == []
     upload = [(m, p) for m, p, _ in hub.requests if p != "/api/agent-harnesses"]
@@ -302,7 +305,10 @@ def test_train_grpo_script_pushes_its_output_folder(tmp_path, tiny_model_path):
             "training_config.json",
             "tokenizer.json",
         } <= set(on_disk)
-        assert hub.repos["me/script-run"].files == on_disk
+        assert {LOCK_FILE, RUN_RECORD} <= set(on_disk)  # the run's bookkeeping stays on the machine
+        assert hub.repos["me/script-run"].files == {
+            k: v for k, v in on_disk.items() if k not in (LOCK_FILE, RUN_RECORD)
+        }
         assert hub.unexpected == []
     assert "pushed" in proc.stdout and "library_name: transformers" in on_disk["README.md"].decode()
 
