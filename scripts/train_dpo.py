@@ -43,7 +43,7 @@ from trl_envs.registry import parse_env_kwargs
 from trl_envs.registry.env_datasets import data_file_builder, is_saved_to_disk
 from trl_envs.trainers.progress import RewardProgressCallback
 from trl_envs.trainers.resume import resume_option
-from trl_envs.training_data.preference_data import HELD_OUT_ENV_KWARGS, load_preference_dataset
+from trl_envs.training_data.preference_data import DATASET_NAME, HELD_OUT_ENV_KWARGS, load_preference_dataset
 
 
 @dataclass
@@ -164,6 +164,7 @@ def main(
         datasets=[script_args.dataset_name]
         if script_args.dataset_name and not os.path.exists(script_args.dataset_name)
         else None,
+        train_data=None if script_args.env_mode else describe_preference_data(script_args, trainer.train_dataset),
         script_args=script_args,
         model_args=model_args,
     )
@@ -231,6 +232,19 @@ def load_preference_splits(args: ScriptArguments):
     if os.path.isfile(name):
         return load_dataset(data_file_builder([name], "--dataset_name"), data_files={args.dataset_train_split: [name]})
     return load_dataset(name, name=args.dataset_config)
+
+
+def describe_preference_data(args: ScriptArguments, train_dataset) -> str:
+    """What offline DPO trained on, as the model card says it: the dataset's name or path (the built-in one by name),
+    its split and its rows."""
+    if args.data_files:
+        name = ", ".join(f"`{f}`" for f in args.data_files)
+    elif args.dataset_name:
+        name = f"`{args.dataset_name}`" + (f" ({args.dataset_config})" if args.dataset_config else "")
+    else:
+        name = f"the built-in arithmetic preference dataset `{DATASET_NAME}`"
+    rows = f", {len(train_dataset)} rows" if hasattr(train_dataset, "__len__") else ""
+    return f"{name} ({args.dataset_train_split} split{rows})"
 
 
 def pick_split(data, split: str, role: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -111,10 +112,16 @@ def test_play_arithmetic_wrong_and_malformed_answers(tiny_model_path):
     assert "total reward -0.10" in malformed.stdout and "[action: [" in malformed.stdout
 
 
-def test_play_stops_cleanly_when_input_ends(tiny_model_path):
-    proc = run_cli("play", "guess_number", "--model_name_or_path", tiny_model_path, stdin="8\n")
-    assert proc.returncode == 1
-    assert "no more input: episode abandoned" in proc.stderr
+def test_play_ends_the_episode_at_the_end_of_piped_input_with_the_reward_so_far(tiny_model_path):
+    """The help's own example: two guesses piped in, the game unfinished; the turns played are reported, exit 0."""
+    proc = run_cli("play", "guess_number", "--model_name_or_path", tiny_model_path, stdin="8\n4\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "--- end of input: the episode stops after 2 turns, unfinished" in out
+    assert "turn 0: reward -0.10" in out and "turn 1: reward -0.10" in out
+    assert out.rstrip().endswith("total reward -0.20") and "Traceback" not in proc.stderr
+    help_text = run_cli("play", "--help").stdout
+    assert "printf '8\\n4\\n' | trl-envs play guess_number" in help_text
 
 
 def test_play_unknown_env_names_the_known_ones(tiny_model_path):
@@ -296,3 +303,56 @@ def test_pass_at_k_rejects_impossible_counts():
         pass_at_k(3, 4, 1)
     with pytest.raises(ValueError, match="k=4"):
         pass_at_k(3, 1, 4)
+
+
+def test_list_filters_by_text_and_kind(capsys):
+    assert main(["list", "--kind", "builtin"]) == 0
+    builtin = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert "arithmetic" in builtin and "tic_tac_toe" in builtin and all("/" not in n for n in builtin)
+    assert main(["list", "guess_NUMBER", "--kind", "builtin"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["guess_number"]
+    if importlib.util.find_spec("textarena") is not None:  # the family is listed only where it is installed
+        assert main(["list", "textarena"]) == 0
+        names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+        assert names and all(n.startswith("textarena/") for n in names)
+    assert main(["list", "no-such-env-anywhere"]) == 1
+    assert "no env matches 'no-such-env-anywhere'" in capsys.readouterr().err
+
+
+def test_show_steps_must_be_at_least_one(tmp_path):
+    proc = run_cli("show", str(tmp_path), "--steps", "0")
+    assert proc.returncode == 2 and "argument --steps: must be >= 1, got 0" in proc.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """``trl-envs show ... | head``: the reader goes away; the command stops without a Broken pipe error."""
+    code = (
+        "import sys\nfrom trl_envs.cli.errors import run_command\n"
+        "def body():\n    for i in range(10**6):\n        print('line', i)\n"
+        "sys.exit(run_command('trl-envs show', body))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT
+    )
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()  # as head does after its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err
+
+
+@pytest.mark.parametrize("command", ["grpo", "dpo"])
+def test_training_help_opens_with_what_it_does_and_examples(command, capsys):
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: trl-envs {command} [--config FILE.yaml] [OPTIONS]\n\nTrain a language model with")
+    head = out[: out.index("options:")]
+    examples = [line for line in head.splitlines() if line.startswith(f"  trl-envs {command}")]
+    assert 3 <= len(examples) <= 5, head
+    assert "--learning_rate" in out[out.index("options:") :]  # the full list of flags follows
+
+
+def test_training_errors_name_the_command_as_typed(capsys):
+    assert main(["dpo", "--no_such_flag", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "trl-envs dpo: error: unknown flag --no_such_flag" in err and "train_dpo.py" not in err

@@ -316,10 +316,30 @@ def test_a_round_without_pairs_warns_with_the_count(tmp_path, tiny_model_path, t
     trainer = EnvDPOTrainer(
         tiny_model_path, args=config(tmp_path, num_rounds=2), env_dataset=envs, processing_class=tokenizer
     )
-    with pytest.warns(EmptyPairsWarning, match=r"round 1 made no preference pair from 3 env groups \(3 all ties"):
+    with pytest.warns(EmptyPairsWarning, match=r"round 1 made no preference pair from 3 env groups \(3 all ties") as w:
         out = trainer.train()
+    assert any("a reward that is constant within a group never pairs" in str(m.message) for m in w)
     assert out.global_step == 0
     assert [h["pairs/ties"] for h in trainer.round_history] == [3.0, 3.0]
+
+
+def test_self_play_that_cannot_pair_is_refused_before_training(tmp_path, tiny_model_path, tokenizer, renderer):
+    """tic_tac_toe's groups are games of two seats: no two trajectories share a prompt, so no round can ever pair."""
+    envs = make_env_dataset("tic_tac_toe", renderer, group_size=4, groups_per_batch=2)
+    trainer = EnvDPOTrainer(
+        tiny_model_path,
+        args=config(tmp_path, num_rounds=3, group_size=4, groups_per_round=2),
+        env_dataset=envs,
+        processing_class=tokenizer,
+    )
+    before = params(trainer.model)
+    with pytest.raises(
+        ValueError,
+        match=r"in all 2 the trajectories began from different prompts.*"
+        r"Train such envs with GRPO \(trl-envs grpo --env tic_tac_toe\)",
+    ):
+        trainer.train()
+    assert trainer.state.global_step == 0 and all(torch.equal(before[n], p) for n, p in params(trainer.model).items())
 
 
 # -- errors ----------------------------------------------------------------------------------------------------
@@ -403,6 +423,13 @@ def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypa
     card_eval = json.loads((tmp_path / "offline" / "eval_results.json").read_text())
     assert card_eval["env"] == "arithmetic"  # scored on the questions the built-in data leaves out, not on seen ones
     assert card_eval["env_kwargs"] == {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION}
+    card = (tmp_path / "offline" / "README.md").read_text()
+    assert "trained with DPO on the built-in arithmetic preference dataset `arithmetic-preferences-v2` (train " in card
+    assert "split, 512 rows)" in card
+    settings = card[card.index("| setting | value |") :]
+    assert "`beta`" in settings and "`max_steps`" in settings
+    for env_only in ("num_rounds", "max_turns", "max_tokens_per_turn", "temperature", "group_size", "num_generations"):
+        assert f"`{env_only}`" not in settings, env_only  # offline DPO samples nothing: env settings did not act
     stdout = run_script(
         monkeypatch,
         capsys,
@@ -422,6 +449,10 @@ def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypa
     )
     assert "round  1/1 | env reward" in stdout, stdout
     assert (tmp_path / "env" / "log_history.json").exists()
+    settings = (tmp_path / "env" / "README.md").read_text().split("| setting | value |")[1]
+    for env_setting in ("num_rounds", "group_size", "groups_per_round", "max_turns", "temperature"):
+        assert f"`{env_setting}`" in settings, env_setting
+    assert "`num_generations`" not in settings and "`max_length`" not in settings
 
 
 def test_script_loads_preference_data_from_files_and_disk(tmp_path, monkeypatch):
@@ -449,3 +480,18 @@ def test_script_loads_preference_data_from_files_and_disk(tmp_path, monkeypatch)
         script.pick_split(saved, "validation", "evaluation")
     with pytest.raises(ValueError, match="files of one kind"):
         script.load_preference_splits(args(data_files=[str(tmp_path / "p.jsonl"), str(tmp_path / "p.csv")]))
+
+
+def test_a_question_column_trains_as_the_prompt(tmp_path, tiny_model_path, tokenizer):
+    """The shape TRL would have trained on silently with prompts '' and '1': here the question is the prompt."""
+    rows = [{"question": f"What is {a} + {a}?", "chosen": str(2 * a), "rejected": str(2 * a + 1)} for a in range(8)]
+    with pytest.warns(UserWarning, match="its 'question' column is used as the prompt"):
+        trainer = EnvDPOTrainer(
+            tiny_model_path,
+            args=config(tmp_path),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+        )
+    prompts = [tokenizer.decode(ids) for ids in trainer.train_dataset["prompt_ids"]]
+    assert prompts[3].startswith("What is 3 + 3?")
+    assert trainer.train().global_step == 1

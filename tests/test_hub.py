@@ -15,7 +15,9 @@ import torch
 from cpu_configs import cpu_grpo_config
 from hub_stand_in import TOKEN, USER, HubStandIn
 
+from trl_envs.cli.run_folder import RUN_RECORD
 from trl_envs.hub.push import files_to_push, push_folder_to_hub
+from trl_envs.trainers.checkpoints import LOCK_FILE
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -111,9 +113,12 @@ def test_the_stand_in_received_exactly_the_folder_byte_for_byte(published):
         "eval_results.json",
     }
     assert expected <= set(on_disk), sorted(on_disk)
-    assert sorted(on_disk) == files_to_push(output_dir)  # nothing in this folder is excluded from the push
+    bookkeeping = {name for name in on_disk if name in (LOCK_FILE, RUN_RECORD)}
+    pushed = {name: data for name, data in on_disk.items() if name not in bookkeeping}
+    assert sorted(pushed) == files_to_push(output_dir)  # nothing but the run's bookkeeping is left out of the push
     repo = hub.repos[REPO_ID]
-    assert repo.files == on_disk  # same names, identical bytes
+    assert repo.files == pushed  # same names, identical bytes
+    assert not bookkeeping & set(repo.files)
     assert [c["revision"] for c in repo.commits] == ["main"]  # one commit
     assert hub.unexpected == []
     upload = [(m, p) for m, p, _ in hub.requests if p != "/api/agent-harnesses"]
@@ -195,6 +200,8 @@ def test_push_excludes_checkpoints_and_scratch_files(tmp_path, online):
     (folder / "sub").mkdir()
     (folder / "sub" / "weights.bin").write_bytes(bytes(range(256)) * 40)
     (folder / "config.json").write_text("{}")
+    (folder / LOCK_FILE).write_text("")  # the run's bookkeeping: the folder's lock, the record of its run
+    (folder / RUN_RECORD).write_text('{"algorithm": "grpo"}')
     assert files_to_push(folder) == ["config.json", "sub/weights.bin"]
     with HubStandIn() as hub:
         url = push_folder_to_hub(
@@ -298,7 +305,10 @@ def test_train_grpo_script_pushes_its_output_folder(tmp_path, tiny_model_path):
             "training_config.json",
             "tokenizer.json",
         } <= set(on_disk)
-        assert hub.repos["me/script-run"].files == on_disk
+        assert {LOCK_FILE, RUN_RECORD} <= set(on_disk)  # the run's bookkeeping stays on the machine
+        assert hub.repos["me/script-run"].files == {
+            k: v for k, v in on_disk.items() if k not in (LOCK_FILE, RUN_RECORD)
+        }
         assert hub.unexpected == []
     assert "pushed" in proc.stdout and "library_name: transformers" in on_disk["README.md"].decode()
 
@@ -341,3 +351,20 @@ def test_card_eval_false_skips_the_evaluation_cleanly(tmp_path, tiny_model_path)
     assert "library_name: transformers" in card and "env:guess_number" in card
     config = json.loads((tmp_path / "run" / "training_config.json").read_text())
     assert config["model_args"]["model_name_or_path"] == tiny_model_path
+
+
+def test_an_offline_dpo_card_names_its_hub_dataset_and_rows():
+    from trl_envs.hub.model_card import ModelCardInfo, render_model_card
+
+    card = render_model_card(
+        ModelCardInfo(
+            model_name="m",
+            base_model="Qwen/Qwen2.5-0.5B-Instruct",
+            algorithm="dpo",
+            datasets=["trl-lib/ultrafeedback_binarized"],
+            train_data="`trl-lib/ultrafeedback_binarized` (train split, 62135 rows)",
+        )
+    )
+    metadata = card.split("---")[1]
+    assert "datasets:\n- trl-lib/ultrafeedback_binarized" in metadata
+    assert "trained with DPO on `trl-lib/ultrafeedback_binarized` (train split, 62135 rows)" in card

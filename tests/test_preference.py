@@ -177,3 +177,79 @@ def test_builtin_preference_dataset(tmp_path):
         assert (row["chosen_reward"], row["rejected_reward"]) == (1.0, 0.0)
     assert arithmetic_preference_rows(4, seed=1) == arithmetic_preference_rows(4, seed=1)  # deterministic
     assert data["test"]["prompt"] != data["train"]["prompt"][:8]  # another seed
+
+
+# -- where the prompt comes from -------------------------------------------------------------------------------
+
+
+def _user(text):
+    return {"role": "user", "content": text}
+
+
+def _assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+@pytest.mark.parametrize("alias", ["question", "instruction", "input"])
+def test_a_prompt_alias_column_is_used_and_said(alias, tokenizer):
+    from datasets import Dataset
+
+    from trl_envs.training_data.preference_checks import check_raw_preferences
+
+    data = Dataset.from_dict(
+        {alias: ["What is 6 + 6?", "What is 2 + 2?"], "chosen": ["12", "4"], "rejected": ["13", "5"]}
+    )
+    with pytest.warns(UserWarning, match=rf"no 'prompt' column; its '{alias}' column is used as the prompt"):
+        checked = check_raw_preferences(data, "train", tokenizer)
+    assert checked["prompt"] == ["What is 6 + 6?", "What is 2 + 2?"]
+    assert alias not in checked.column_names
+
+
+def test_several_alias_columns_are_named_not_guessed(tokenizer):
+    from datasets import Dataset
+
+    from trl_envs.training_data.preference_checks import check_raw_preferences
+
+    data = Dataset.from_dict({"instruction": ["Add"], "input": ["6 + 6"], "chosen": ["12"], "rejected": ["13"]})
+    with pytest.raises(ValueError, match=r"several that could be it: \['instruction', 'input'\]"):
+        check_raw_preferences(data, "train", tokenizer)
+
+
+def test_text_answers_without_a_prompt_column_name_the_columns_found(tokenizer):
+    """TRL's implicit prompt on text takes the common leading characters: '12' / '13' would train on prompt '1'."""
+    from datasets import Dataset
+
+    from trl_envs.training_data.preference_checks import check_raw_preferences
+
+    data = Dataset.from_dict({"query": ["What is 6 + 6?"], "chosen": ["12"], "rejected": ["13"]})
+    with pytest.raises(ValueError, match=r"no 'prompt' column.*Columns found: \['query', 'chosen', 'rejected'\]"):
+        check_raw_preferences(data, "train", tokenizer)
+
+
+def test_conversations_sharing_a_prompt_are_an_implicit_prompt(tokenizer):
+    from datasets import Dataset
+
+    from trl_envs.training_data.preference_checks import check_raw_preferences
+
+    rows = [
+        {
+            "chosen": [_user(f"What is {a} + 1?"), _assistant(str(a + 1))],
+            "rejected": [_user(f"What is {a} + 1?"), _assistant("0")],
+        }
+        for a in range(3)
+    ]
+    checked = check_raw_preferences(Dataset.from_list(rows), "train", tokenizer)
+    assert len(checked) == 3 and "prompt" not in checked.column_names  # TRL extracts the shared messages
+
+
+def test_rows_whose_implicit_prompt_is_empty_are_named(tokenizer):
+    from datasets import Dataset
+
+    from trl_envs.training_data.preference_checks import check_raw_preferences
+
+    shared = [_user("What is 1 + 1?")]
+    rows = [{"chosen": shared + [_assistant("2")], "rejected": shared + [_assistant("3")]} for _ in range(4)]
+    rows[1] = {"chosen": [_assistant("2")], "rejected": [_assistant("3")]}
+    rows[3] = {"chosen": [_user("What is 1 + 1?"), _assistant("2")], "rejected": [_user("1 + 1?"), _assistant("3")]}
+    with pytest.raises(ValueError, match=r"in rows 1, 3 \(2 of 4\).*implicit prompt is empty"):
+        check_raw_preferences(Dataset.from_list(rows), "train", tokenizer)

@@ -477,3 +477,69 @@ def test_every_built_in_envs_description_is_a_whole_sentence():
     for name in BUILTIN_ENVS:
         assert envs[name].endswith("."), f"{name}: {envs[name]!r} is cut"
     assert envs["openenv"].endswith("reply -> action.")
+
+
+# -- every listed env exports or says why ------------------------------------------------------------------------
+
+
+def _export_outcome(name):
+    try:
+        return export_env_dataset(name, n=2), None
+    except Exception as e:  # noqa: BLE001 - the outcome is checked by the caller
+        return None, e
+
+
+def _family_samples() -> list[str]:
+    """A few names of each installed family (every one would take minutes: some reasoning_gym tasks build slowly)."""
+    envs = list_envs()
+    picks = []
+    for prefix, wanted in (
+        ("reasoning_gym/", ("basic_arithmetic", "chain_sum")),
+        ("textarena/", ("TicTacToe-v0",)),
+        ("pettingzoo/", ("classic/tictactoe_v3",)),
+    ):
+        picks += [prefix + w for w in wanted if prefix + w in envs]
+    return picks
+
+
+def test_every_named_env_exports_rows_that_play_or_refuses_in_one_line(tmp_path, renderer):
+    """tic_tac_toe, tool_use and judged_arithmetic used to fail with a traceback or a group_size error; now each env
+    either writes rows that load back and play, or refuses in one line naming it and the envs that export."""
+    exported, refused = [], []
+    for name in [n for n in list_envs() if "/" not in n] + _family_samples():
+        rows, error = _export_outcome(name)
+        if error is None:
+            path = tmp_path / f"{name.replace('/', '_')}.jsonl"
+            rows.to_json(str(path))
+            loaded = load_env_dataset(str(path))
+            assert list(loaded) == list(rows), name
+            (builder,) = EnvRowDataset(loaded, renderer, group_size=2, groups_per_batch=1, num_batches=1).get_batch(0)
+            assert all(first_observation(builder)), name
+            exported.append(name)
+            continue
+        message = str(error)
+        assert isinstance(error, ValueError) and "\n" not in message, (name, repr(error))
+        assert f"env {name!r}" in message, message
+        if name in ("tic_tac_toe", "tool_use", "judged_arithmetic", "cartpole", "textarena/TicTacToe-v0"):
+            assert "envs that export: arithmetic, guess_number, reasoning_gym/<name>" in message, message
+        refused.append(name)
+    assert {"arithmetic", "guess_number", "reasoning_gym/chain_sum"} <= set(exported)
+    assert {"tic_tac_toe", "tool_use", "judged_arithmetic"} <= set(refused)
+
+
+def test_export_takes_a_group_size_option_the_env_rows_do_not_depend_on():
+    assert list(export_env_dataset("arithmetic", n=3, group_size=4)) == list(export_env_dataset("arithmetic", n=3))
+
+
+def test_a_misnamed_kind_column_names_the_file_and_the_columns_found(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"envv": "arithmetic", "a": 2, "b": 3}\n')
+    with pytest.raises(
+        ValueError,
+        match=r"rows.jsonl' has no 'env' column.*columns found: \['envv', 'a', 'b'\]; "
+        r"rename 'envv' to 'env'\?",
+    ):
+        load_env_dataset(str(path))
+    Dataset.from_dict({"kind": ["arithmetic"], "a": [2], "b": [3]}).save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(ValueError, match=r"saved' has no 'env' column.*columns found: \['kind', 'a', 'b'\]$"):
+        load_env_dataset(str(tmp_path / "saved"))

@@ -217,6 +217,7 @@ def test_play_stops_at_the_first_ctrl_c_without_traceback(tmp_path, tiny_model_p
     code, err = interrupt(process, signal.SIGINT, timeout=20)
     assert code == 130, err
     assert "trl-envs play: stopped by SIGINT" in err and "Traceback" not in err
+    assert "play saves nothing, so nothing was lost" in err and "no model saved" not in err
 
 
 def test_ctrl_c_in_a_terminal_stops_async_training_and_its_sampler_process(tmp_path, tiny_model_path):

@@ -21,8 +21,12 @@ import re
 import sys
 
 from ..model_names import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES  # names only: the builder is imported when used
+from .play import PLAY_LOST
 
 EPILOG = "Run 'trl-envs COMMAND --help' for the options of a command."
+KINDS = ("builtin", "reasoning_gym", "textarena", "pettingzoo", "skyrl_gym", "verifiers", "plugin")
+"""What ``trl-envs list --kind`` filters on: the built-in envs, a family of another library, or the other names
+(registered or from installed packages)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from .errors import run_command
+    from .errors import STOPPED_RUN, run_command
 
     # A user mistake prints one line saying what to fix (no traceback); Ctrl-C and SIGTERM clean up and exit 130 / 143.
-    return run_command(f"trl-envs {args.command}", lambda: args.run(args))
+    return run_command(f"trl-envs {args.command}", lambda: args.run(args), lost=getattr(args, "lost", STOPPED_RUN))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="List the envs that "
         "`play`, `eval` and the training scripts know by name, with a one-line description.",
     )
+    p.add_argument(
+        "pattern",
+        nargs="?",
+        default=None,
+        help="show only the envs whose name or description contains this text (case-insensitive), e.g. textarena",
+    )
+    p.add_argument(
+        "--kind",
+        choices=KINDS,
+        default=None,
+        help="show only the envs built into trl_envs ('builtin') or those of one family of another library",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON object {name: description}")
     p.set_defaults(run=_list)
 
@@ -88,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_play_arguments(p, env_positional=True)
-    p.set_defaults(run=_play)
+    p.set_defaults(run=_play, lost=PLAY_LOST)
 
     p = commands.add_parser(
         "eval",
@@ -99,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Prints a table and writes the numbers as JSON. Seeded: the same command gives the same numbers.",
     )
     _add_eval_arguments(p)
-    p.set_defaults(run=_eval)
+    p.set_defaults(run=_eval, lost="the evaluation was abandoned; no results written")
 
     p = commands.add_parser(
         "show",
@@ -111,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .show import add_arguments as add_show_arguments
 
     add_show_arguments(p)
-    p.set_defaults(run=_show)
+    p.set_defaults(run=_show, lost="nothing written after this point")
 
     p = commands.add_parser(
         "build-tiny-model",
@@ -216,6 +232,18 @@ def _list(args: argparse.Namespace) -> int:
     from ..registry.names import list_envs
 
     envs = list_envs()
+    if args.kind is not None:
+        envs = {name: d for name, d in envs.items() if env_kind_of(name) == args.kind}
+    if args.pattern:
+        wanted = args.pattern.lower()
+        envs = {name: d for name, d in envs.items() if wanted in name.lower() or wanted in d.lower()}
+    if not envs:
+        print(
+            f"trl-envs list: no env matches{f' {args.pattern!r}' if args.pattern else ''}"
+            f"{f' of kind {args.kind}' if args.kind else ''} (`trl-envs list` lists them all)",
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
         print(json.dumps(envs, indent=2))
         return 0
@@ -223,6 +251,15 @@ def _list(args: argparse.Namespace) -> int:
     for name, description in envs.items():
         print(f"{name.ljust(width)}  {description}")
     return 0
+
+
+def env_kind_of(name: str) -> str:
+    """The :data:`KINDS` entry of an env name."""
+    from ..envs import BUILTIN_ENVS
+
+    if "/" in name:
+        return name.split("/", 1)[0]
+    return "builtin" if name in BUILTIN_ENVS else "plugin"
 
 
 def _play(args: argparse.Namespace) -> int:

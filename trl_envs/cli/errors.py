@@ -99,12 +99,30 @@ def _exit_now(signum: int) -> None:
     os._exit(128 + signum)
 
 
-def run_command(prog: str, body: Callable[[], int | None]) -> int:
+STOPPED_RUN = (
+    "the rollouts in flight were cancelled and their envs cleaned up; no model saved or card written after this point"
+)
+"""What a training run lost when stopped by a signal (the default of :func:`run_command`'s ``lost``)."""
+
+
+def quiet_broken_pipe() -> int:
+    """After stdout's reader went away (``trl-envs list | head``): send what is still buffered nowhere, so the
+    process ends quietly like a Unix tool; returns the exit status of a process killed by ``SIGPIPE`` (141)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 128 + 13
+
+
+def run_command(prog: str, body: Callable[[], int | None], lost: str = STOPPED_RUN) -> int:
     """Run ``body`` (a command's whole work, argument parsing included) and return its exit status, turning input
-    mistakes, stopped runs and signals into one line on stderr (see the module docstring)."""
+    mistakes, stopped runs and signals into one line on stderr (see the module docstring); ``lost`` says in that line
+    what stopping the command lost. Output into a closed pipe ends the command quietly (:func:`quiet_broken_pipe`)."""
     with termination_signals():
         try:
             return body() or 0
+        except BrokenPipeError:
+            return quiet_broken_pipe()
         except KeyboardInterrupt:
             signum = _Signals.received or signal.SIGINT
             if _Signals.received is None:
@@ -112,8 +130,7 @@ def run_command(prog: str, body: Callable[[], int | None]) -> int:
                 _arm_second_sigint()
             name = signal.Signals(signum).name
             print(
-                f"\n{prog}: stopped by {name} (the rollouts in flight were cancelled and their envs cleaned up; "
-                "no model saved or card written after this point)",
+                f"\n{prog}: stopped by {name} ({lost})",
                 file=sys.stderr,
                 flush=True,
             )

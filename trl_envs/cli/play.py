@@ -4,7 +4,8 @@ You see exactly what the model would see: the observation (the token context, sh
 template's special tokens), then you answer. Your text is tokenized and ended with the end-of-turn token, as if the
 model had sampled it, and handed to the env's ``step``. After the episode you get every step's reward, its metrics
 and the total. The env runs through the same rollout code as training (``do_group_rollout``, a group of one).
-Answers can come from a pipe (``printf '8\\n4\\n' | trl-envs play guess_number``); they are then echoed.
+Answers can come from a pipe (``printf '8\\n4\\n' | trl-envs play guess_number``); they are then echoed, and the
+end of the input ends the episode there: the report shows the turns played and the reward so far (exit status 0).
 """
 
 from __future__ import annotations
@@ -17,9 +18,24 @@ import sys
 import threading
 
 from ..core.renderer import Renderer
-from ..core.types import RLDataset, RLDatasetBuilder, TokensWithLogprobs, TrajectoryGroup
+from ..core.types import (
+    EnvGroupBuilder,
+    RLDataset,
+    RLDatasetBuilder,
+    TokensWithLogprobs,
+    Trajectory,
+    TrajectoryGroup,
+    Transition,
+)
 from ..rollout.engine import RolloutBudget, do_group_rollout
 from ..rollout.event_loop import run_sync
+
+PLAY_LOST = "the episode was abandoned; play saves nothing, so nothing was lost"
+"""What Ctrl-C in ``play`` loses, as its one line says."""
+
+
+class EndOfInput(Exception):
+    """The answers ran out (end of a piped input, or Ctrl-D) before the episode ended."""
 
 
 class HumanPolicy:
@@ -27,7 +43,7 @@ class HumanPolicy:
 
     Shows the part of each observation not shown yet, reads one line, and returns its tokens followed by the
     renderer's end-of-turn token (or cut at ``max_tokens`` with finish reason ``"length"``, as the sampler would).
-    End of input abandons the episode (``SystemExit``).
+    End of input raises :class:`EndOfInput` (the episode ends there; :func:`play` reports the turns played).
     """
 
     def __init__(self, tokenizer, renderer: Renderer, show_tokens: bool = False):
@@ -43,7 +59,7 @@ class HumanPolicy:
         try:
             text = input("" if not self.show_tokens else "your answer> ")
         except EOFError:
-            raise SystemExit("\n(no more input: episode abandoned)") from None
+            raise EndOfInput from None
         if self.echo:
             print(text)
         tokens = self.tokenizer.encode(text, add_special_tokens=False)
@@ -61,7 +77,10 @@ class HumanPolicy:
 def report(group: TrajectoryGroup) -> None:
     """Print every step's reward and metrics, the group reward (if any) and the total of a one-episode group."""
     (trajectory,) = group.trajectories
-    print("\n--- episode over:", trajectory.stop_reason)
+    if trajectory.stop_reason == "end_of_input":
+        print(f"\n--- end of input: the episode stops after {len(trajectory.transitions)} turns, unfinished")
+    else:
+        print("\n--- episode over:", trajectory.stop_reason)
     for turn, tr in enumerate(trajectory.transitions):
         logs = ", ".join(f"{k}={v!r}" for k, v in tr.logs.items())
         print(f"turn {turn}: reward {tr.reward:+.2f}  metrics {tr.metrics}" + (f"  ({logs})" if logs else ""))
@@ -127,10 +146,75 @@ def play(args: argparse.Namespace) -> TrajectoryGroup:
     train = run_sync(envs)[0] if isinstance(envs, RLDatasetBuilder) else envs
     builder = _problem(train, args.index, args.env)
     budget = RolloutBudget(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens)
-    with _interrupt_while_typing():
-        group = asyncio.run(do_group_rollout(builder, HumanPolicy(tokenizer, renderer, args.show_tokens), budget))
+    played: list[Transition] = []
+    try:
+        with _interrupt_while_typing():
+            group = asyncio.run(
+                do_group_rollout(
+                    _Recording(builder, played), HumanPolicy(tokenizer, renderer, args.show_tokens), budget
+                )
+            )
+    except Exception as e:  # noqa: BLE001 - the end of the input, however the rollout wrapped it, ends the episode
+        if not _caused_by(e, EndOfInput):
+            raise
+        group = TrajectoryGroup([Trajectory(played, [], "end_of_input")], [0.0], [{}], [args.env])
     report(group)
     return group
+
+
+def _caused_by(error: BaseException | None, kind: type[BaseException]) -> bool:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+class _Recording(EnvGroupBuilder):
+    """``builder``'s group, whose envs' steps are also appended to ``played`` (the report of an episode the input
+    ended before the env did)."""
+
+    def __init__(self, builder: EnvGroupBuilder, played: list[Transition]):
+        self.builder, self.played = builder, played
+
+    async def make_envs(self):
+        envs = await self.builder.make_envs()
+        for env in envs:
+            step = env.step
+
+            async def recorded(action, *a, _step=step, **kw):
+                result = await _step(action, *a, **kw)
+                self.played.append(
+                    Transition(
+                        [],
+                        TokensWithLogprobs(list(action), None),
+                        float(result.reward),
+                        result.episode_done,
+                        dict(result.metrics),
+                        dict(result.logs),
+                    )
+                )
+                return result
+
+            env.step = recorded
+        return envs
+
+    async def compute_group_rewards(self, trajectories, envs):
+        return await self.builder.compute_group_rewards(trajectories, envs)
+
+    def coupled_envs(self):
+        return self.builder.coupled_envs()
+
+    async def cleanup(self) -> None:
+        await self.builder.cleanup()
+
+    def logging_tags(self):
+        return self.builder.logging_tags()
+
+    def __getattr__(self, name):
+        return getattr(self.builder, name)
 
 
 @contextlib.contextmanager
@@ -170,4 +254,4 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from .errors import run_command
 
-    raise SystemExit(run_command("play", lambda: play(args) and 0))
+    raise SystemExit(run_command("play", lambda: play(args) and 0, lost=PLAY_LOST))

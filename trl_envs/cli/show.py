@@ -20,7 +20,9 @@ from ..rollout.traces import TRACES_DIR, read_traces
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("output_dir", help="a training run's output_dir (or its rollouts/ folder, or one .jsonl file)")
-    p.add_argument("--steps", type=int, default=1, help="how many of the last logged steps to print (default: 1)")
+    p.add_argument(
+        "--steps", type=positive_int, default=1, help="how many of the last logged steps to print, >= 1 (default: 1)"
+    )
     p.add_argument(
         "--html",
         default=None,
@@ -28,10 +30,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def show(args: argparse.Namespace) -> int:
     records = read_traces(args.output_dir)
     steps = sorted({r["step"] for r in records})
-    shown = set(steps[-max(args.steps, 1) :])
+    shown = set(steps[-args.steps :])
     print(render_text([r for r in records if r["step"] in shown]))
     if args.html != "":
         path = Path(args.html) if args.html else _traces_dir(Path(args.output_dir)) / "index.html"

@@ -38,11 +38,15 @@ def run(command: str, argv: list[str]) -> int:
     """Run the script of ``command`` with ``argv`` as its command line; return its exit status."""
     path = script_path(command)
     saved = sys.argv[:]
+    from .training_script import TYPED_COMMAND
+
     sys.argv = [str(path), *argv]
+    TYPED_COMMAND.append(f"trl-envs {command}")  # what the script's usage line and errors call the command
     try:
         runpy.run_path(str(path), run_name="__main__")
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
         sys.argv = saved
+        TYPED_COMMAND.pop()
     return 0

@@ -77,6 +77,53 @@ class EnvArguments:
         parse_env_kwargs(self.env_kwargs)
 
 
+COMMAND_HELP = {
+    "grpo": """Train a language model with GRPO (TRL's GRPOTrainer) on an environment: each step plays groups of
+episodes with the current policy and trains on their rewards. Prints the settings it chose and one line per step;
+writes the model, training curves and a model card to outputs/grpo-<env> (or --output_dir).
+
+examples:
+  {prog}                                        # arithmetic, the offline demo model, on CPU
+  {prog} --env guess_number                     # a multi-turn env (trl-envs list: all envs)
+  {prog} --config scripts/configs/tic_tac_toe.yaml
+  {prog} --env arithmetic --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --use_peft --lora_r 16
+  {prog} --env_dataset my_env_rows.jsonl        # a dataset of env rows (docs/envs_as_datasets.md)
+
+Every flag of EnvGRPOConfig (TRL's GRPOConfig), ModelConfig and the script follows, on the command line or as a key
+of a YAML --config; the ones most runs set: --env, --env_kwargs, --model_name_or_path, --output_dir, --max_steps,
+--learning_rate, --use_peft.""",
+    "dpo": """Train a language model with DPO (TRL's DPOTrainer): offline on a preference dataset (prompt / chosen /
+rejected), or env-driven, in rounds that sample pairs from an env with the current policy. Prints the settings it
+chose and one line per log or round; writes the model, training curves and a model card to outputs/dpo-<data>
+(or --output_dir).
+
+examples:
+  {prog}                                        # the built-in arithmetic preferences, the demo model, CPU
+  {prog} --data_files prefs.jsonl               # your preference data (json / jsonl / parquet / csv)
+  {prog} --dataset_name trl-lib/ultrafeedback_binarized --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
+  {prog} --env guess_number --num_rounds 10     # env-driven DPO: pairs sampled from an env
+  {prog} --config scripts/configs/dpo_env_guess_number.yaml
+
+Every flag of EnvDPOConfig (TRL's DPOConfig), ModelConfig and the script follows, on the command line or as a key of
+a YAML --config; the ones most runs set: --dataset_name / --data_files or --env, --model_name_or_path, --output_dir,
+--beta, --learning_rate, --num_train_epochs, --use_peft.""",
+}
+"""What ``--help`` of each training command says before its flags: what it does, and examples (``{prog}``: the
+command as typed)."""
+
+
+TYPED_COMMAND: list[str] = []
+"""The ``trl-envs`` subcommand running a training script in this process (``["trl-envs dpo"]``), set by
+:func:`~trl_envs.cli.train.run` (``runpy`` puts the script's path in ``sys.argv[0]``)."""
+
+
+def command_prog(command: str) -> str:
+    """The command as the user typed it: ``trl-envs grpo`` under the ``trl-envs`` command, else the script."""
+    if TYPED_COMMAND:
+        return TYPED_COMMAND[-1]
+    return f"python scripts/train_{command}.py" if command else os.path.basename(sys.argv[0])
+
+
 def make_parser(
     dataclass_types: Sequence[type],
     demo_recipe: dict[str, Any],
@@ -89,13 +136,24 @@ def make_parser(
     """The ``TrlParser`` of a script over ``dataclass_types``, as a ``command`` of ``subparsers`` when given, with the
     ``demo_recipe`` as defaults (``demo_defaults=False``: without them; :func:`parse_args` adds them for the demo model
     only), on CPU when there is no GPU and in bf16 where the GPU has it."""
+    import argparse
+
     import torch
     from trl import TrlParser
 
+    class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+        """The description as written (examples keep their lines), each flag's default after its help."""
+
+    prog = command_prog(command)
+    text: dict[str, Any] = {"formatter_class": HelpFormatter}
+    if command in COMMAND_HELP:  # the flags are listed below the description; the usage line stays one line
+        text["usage"] = f"{prog} [--config FILE.yaml] [OPTIONS]"
+    if command in COMMAND_HELP:
+        text["description"] = COMMAND_HELP[command].format(prog=prog)
     if subparsers is not None:
-        parser = subparsers.add_parser(command, help=help, dataclass_types=tuple(dataclass_types))
+        parser = subparsers.add_parser(command, help=help, dataclass_types=tuple(dataclass_types), **text)
     else:
-        parser = TrlParser(tuple(dataclass_types))
+        parser = TrlParser(tuple(dataclass_types), prog=prog, **text)
     parser.set_defaults_with_config(
         **(demo_recipe if demo_defaults else {}),
         use_cpu=not torch.cuda.is_available(),
@@ -192,6 +250,7 @@ def main_entry(prog: str, parse: Callable[..., tuple], main: Callable[..., Any])
     from .errors import bound_exit
     from .scripts import run_training_script
 
+    prog = TYPED_COMMAND[-1] if TYPED_COMMAND else prog  # errors name the command as the user typed it
     status = run_training_script(prog, lambda argv: parse(argv, report=False)[1:], main)
     bound_exit(prog, status)  # whatever would hold the process at exit, it ends within seconds
     if status:

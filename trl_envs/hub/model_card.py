@@ -33,6 +33,8 @@ class ModelCardInfo:
         plot_file: the training-curves image next to the card, or ``None``.
         hyperparameters: training settings worth showing (the full config is in ``training_config.json``).
         datasets: Hub datasets trained on (Hub metadata), if any.
+        train_data: what the model was trained on when it is not an env, as the card says it (a dataset's name or
+            path and its rows); default: the ``datasets``, else "preference data".
     """
 
     model_name: str
@@ -48,6 +50,7 @@ class ModelCardInfo:
     plot_file: str | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     datasets: list[str] = field(default_factory=list)
+    train_data: str | None = None
 
 
 def base_model_is_hub_id(base_model: str) -> bool:
@@ -78,7 +81,8 @@ def render_model_card(info: ModelCardInfo) -> str:
     repo = info.repo_id or info.model_name
     algorithm = ALGORITHM_NAMES.get(info.algorithm.lower(), info.algorithm)
     what = "a LoRA (PEFT) adapter for" if info.is_adapter else "a fine-tuned version of"
-    envs = ", ".join(f"`{e}`" for e in info.envs) or "preference data"
+    data = info.train_data or (", ".join(f"`{d}`" for d in info.datasets) if info.datasets else "preference data")
+    envs = ", ".join(f"`{e}`" for e in info.envs) or data
     parts = [
         f"---\n{card_metadata(info).to_yaml()}\n---\n",
         f"# {info.model_name}\n",

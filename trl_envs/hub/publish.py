@@ -31,23 +31,30 @@ from .model_loading import ADAPTER_CONFIG
 from .plots import PLOT_FILE, plot_training_curves
 from .push import push_folder_to_hub
 
-CARD_HYPERPARAMETERS = (
+_COMMON_SETTINGS = (
     "learning_rate",
     "max_steps",
     "num_train_epochs",
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
-    "num_generations",
-    "num_rounds",
-    "beta",
-    "loss_type",
-    "temperature",
-    "max_completion_length",
-    "max_tokens_per_turn",
-    "max_turns",
-    "seed",
 )
-"""Training settings shown on the model card (when the config has them)."""
+_ENV_SAMPLING = ("temperature", "max_tokens_per_turn", "max_turns")
+CARD_HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
+    "grpo": (*_COMMON_SETTINGS, "num_generations", "beta", "loss_type", *_ENV_SAMPLING, "seed"),
+    "dpo": (*_COMMON_SETTINGS, "beta", "loss_type", "max_length", "seed"),
+    "dpo-env": (
+        *_COMMON_SETTINGS,
+        "num_rounds",
+        "group_size",
+        "groups_per_round",
+        "beta",
+        "loss_type",
+        *_ENV_SAMPLING,
+        "seed",
+    ),
+}
+"""Training settings shown on the model card, per algorithm and mode (``dpo``: offline, ``dpo-env``: env-driven):
+only those that acted in the run (the full config is in ``training_config.json``)."""
 
 
 @dataclass
@@ -160,6 +167,7 @@ def publish_run(
     eval_env: str | None = None,
     eval_env_kwargs: dict[str, Any] | None = None,
     datasets: list[str] | None = None,
+    train_data: str | None = None,
     script_args: Any = None,
     model_args: Any = None,
 ) -> PublishResult:
@@ -178,6 +186,7 @@ def publish_run(
         eval_env_kwargs: the options of ``eval_env`` when it is not a training env (e.g. the held-out split of the
             data trained on).
         datasets: Hub datasets trained on, for the card's metadata.
+        train_data: what offline DPO trained on, for the card's text (e.g. ``"`prefs.jsonl` (40 rows)"``).
         script_args, model_args: the script's own options and TRL's ``ModelConfig`` (dataclasses), saved in
             ``training_config.json``.
     """
@@ -231,7 +240,8 @@ def publish_run(
         eval_settings=settings,
         plot_file=PLOT_FILE if result.plot_path else None,
         datasets=list(datasets or []),
-        hyperparameters=_card_hyperparameters(args),
+        train_data=train_data,
+        hyperparameters=_card_hyperparameters(args, algorithm if algorithm != "dpo" or not envs else "dpo-env"),
     )
     result.card_path = write_model_card(output_dir, info)
     print(f"[trl_envs] wrote the model card {result.card_path}")
@@ -248,8 +258,9 @@ def publish_run(
     return result
 
 
-def _card_hyperparameters(args) -> dict[str, Any]:
-    shown = {k: getattr(args, k) for k in CARD_HYPERPARAMETERS if getattr(args, k, None) is not None}
+def _card_hyperparameters(args, mode: str) -> dict[str, Any]:
+    names = CARD_HYPERPARAMETERS.get(mode, CARD_HYPERPARAMETERS["grpo"])
+    shown = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
     if shown.get("max_steps", -1) > 0:
         shown.pop("num_train_epochs", None)  # max_steps wins
     return shown

@@ -10,8 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PUSH_IGNORE_PATTERNS = ["_*", "checkpoint-*"]
-"""Not pushed, as in ``Trainer.push_to_hub``: private scratch files and intermediate checkpoints."""
+RUN_BOOKKEEPING = (".trl_envs.lock", "trl_envs_run.json")
+"""A run's bookkeeping in its folder, never pushed: the folder's lock
+(:data:`~trl_envs.trainers.checkpoints.LOCK_FILE`) and the record of which run owns it
+(:data:`~trl_envs.cli.run_folder.RUN_RECORD`)."""
+
+PUSH_IGNORE_PATTERNS = ["_*", "checkpoint-*", *RUN_BOOKKEEPING]
+"""Not pushed: as in ``Trainer.push_to_hub``, private scratch files and intermediate checkpoints; and
+:data:`RUN_BOOKKEEPING`."""
 
 
 def files_to_push(folder: str | os.PathLike[str]) -> list[str]:

@@ -23,11 +23,15 @@ from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict,
 from ..core.renderer import Renderer
 from ..core.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
 from .names import ENV_FIELD, get_env, make_env_dataset
-from .rows import make_env_group_builder, validate_row
+from .rows import make_env_group_builder, row_env_names, validate_row
 from .signatures import accepted_kwargs
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 """File extensions :func:`load_env_dataset` reads, and the ``datasets`` builder for each."""
+
+ROW_FAMILIES = ("reasoning_gym/",)
+"""The :data:`~trl_envs.registry.names.PREFIXED_ENVS` families whose envs export as rows (``textarena/`` and
+``pettingzoo/`` games take rows, but their by-name groups write none)."""
 
 _CHUNK = 1024
 
@@ -140,13 +144,16 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
     ``Dataset`` of row specs: training on it (:class:`EnvRowDataset`) plays exactly those groups.
 
     The env's dataset builder is made with ``kwargs``, ``seed`` and room for ``n`` groups (``renderer=None``: row specs
-    do not depend on the tokenizer) and each group builder's ``to_row()`` gives its row. With the default
-    ``batch_size`` the rows come in the order of the by-name dataset's batches.
+    do not depend on the tokenizer; the env's own ``group_size`` unless ``kwargs`` give one: a row is one group
+    whatever its size) and each group builder's ``to_row()`` gives its row. With the default ``batch_size`` the rows
+    come in the order of the by-name dataset's batches.
 
     Raises:
-        ValueError: an env without a by-name factory, an unknown ``split``, fewer than ``n`` groups available.
-        TypeError: the env's group builders have no ``to_row()``, or its factory takes no ``seed`` or returns neither
-            an ``RLDataset`` nor an ``RLDatasetBuilder``.
+        ValueError: an env without a row spec or a by-name factory (the message names the envs that export), an
+            unknown ``split``, fewer than ``n`` groups available, or an env that cannot be built without a tokenizer.
+            So do group builders without ``to_row()``.
+        TypeError: the env's factory takes no ``seed`` or returns neither an ``RLDataset`` nor an
+            ``RLDatasetBuilder``.
     """
     from ..rollout.event_loop import run_sync
 
@@ -155,20 +162,32 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
     if n < 1:
         raise ValueError(f"export_env_dataset: n must be >= 1, got {n}")
     kind = get_env(name)
-    if kind.dataset_builder is None:
-        raise ValueError(f"export_env_dataset: env {name!r} ({kind.source}) has no by-name dataset to export")
+    if kind.from_row is None or kind.dataset_builder is None:
+        missing = "row spec (from_row)" if kind.from_row is None else "by-name dataset"
+        raise ValueError(
+            f"export_env_dataset: env {name!r} ({kind.source}) has no {missing}, so its groups cannot be written "
+            f"as rows (it trains by name: --env {name}); envs that export: {exporting_env_names()}"
+        )
     accepted = accepted_kwargs(kind.dataset_builder)
     if accepted is not None and "seed" not in accepted and seed != 0:
         raise TypeError(f"export_env_dataset: env {name!r}'s factory takes no seed")
-    made = make_env_dataset(
-        name,
-        None,
-        group_size=1,
-        num_batches=n if split == "train" else 1,
-        defaults={"num_test_batches": n, "seed": seed},
-        **kwargs,
-    )
-    train, test = run_sync(made) if isinstance(made, RLDatasetBuilder) else (made, None)
+    group_size = kwargs.pop("group_size", None)
+    try:
+        made = make_env_dataset(
+            name,
+            None,
+            group_size=group_size,
+            num_batches=n if split == "train" else 1,
+            defaults={"num_test_batches": n, "seed": seed},
+            **kwargs,
+        )
+        train, test = run_sync(made) if isinstance(made, RLDatasetBuilder) else (made, None)
+    except AttributeError as e:  # a factory that reads the renderer (None here) while building its dataset
+        raise ValueError(
+            f"export_env_dataset: env {name!r} ({kind.source}) reads the tokenizer while it builds its dataset "
+            f"({type(e).__name__}: {e}), so it cannot be exported without one; envs that export: "
+            f"{exporting_env_names()}"
+        ) from e
     dataset = train if split == "train" else test
     if dataset is None:
         raise ValueError(f"export_env_dataset: env {name!r} has no test split")
@@ -177,9 +196,10 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
         for builder in dataset.get_batch(i):
             to_row = getattr(builder, "to_row", None)
             if to_row is None:
-                raise TypeError(
-                    f"export_env_dataset: env {name!r}'s group builders ({type(builder).__name__}) have "
-                    "no to_row(), so its groups cannot be written as rows"
+                raise ValueError(
+                    f"export_env_dataset: env {name!r}'s groups ({type(builder).__name__}) have no to_row(), so they "
+                    f"cannot be written as rows (rows you write, fields {sorted(kind.row_fields)}, do train); envs "
+                    f"that export: {exporting_env_names()}"
                 )
             row = dict(to_row())
             validate_row(row, index=len(rows))  # to_row and from_row must agree
@@ -187,6 +207,25 @@ def export_env_dataset(name: str, split: str = "train", n: int = 1000, seed: int
             if len(rows) == n:
                 return rows_to_dataset(rows)
     raise ValueError(f"export_env_dataset: env {name!r}'s {split} split has only {len(rows)} groups, asked for {n}")
+
+
+_EXPORTING: dict[str, bool] = {}
+"""Env name -> whether its one-row export worked (each named env is tried once per process)."""
+
+
+def exporting_env_names() -> str:
+    """The envs :func:`export_env_dataset` writes as rows, for messages: the named envs whose one-row export works,
+    then the :data:`ROW_FAMILIES`."""
+    names = row_env_names()
+    for env in names:
+        if env not in _EXPORTING:
+            _EXPORTING[env] = False  # while it is tried: an export failing inside does not try it again
+            try:
+                export_env_dataset(env, n=1)
+                _EXPORTING[env] = True
+            except Exception:  # noqa: BLE001 - any failure means: it does not export by itself
+                pass
+    return ", ".join([env for env in names if _EXPORTING[env]] + [f"{family}<name>" for family in ROW_FAMILIES])
 
 
 def data_file_builder(files: Sequence[str], what: str) -> str:
@@ -250,6 +289,16 @@ def _no_rows(source: str) -> ValueError:
 def _with_rows(data, source: str):
     if isinstance(data, Dataset) and len(data) == 0:
         raise _no_rows(source)
+    columns = getattr(data, "column_names", None)
+    if columns and ENV_FIELD not in columns:
+        import difflib
+
+        close = difflib.get_close_matches(ENV_FIELD, columns, n=1, cutoff=0.6)
+        hint = f"; rename {close[0]!r} to {ENV_FIELD!r}?" if close else ""
+        raise ValueError(
+            f"env dataset {source!r} has no {ENV_FIELD!r} column (the env kind of each row, e.g. "
+            f'{{"{ENV_FIELD}": "arithmetic", "a": 2, "b": 3}}); columns found: {list(columns)}{hint}'
+        )
     return data
 
 

@@ -99,15 +99,10 @@ class DPORounds:
                 logs.update(self.train_round(Dataset.from_list(rows), trial, ignore_keys_for_eval))
                 losses.append(logs["round/loss"])
             else:
-                warnings.warn(
-                    f"EnvDPOTrainer: round {r + 1} made no preference pair from {stats.num_groups} env groups "
-                    f"({stats.ties} all ties, {stats.skipped} skipped after errors, {stats.prompt_mismatch} with "
-                    f"different prompts, {stats.too_small} with < 2 trajectories, {stats.identical} identical, "
-                    f"{logs.get('pairs/too_long', 0):.0f} longer than max_length); no training this round. More "
-                    "envs per group, a higher temperature, or a finer-grained reward give more pairs.",
-                    EmptyPairsWarning,
-                    stacklevel=3,
-                )
+                if r == first_round and 0 < stats.num_groups == stats.prompt_mismatch:
+                    raise ValueError(no_pairs_possible(self.train_envs, stats))
+                message = no_pairs_message(r + 1, stats, int(logs.get("pairs/too_long", 0)))
+                warnings.warn(message, EmptyPairsWarning, stacklevel=3)
             if self.eval_envs is not None and args.eval_envs_each_round:
                 logs.update(self.evaluate_envs())
             logs["round/seconds"] = time.perf_counter() - start
@@ -362,6 +357,45 @@ def _merge_metrics(parts) -> dict[str, list[float]]:
         for name, values in part.items():
             merged[name].extend(values)
     return dict(merged)
+
+
+def no_pairs_possible(envs: RLDataset, stats: PairStats) -> str:
+    """The error of env-driven DPO on envs whose groups can never pair: every trajectory of a group began from
+    another prompt (self-play: each env plays another seat)."""
+    try:
+        name = envs.get_batch(0)[0].logging_tags()[0]  # the env's name, as the logs tag it
+    except Exception:  # noqa: BLE001 - only for the message
+        name = None
+    return (
+        f"EnvDPOTrainer: no env group of the first round can make a preference pair: in all {stats.num_groups} the "
+        "trajectories began from different prompts (self-play, where each env of a group plays another seat, or a "
+        "group of different problems), and DPO compares two answers to one prompt. Train such envs with GRPO "
+        f"(trl-envs grpo{f' --env {name}' if name else ''}), or give DPO groups whose envs all start alike (a game "
+        "against a fixed opponent)"
+    )
+
+
+def no_pairs_message(round_number: int, stats: PairStats, too_long: int) -> str:
+    """The warning of a round that made no pair: the counts per cause, and what would make pairs for the main one."""
+    counts = (
+        f"{stats.ties} all ties, {stats.skipped} skipped after errors, {stats.prompt_mismatch} with different prompts, "
+        f"{stats.too_small} with < 2 trajectories, {stats.identical} identical, {too_long} longer than max_length"
+    )
+    if stats.num_groups and stats.ties == stats.num_groups:
+        advice = (
+            "every group's trajectories got the same total reward (a reward that is constant within a group never "
+            "pairs): more envs per group (group_size), a higher temperature, or a finer-grained reward give pairs"
+        )
+    elif stats.prompt_mismatch:
+        advice = "DPO pairs trajectories that began from the same prompt: give groups whose envs all start alike"
+    elif too_long:
+        advice = "raise max_length, or shorten the envs' prompts"
+    else:
+        advice = "more envs per group, a higher temperature, or a finer-grained reward give more pairs"
+    return (
+        f"EnvDPOTrainer: round {round_number} made no preference pair from {stats.num_groups} env groups ({counts}); "
+        f"no training this round. {advice[0].upper()}{advice[1:]}."
+    )
 
 
 __all__ = ["DPORounds", "EmptyPairsWarning", "ROUND_RNG_FILE", "ROUND_STATE_FILE", "round_line"]

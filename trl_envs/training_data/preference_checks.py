@@ -2,8 +2,13 @@
 
 Two formats (those :class:`~trl_envs.trainers.dpo.EnvDPOTrainer` takes):
 
-* raw: ``prompt`` / ``chosen`` / ``rejected`` as text or chat messages (or ``chosen`` / ``rejected`` that both start
-  with the prompt), tokenized by TRL afterwards — :func:`check_raw_preferences`;
+* raw: ``prompt`` / ``chosen`` / ``rejected`` as text or chat messages, tokenized by TRL afterwards —
+  :func:`check_raw_preferences`. Without a ``prompt`` column, one of :data:`PROMPT_ALIASES` (``question``,
+  ``instruction``, ``input``) is used as the prompt, with a warning that says so; without any, ``chosen`` and
+  ``rejected`` must be conversations that begin with the same prompt messages (TRL's implicit prompt), and a row
+  whose two conversations share no message is named. Text ``chosen`` / ``rejected`` without a prompt are refused:
+  TRL would take their common leading characters as the prompt (``''`` or ``'1'`` for answers such as ``'12'`` /
+  ``'13'``);
 * pre-tokenized: ``prompt_ids`` / ``chosen_ids`` / ``rejected_ids`` with optional per-token ``chosen_mask`` /
   ``rejected_mask`` (1 = trained, 0 = context only), e.g. pairs from
   :func:`~trl_envs.training_data.preference.make_preference_pairs` — :func:`check_tokenized_pairs`.
@@ -19,6 +24,8 @@ from typing import Any
 from datasets import Dataset
 
 TOKENIZED_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+PROMPT_ALIASES = ("question", "instruction", "input")
+"""Columns used as the prompt when a preference dataset has no ``prompt`` column (as TRL users name them)."""
 MASK_COLUMNS = ("chosen_mask", "rejected_mask")
 OWNER = "EnvDPOTrainer"
 
@@ -43,6 +50,8 @@ def check_raw_preferences(dataset, name: str, tokenizer):
 
     first = first_row(dataset, name)
     _check_columns(dataset, first, name)
+    dataset = resolve_prompt(dataset, first, name)
+    first = first_row(dataset, name)
     if is_conversational(first) and not getattr(tokenizer, "chat_template", None):
         raise ValueError(
             f"{OWNER}: the {name} dataset is conversational (its columns hold chat messages) but the "
@@ -51,6 +60,85 @@ def check_raw_preferences(dataset, name: str, tokenizer):
         )
     dataset = _check_not_empty(dataset, name)
     return drop_identical_pairs(dataset, name, ("chosen", "rejected"))
+
+
+def _columns(dataset, first: dict[str, Any]) -> list[str]:
+    names = getattr(dataset, "column_names", None)
+    return list(names) if names else list(first.keys())
+
+
+def _is_conversation(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def resolve_prompt(dataset, first: dict[str, Any], name: str):
+    """``dataset`` with its prompt settled: a ``prompt`` column as is; else the one column of :data:`PROMPT_ALIASES`
+    renamed to ``prompt`` (a warning says so); else implicit prompts, only where ``chosen`` and ``rejected`` are
+    conversations that begin with the same messages (every row checked; the rows that share none are named).
+
+    Raises:
+        ValueError: several alias columns, text ``chosen`` / ``rejected`` without a prompt column, or rows whose
+            implicit prompt would be empty; the message names the columns found or the rows.
+    """
+    found = _columns(dataset, first)
+    if "prompt" in found:
+        return dataset
+    aliases = [c for c in PROMPT_ALIASES if c in found]
+    if len(aliases) > 1:
+        raise ValueError(
+            f"{OWNER}: the {name} preference dataset has no 'prompt' column and several that could be it: "
+            f"{aliases}; rename the prompt one with dataset.rename_column(old, 'prompt'). Columns found: {found}"
+        )
+    if aliases:
+        warnings.warn(
+            f"{OWNER}: the {name} preference dataset has no 'prompt' column; its {aliases[0]!r} column is used as "
+            "the prompt",
+            stacklevel=3,
+        )
+        return dataset.rename_column(aliases[0], "prompt")
+    if not (_is_conversation(first["chosen"]) and _is_conversation(first["rejected"])):
+        raise ValueError(
+            f"{OWNER}: the {name} preference dataset has no 'prompt' column (nor {' / '.join(PROMPT_ALIASES)}); "
+            "without one TRL would take the common start of the 'chosen' and 'rejected' texts as the prompt. "
+            "Rename the prompt column to 'prompt' (dataset.rename_column(old, 'prompt')), or give chosen and "
+            f"rejected as conversations that begin with the same prompt messages. Columns found: {found}"
+        )
+    if isinstance(dataset, Dataset):
+        empty = [
+            i for i, (c, r) in enumerate(zip(dataset["chosen"], dataset["rejected"])) if _shared_messages(c, r) == 0
+        ]
+        if empty:
+            raise _empty_prompt_error(name, empty, len(dataset))
+        return dataset
+
+    def check(example, index):
+        if _shared_messages(example["chosen"], example["rejected"]) == 0:
+            raise _empty_prompt_error(name, [index], None)
+        return example
+
+    return dataset.map(check, with_indices=True)
+
+
+def _shared_messages(chosen: Any, rejected: Any) -> int:
+    """How many leading messages two conversations share (their implicit prompt); 0 for anything else."""
+    if not (_is_conversation(chosen) and _is_conversation(rejected)):
+        return 0
+    n = 0
+    for c, r in zip(chosen[:-1], rejected[:-1]):  # the last message of each is its answer, never prompt
+        if c != r:
+            break
+        n += 1
+    return n
+
+
+def _empty_prompt_error(name: str, rows: list[int], total: int | None) -> ValueError:
+    shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+    count = f" ({len(rows)} of {total})" if total is not None else ""
+    return ValueError(
+        f"{OWNER}: the {name} preference dataset has no 'prompt' column and in rows {shown}{count} 'chosen' and "
+        "'rejected' begin with no common message, so their implicit prompt is empty; give a 'prompt' column or "
+        "begin both conversations with the prompt messages"
+    )
 
 
 def check_tokenized_pairs(dataset, name: str, *, max_length: int | None = None, truncation_mode: str = "keep_start"):
@@ -106,14 +194,13 @@ def drop_identical_pairs(dataset, name: str, columns: tuple[str, str]):
 
 
 def _check_columns(dataset, first: dict[str, Any], name: str) -> None:
-    names = getattr(dataset, "column_names", None)
-    found = list(names) if names else list(first.keys())
+    found = _columns(dataset, first)
     missing = [c for c in ("chosen", "rejected") if c not in found]
     if missing:
         raise ValueError(
             f"{OWNER}: the {name} preference dataset has no {' and no '.join(repr(c) for c in missing)} column. "
             "A preference dataset needs 'prompt', 'chosen' and 'rejected' (text or chat messages), or 'chosen' and "
-            "'rejected' that both start with the prompt (TRL's implicit-prompt format), or pre-tokenized "
+            "'rejected' conversations that begin with the prompt messages (TRL's implicit prompt), or pre-tokenized "
             f"{list(TOKENIZED_COLUMNS)}. Columns found: {found}. Rename columns with dataset.rename_column(old, new)."
         )
 
@@ -164,10 +251,12 @@ def _check_not_empty(dataset, name: str):
 
 __all__ = [
     "MASK_COLUMNS",
+    "PROMPT_ALIASES",
     "TOKENIZED_COLUMNS",
     "check_raw_preferences",
     "check_tokenized_pairs",
     "drop_identical_pairs",
     "first_row",
     "is_tokenized",
+    "resolve_prompt",
 ]
