@@ -107,10 +107,25 @@ def dpo_script():
 
 
 def test_offline_dpo_shows_no_env_settings_and_env_dpo_does(dpo_script, capsys):
-    env_only = ("env_name", "num_rounds", "max_tokens_per_turn", "max_turns", "temperature")
+    env_only = ("env_name", "num_rounds", "group_size", "groups_per_round", "max_tokens_per_turn", "max_turns")
     _, table = parse(dpo_script, capsys)  # offline: the built-in preference dataset, no env
     shown = {line.split()[0] for line in table.splitlines()[1:]}
     assert not shown & set(env_only), table
     assert {"learning_rate", "output_dir"} <= shown
     _, table = parse(dpo_script, capsys, "--env", "arithmetic")
     assert source(table, "env_name") == "command line" and "num_rounds" in table
+    assert source(table, "group_size") == "trl_envs default" and source(table, "groups_per_round") == "trl_envs default"
+
+
+def test_the_table_shows_the_env_dataset_and_reward_functions_a_run_has(grpo_script, capsys, tmp_path):
+    _, table = parse(grpo_script, capsys)
+    shown = {line.split()[0] for line in table.splitlines()[1:]}
+    assert "env_name" in shown and not shown & {"env_dataset", "reward_funcs", "reward_weights"}, table
+    rows = tmp_path / "rows.jsonl"
+    _, table = parse(
+        grpo_script, capsys, "--env_dataset", str(rows), "--reward_funcs", "m:f", "--reward_weights", "1", "2"
+    )
+    shown = {line.split()[0] for line in table.splitlines()[1:]}
+    assert "env_name" not in shown, table  # the rows name their envs: no `env_name None`
+    assert source(table, "env_dataset") == source(table, "reward_funcs") == "command line"
+    assert "[1.0, 2.0]" in next(line for line in table.splitlines() if line.split()[:1] == ["reward_weights"])

@@ -37,12 +37,22 @@ ENV_BUDGETS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 """Per built-in env: the token budgets it needs, from its options (``env_kwargs``). ``max_completion_length`` is the
 budget of one turn (GRPO; DPO's env mode calls it ``max_tokens_per_turn``)."""
 
-ENV_ONLY_SETTINGS = ("env_name", "num_rounds", "max_tokens_per_turn", "max_turns", "temperature")
+ENV_ONLY_SETTINGS = (
+    "env_name",
+    "env_dataset",
+    "num_rounds",
+    "group_size",
+    "groups_per_round",
+    "max_tokens_per_turn",
+    "max_turns",
+    "temperature",
+)
 """Settings of a run driven by an env (rounds, sampling, turn budgets): not shown for offline DPO."""
 
 SHOWN = (
     "model_name_or_path",
     "env_name",
+    "env_dataset",
     "output_dir",
     "learning_rate",
     "lr_scheduler_type",
@@ -54,11 +64,15 @@ SHOWN = (
     "max_steps",
     "num_train_epochs",
     "num_rounds",
+    "group_size",
+    "groups_per_round",
     "max_completion_length",
     "max_tokens_per_turn",
     "max_turns",
     "beta",
     "temperature",
+    "reward_funcs",
+    "reward_weights",
     "use_peft",
     "bf16",
     "use_cpu",
@@ -271,6 +285,13 @@ def parse_run_args(
         )
     if "env_name" in settings.values and settings.values["env_name"] is None and env_name:
         settings.values["env_name"], settings.sources["env_name"] = env_name, "script default"
+    for name in ("env_dataset", "reward_funcs", "reward_weights"):  # shown only when the run has them
+        if settings.values.get(name) is None:
+            settings.values.pop(name, None)
+            settings.sources.pop(name, None)
+    if peeked.get("env_dataset") and settings.values.get("env_name") is None:  # the rows name their envs
+        settings.values.pop("env_name", None)
+        settings.sources.pop("env_name", None)
     if settings.values.get("model_name_or_path") is None and "model_name_or_path" in settings.values:
         settings.values["model_name_or_path"] = peeked.get("tiny_model")
         settings.sources["model_name_or_path"] = "script default (offline demo model)"
