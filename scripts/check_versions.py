@@ -40,6 +40,8 @@ DEFAULT_MAX_STEPS = 8
 TEST_RUNNER = ["pytest>=8", "pytest-timeout>=2.3"]
 """What the tests need beyond the project (tests of optional libraries skip when these are absent)."""
 TAIL_LINES = 15
+NOISE = re.compile(r"WARNING: Location .* is ignored")
+"""Lines of pip's output left out of a failure's tail (an index folder of this machine that lacks a package)."""
 
 
 def declared_dependencies(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
@@ -117,7 +119,7 @@ class Steps:
                 output, status = (e.stdout or b"").decode(errors="replace") + f"\n(timed out after {timeout:g} s)", 124
             log.write(output)
         seconds = round(time.monotonic() - start, 1)
-        lines = [line for line in output.splitlines() if line.strip()]
+        lines = [line for line in output.splitlines() if line.strip() and not NOISE.match(line)]
         result = {"step": name, "command": command, "status": status, "ok": status == 0, "seconds": seconds}
         if status != 0:
             result["tail"] = lines[-TAIL_LINES:]
