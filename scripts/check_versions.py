@@ -27,9 +27,11 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -109,15 +111,26 @@ class Steps:
         with open(self.log, "a") as log:
             log.write(f"\n===== {name}: {' '.join(command)}\n")
             log.flush()
-            try:
-                done = subprocess.run(
-                    command, cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                    timeout=timeout,
-                )  # fmt: skip
-                output, status = done.stdout, done.returncode
-            except subprocess.TimeoutExpired as e:
-                output, status = (e.stdout or b"").decode(errors="replace") + f"\n(timed out after {timeout:g} s)", 124
-            log.write(output)
+            process = subprocess.Popen(
+                command, cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True,
+            )  # fmt: skip
+            # at the timeout, the step's whole process group (pytest's children too)
+            timer = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL)) if timeout else None
+            if timer:
+                timer.start()
+            output_lines = []
+            for line in process.stdout:  # to the log as it comes: `tail -f` the log to follow a long step
+                output_lines.append(line)
+                log.write(line)
+                log.flush()
+            status = process.wait()
+            if timer:
+                timer.cancel()
+                if status < 0:
+                    output_lines.append(f"(killed after {timeout:g} s)\n")
+                    status = 124
+            output = "".join(output_lines)
         seconds = round(time.monotonic() - start, 1)
         lines = [line for line in output.splitlines() if line.strip() and not NOISE.match(line)]
         result = {"step": name, "command": command, "status": status, "ok": status == 0, "seconds": seconds}
@@ -189,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     python = venv / "bin" / "python"
     work = Path(tempfile.mkdtemp(prefix="trl_envs_check_"))
     log = work / "log.txt"
+    print(f"[check_versions] {end} versions in {venv}; log: {log}", flush=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(
         PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
