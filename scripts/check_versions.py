@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = ok and steps.run("install", pip + upgrade + [str(REPO), *others, *TEST_RUNNER, torch])
         versions = installed_versions(python, list(requirements)) if ok else {}
         if ok and args.tests.strip().lower() != "none":
-            test_args = ["-m", "not slow"] if args.tests == DEFAULT_TESTS else args.tests.split()
+            test_args = shlex.split(args.tests)
             command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *test_args]
             steps.run("quick tests", command, timeout=args.test_timeout)
         if ok and args.max_steps > 0:
