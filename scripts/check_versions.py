@@ -224,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         ok = ok and steps.run("torch", pip + [requirements["torch"]])
         torch = f"torch=={installed_versions(python, ['torch']).get('torch')}" if ok else ""  # kept as installed
         others = [req for name, req in requirements.items() if name != "torch"]
-        ok = ok and steps.run("install", pip + upgrade + [str(REPO), *others, *TEST_RUNNER, torch])
+        if beyond:  # pyproject's ranges would refuse the pins: the pins first, then trl_envs without its requirements
+            ok = ok and steps.run("install", pip + upgrade + [*others, *TEST_RUNNER, torch])
+            ok = ok and steps.run("install trl_envs", pip + ["--no-deps", str(REPO)])
+        else:
+            ok = ok and steps.run("install", pip + upgrade + [str(REPO), *others, *TEST_RUNNER, torch])
         versions = installed_versions(python, list(requirements)) if ok else {}
         if ok and args.tests.strip().lower() != "none":
             test_args = shlex.split(args.tests)
