@@ -107,10 +107,10 @@ class Steps:
         self.results: list[dict] = []
 
     def run(self, name: str, command: list[str], cwd: Path = REPO, timeout: float | None = None) -> bool:
-        print(f"[check_versions] {name}: {' '.join(command)}", flush=True)
+        print(f"[check_versions] {name}: {shlex.join(command)}", flush=True)
         start = time.monotonic()
         with open(self.log, "a") as log:
-            log.write(f"\n===== {name}: {' '.join(command)}\n")
+            log.write(f"\n===== {name}: {shlex.join(command)}\n")
             log.flush()
             process = subprocess.Popen(
                 command, cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -272,10 +272,10 @@ def print_table(result: dict) -> None:
     for line in result["requested"]:
         name = split_requirement(line)[0]
         print(f"  {name:<14} {result['installed'].get(name) or '-':<14} requested {line}")
-    print(f"{'step':<14} {'result':<10} {'seconds':>8}  detail")
+    print(f"{'step':<18} {'result':<10} {'seconds':>8}  detail")
     for step in result["steps"]:
         detail = step.get("summary") or ""
-        print(f"{step['step']:<14} {'ok' if step['ok'] else 'FAILED':<10} {step['seconds']:>8g}  {detail}")
+        print(f"{step['step']:<18} {'ok' if step['ok'] else 'FAILED':<10} {step['seconds']:>8g}  {detail}")
         for line in step.get("tail", []):
             print(f"    | {line}")
     print(f"{'all' if result['ok'] else 'NOT all'} steps passed; full log: {result['log']}")

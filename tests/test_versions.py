@@ -151,3 +151,49 @@ def test_training_scripts_with_a_wrong_trl_are_one_line(script):
         f"import runpy, sys\nsys.argv = [{str(path)!r}]\nrunpy.run_path({str(path)!r}, run_name='__main__')\n"
     )
     assert_one_line(done, script)
+
+
+def check_versions_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_versions", REPO / "scripts" / "check_versions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_versions_lowest_pins_each_floor_and_newest_keeps_the_ranges():
+    script = check_versions_script()
+    dependencies = script.declared_dependencies()
+    lowest = script.requirements_for("lowest", dependencies, {})
+    newest = script.requirements_for("newest", dependencies, {})
+    for line in dependencies:
+        name, spec = script.split_requirement(line)
+        floor = script.floor_of(spec)
+        assert lowest[name] == (f"{name}=={floor}" if floor else line), line
+        assert newest[name] == f"{name}{spec}"
+    pinned = script.requirements_for("lowest", dependencies, {"transformers": "==0.1"})
+    assert pinned["transformers"] == "transformers==0.1"
+    assert script.out_of_range({"transformers": "==0.1"}, dependencies) == ["transformers==0.1"]
+    assert (
+        script.out_of_range(
+            {"transformers": f"=={script.floor_of(dict(map(script.split_requirement, dependencies))['transformers'])}"},
+            dependencies,
+        )
+        == []
+    )
+
+
+def test_docs_table_floors_are_pyprojects():
+    script = check_versions_script()
+    floors = {
+        name: script.floor_of(spec) for name, spec in map(script.split_requirement, script.declared_dependencies())
+    }
+    rows = {}
+    for line in (REPO / "docs" / "versions.md").read_text().splitlines():
+        cells = [cell.strip().strip("`") for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 3 and cells[0] in floors:
+            rows[cells[0]] = cells[1]
+    assert set(rows) == set(floors), "docs/versions.md's table lists every dependency of pyproject once"
+    for name, floor in floors.items():
+        assert rows[name] == (floor or "none"), f"docs/versions.md says {name} {rows[name]}, pyproject {floor}"
