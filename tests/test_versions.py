@@ -72,7 +72,7 @@ def test_a_local_build_label_counts_as_its_release():
     check_installed_versions(version_of=fake_versions(torch=torch_version.split("+")[0] + "+cpu"))
 
 
-def test_the_error_is_an_import_error_a_command_prints_as_one_line(monkeypatch):
+def test_the_error_is_an_import_error_a_command_prints_as_one_line():
     with pytest.raises(ImportError):
         check_installed_versions(version_of=fake_versions(trl="0.29.1"))
     assert is_plain_error(IncompatibleVersionError([versions.Mismatch("trl", "0.29.1", "trl>=1.16,<1.17")]))
