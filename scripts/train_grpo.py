@@ -20,6 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trl_envs.errors.versions import check_installed_versions
+
+check_installed_versions()  # before TRL loads: a TRL, transformers or torch outside pyproject's ranges is one line
+
 from transformers import PrinterCallback
 from trl import ModelConfig, get_peft_config
 

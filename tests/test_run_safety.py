@@ -279,13 +279,34 @@ def test_the_configs_use_the_checkpointing_name_transformers_expects(tmp_path):
     import warnings
 
     from trl_envs import EnvDPOConfig, EnvGRPOConfig
+    from trl_envs.trainers.activation_checkpointing import transformers_has_activation_checkpointing
 
+    new_name = transformers_has_activation_checkpointing()  # transformers 5.23 and later
     common = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False)
     for config in (EnvGRPOConfig, EnvDPOConfig):
         with warnings.catch_warnings():
             warnings.simplefilter("error", FutureWarning)  # no deprecation warning when the user names neither
             assert config(**common).activation_checkpointing is True  # TRL's default: on
+            if not new_name:  # an older transformers reads only the old name: the default is on there
+                assert config(**common).gradient_checkpointing is True
             assert config(**common, activation_checkpointing=False).gradient_checkpointing is False
+        if not new_name:  # the old name is the one this transformers knows: nothing to warn about
+            assert config(**common, gradient_checkpointing=False).gradient_checkpointing is False
+            continue
         with pytest.warns(FutureWarning, match="activation_checkpointing"):
             old = config(**common, gradient_checkpointing=False)  # the old name still works, and says the new one
         assert (old.activation_checkpointing, old.gradient_checkpointing) == (False, False)
+
+
+def test_before_transformers_named_activation_checkpointing_the_setting_goes_under_the_old_name(tmp_path, monkeypatch):
+    import warnings
+
+    from trl_envs import EnvGRPOConfig
+    from trl_envs.trainers import activation_checkpointing
+
+    monkeypatch.setattr(activation_checkpointing, "transformers_has_activation_checkpointing", lambda: False)
+    common = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # this transformers knows the new name and warns on the old
+        assert EnvGRPOConfig(**common).gradient_checkpointing is True  # TRL's default, where transformers reads it
+        assert EnvGRPOConfig(**common, activation_checkpointing=False).gradient_checkpointing is False

@@ -35,6 +35,14 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_run()  # one line per warning; no noise that says nothing a user can act on
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] != ["--version"]:  # a TRL / transformers outside pyproject's ranges: one line, before TRL loads
+        from ..errors.versions import EXIT_STATUS, IncompatibleVersionError, check_installed_versions
+
+        try:
+            check_installed_versions()
+        except IncompatibleVersionError as e:
+            print(f"trl-envs: error: {e}", file=sys.stderr)
+            return EXIT_STATUS
     if argv and argv[0] in ("grpo", "dpo"):  # the training scripts parse their own (many) options
         from .train import run
 

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from .versions import IncompatibleVersionError
+
 
 class UsageError(ValueError):
     """A plain input mistake (a bad flag, path or file): the message says what is wrong and where."""
@@ -23,6 +25,8 @@ def is_plain_error(error: BaseException) -> bool:
     if isinstance(error, (ValueError, FileNotFoundError, NotADirectoryError)):  # UsageError, EnvRowError, ...
         return True
     if isinstance(error, KeyError) and type(error).__module__.split(".")[0] == "trl_envs":  # UnknownEnvError
+        return True
+    if isinstance(error, IncompatibleVersionError):  # a dependency outside pyproject's range: the line says which
         return True
     if isinstance(error, ConnectionError):  # a server that does not answer (an OpenEnv URL): the message names it
         return True

@@ -186,7 +186,7 @@ def check_trl_compatibility(names: Iterable[PrivateName] = TRL_PRIVATE_NAMES, tr
             raise TRLCompatibilityError(
                 f"{SEAM_MODULE} relies on {entry.name!r} of {entry.owner} ({entry.relied_on}), which the installed "
                 f"{versions} does not have. Update {SEAM_MODULE} for these versions (docs/DESIGN.md, "
-                "'Upgrading TRL') or install the versions pyproject.toml pins."
+                "'Upgrading TRL') or install the versions pyproject.toml declares (docs/versions.md)."
             )
 
 
