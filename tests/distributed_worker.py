@@ -208,7 +208,7 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
                     {"totals": g.get_total_rewards(), "turns": [len(t.transitions) for t in g.trajectories]}
                     for g in result.groups
                 ],
-                "advantages": out["advantages"].float().tolist(),
+                "advantages": row_advantages(trainer, out),
                 "gathered_rewards": [float(x) for x in logged["rewards"]["env"][-n_global:]],
                 "gathered_advantages": [float(x) for x in logged["advantages"][-n_global:]],
                 "metric_sums": {k: [float(sum(v)), len(v)] for k, v in metrics.items()},
@@ -221,6 +221,29 @@ def _instrument(trainer, world_size: int, records: list[dict], lockstep: bool = 
         return out
 
     trainer.generation_batch = recorded
+
+
+def row_advantages(trainer, out: dict) -> list[float]:
+    """Each row's advantage. With asynchronous rollouts the trainer weights each trained token's advantage by the
+    importance ratio of the policy over the sampler copy (per-token advantages): the row's advantage is then recovered
+    with the ratio computed here from the policy's logprobs, so a weight applied to the wrong rows or ranks shows."""
+    advantages = out["advantages"].float()
+    if advantages.dim() == 1:
+        return advantages.tolist()
+    from trl_envs.trainers.off_policy import importance_ratio, trained_mask
+
+    args, mask = trainer.args, trained_mask(out).float()
+    policy = trainer.completion_logprobs(out)
+    ratio = importance_ratio(
+        policy,
+        out["sampling_per_token_logps"],
+        mask,
+        args.async_importance_sampling,
+        args.vllm_importance_sampling_clip_min,
+        args.vllm_importance_sampling_clip_max,
+    ).float()
+    weights = (ratio * mask).sum(1)
+    return [float(a / w) if w > 0 else 0.0 for a, w in zip((advantages * mask).sum(1).tolist(), weights.tolist())]
 
 
 def _zero_stage(trainer) -> int | None:

@@ -266,10 +266,21 @@ class EnvGRPOTrainer(GRPOTrainer):
     def generation_batch(self, keys: Sequence[GroupKey | str]) -> dict[str, Any]:
         """Roll out the env groups ``keys`` (this rank's share of a generation batch), lay their trajectories out as
         rows (:class:`RowsStep`) and return the batch TRL trains on (ids, masks, sampling logprobs, advantages...),
-        exactly as a training step (``model.training``) or an evaluation step does. With
-        ``credit_assignment="per_turn"`` the advantages are per token, from per-turn rewards-to-go."""
+        exactly as a training step (``model.training``) or an evaluation step does: TRL's per-batch hook calls it.
+
+        Episodes that train as one row per episode go through TRL's public doors: TRL's scoring calls
+        :func:`env_rollout_func`, which rolls them out, and scores them with the reward functions. A batch with rows
+        per turn (``training_rows``, or observations that do not extend each other) or per-token advantages
+        (``credit_assignment="per_turn"``), which ``rollout_func`` cannot return, is laid out here and then handed to
+        TRL's scoring."""
+        keys = [GroupKey.parse(k) for k in keys]
+        if self.args.training_rows == "turn" or self.args.credit_assignment == "per_turn":
+            return self._score_laid_out(self._roll_out(keys), keys)
         group_size = group_size_of(self.args, training=self.model.training)
-        return trl_seam.score_generation_batch(self, [{"prompt": str(k)} for k in keys for _ in range(group_size)])
+        try:
+            return self._score([{"prompt": str(k)} for k in keys for _ in range(group_size)])
+        except RowLayoutNeeded as needed:
+            return self._score_laid_out(needed.step, needed.keys)
 
     def rollout_rows(self, prompts: Sequence[str]) -> dict[str, list]:
         """What :func:`env_rollout_func` returns to TRL for the rows ``prompts`` (group key texts, each
@@ -333,20 +344,10 @@ class EnvGRPOTrainer(GRPOTrainer):
         return columns
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """TRL's per-generation-batch hook. Episodes that train as one row per episode go through TRL's public doors:
-        TRL calls :func:`env_rollout_func`, which rolls them out, and scores them with the reward functions. This
-        override adds what ``rollout_func`` cannot express: a batch with rows per turn (``training_rows``, or
-        observations that do not extend each other) or per-token advantages (``credit_assignment="per_turn"``) is laid
-        out here and handed to TRL's scoring, and the sampler's importance-sampling correction of asynchronous
-        rollouts (:mod:`~trl_envs.trainers.off_policy`)."""
-        if self.args.training_rows == "turn" or self.args.credit_assignment == "per_turn":
-            group_size = group_size_of(self.args, training=self.model.training)
-            keys = keys_of_rows([x["prompt"] for x in inputs], group_size)
-            return self._score_laid_out(self._roll_out(keys), keys)
-        try:
-            return self._score(inputs)
-        except RowLayoutNeeded as needed:
-            return self._score_laid_out(needed.step, needed.keys)
+        """TRL's per-generation-batch hook: :meth:`generation_batch` of the group keys of this rank's rows (the one
+        private method of TRL overridden: for the rows ``rollout_func`` cannot return; see there)."""
+        group_size = group_size_of(self.args, training=self.model.training)
+        return self.generation_batch(keys_of_rows([x["prompt"] for x in inputs], group_size))
 
     def _score_laid_out(self, step: RowsStep, keys: list[GroupKey]) -> dict[str, Any]:
         """TRL's scoring of the rows of ``step`` laid out here (padded to a common shape across ranks)."""
