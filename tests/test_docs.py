@@ -38,8 +38,9 @@ Markdown conventions (see docs/custom_envs.md, "How these docs are tested"):
 * ``TRL_ENVS_DOCS_FULL=1`` runs the blocks exactly as written (no ``append``/``sub``), printing their output: that
   is how the outputs shown in the docs were produced.
 
-The Chinese tutorial must hold exactly the English tutorial's code blocks and directives (so the commands a reader of
-either runs are the ones tested here), and docs/zh/README.md is run like the others.
+The Chinese tutorial must hold exactly the English tutorial's code blocks, the outputs they show and the directives
+(so the commands a reader of either runs, and what they print, are the ones tested here), and docs/zh/README.md is run
+like the others.
 """
 
 from __future__ import annotations
@@ -187,8 +188,8 @@ def shown_output_problems(blocks: list[Block]) -> list[str]:
                 problems.append(f"{block.where}: {key} is for ```text blocks (shown output), not ```{block.lang}")
             elif block.output_of is None:
                 problems.append(
-                    f"{block.where}: {key} marks the output of a bash or python block, but the block before this "
-                    "one is not one (or a file block)"
+                    f"{block.where}: {key} marks the output of the bash or python block before it, and there is "
+                    "none (a file block prints nothing)"
                 )
     return problems
 
@@ -510,6 +511,12 @@ def test_shown_outputs_are_checked(tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="the output shown is not what"):
         run(after_prose)  # marked output: checked although prose lies between
     run(after_prose.replace('<!-- doctest: output="the echo above" -->\n', ""))  # unmarked: not output
+
+    misplaced = SYNTHETIC_DOC.replace("```text\na text", '<!-- doctest: abridged="why" -->\n```text\na text')
+    assert shown_output_problems(parse("synthetic.md", misplaced)) == [
+        f"synthetic.md:{line_of(misplaced, 'a text')}: abridged marks the output of the bash or python block before "
+        "it, and there is none (a file block prints nothing)"
+    ]
 
 
 @pytest.mark.parametrize(
