@@ -165,6 +165,7 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
 
     from_row: ClassVar = ArithmeticGroupBuilder.from_row
     env_name: ClassVar[str] = "arithmetic"
+    dataset_class: ClassVar[type] = ArithmeticDataset  # the RLDataset of the splits
     int_options: ClassVar[dict[str, int]] = {"max_operand": 0}
 
     max_operand: int = 9
@@ -184,7 +185,7 @@ class ArithmeticDatasetBuilder(BuiltinDatasetBuilder):
         *,
         distinct: bool = False,
     ) -> ArithmeticDataset:
-        return ArithmeticDataset(
+        return self.dataset_class(
             self.renderer,
             self.batch_size,
             self.group_size,

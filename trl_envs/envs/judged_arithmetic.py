@@ -125,21 +125,4 @@ class JudgedArithmeticDatasetBuilder(ArithmeticDatasetBuilder):
     env_name: ClassVar[str] = "judged_arithmetic"
     int_options: ClassVar[dict[str, int]] = {"group_size": 2, "max_operand": 0}  # a judge compares >= 2 answers
 
-    def dataset(
-        self,
-        num_batches: int,
-        seed: int,
-        problems: Sequence[tuple[int, int]] | None = None,
-        *,
-        distinct: bool = False,
-    ) -> JudgedArithmeticDataset:
-        return JudgedArithmeticDataset(
-            self.renderer,
-            self.batch_size,
-            self.group_size,
-            num_batches,
-            self.max_operand,
-            seed,
-            problems=problems,
-            distinct=distinct,
-        )
+    dataset_class: ClassVar[type] = JudgedArithmeticDataset
