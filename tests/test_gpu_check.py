@@ -95,10 +95,6 @@ def test_check_refuses_unknown_stages_and_a_missing_gpu(tmp_path):
 def test_cpu_mode_runs_the_stages_and_writes_the_summary(tmp_path, tiny_model_path):
     """versions, fsdp2 (skipped on a CPU, with its reason), the async run's clean exit, and gpu_rollouts when the tree
     has no bench for it (skipped with a notice)."""
-    from trl_envs.model_names import DEMO_MODEL_NAME
-    from trl_envs.tiny_model import build_tiny_model
-
-    build_tiny_model(name=DEMO_MODEL_NAME)  # the script's model, built once per machine
     stages = ["versions", "fsdp2", "async_exit"]
     has_bench = (REPO / "bench" / "gpu_rollouts.py").exists()
     if not has_bench:

@@ -124,9 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output_dir", default=None, help="copy the model there (default: print the shipped one)")
     parser.add_argument("--force", action="store_true", help="replace what is in --output_dir")
     parser.add_argument("--seed", type=int, default=SHIPPED_SEED, help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--name", default=DEMO_MODEL_NAME, choices=MODEL_NAMES, help="the model (default: %(default)s)"
-    )
+    parser.add_argument("--name", default=DEMO_MODEL_NAME, choices=MODEL_NAMES, help="the model (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         print(build_tiny_model(args.output_dir, force=args.force, seed=args.seed, name=args.name))

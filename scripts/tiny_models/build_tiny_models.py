@@ -5,7 +5,7 @@ were made and how they are remade when a recipe changes. It is not part of the i
 
     python scripts/tiny_models/build_tiny_models.py                    # rebuild all three into trl_envs/assets/
     python scripts/tiny_models/build_tiny_models.py --name tiny-chat-v5 --output_dir /tmp/v5   # one, elsewhere
-    python scripts/tiny_models/build_tiny_models.py --check --name tiny-chat-v5   # rebuild aside, compare, exit 1 if off
+    python scripts/tiny_models/build_tiny_models.py --check --name tiny-chat-v5   # rebuild aside and compare
 
 Two model recipes, by name:
 

@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m trl_envs.training_data.preference_data", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--build", action="store_true", help="build it (default: print the shipped dataset's path)")
-    parser.add_argument("--output_dir", default=None, help=f"with --build (default: {default_preference_dataset_path()})")
+    parser.add_argument(
+        "--output_dir", default=None, help=f"with --build (default: {default_preference_dataset_path()})"
+    )
     parser.add_argument("--num_train", type=int, default=NUM_TRAIN)
     parser.add_argument("--num_test", type=int, default=NUM_TEST)
     parser.add_argument("--seed", type=int, default=0)
