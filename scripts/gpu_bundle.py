@@ -75,8 +75,8 @@ def installed_version(package: str) -> str:
 
 
 def plan(extra: list[str] = ()) -> list[dict]:
-    """What the bundle holds: one entry per package (kind wheel / sdist, pinned version, reason) and model; ``extra``:
-        more packages to carry as wheels, at their versions here (what ``gpu_check.sh``'s versions stage found missing). The
+    """What the bundle holds: one entry per package (kind wheel / sdist, pinned version, reason); ``extra``: more
+    packages to carry as wheels, at their versions here (what ``gpu_check.sh``'s versions stage found missing). The
     tiny models are not carried: they ship in the repository (``trl_envs/assets/``)."""
     wheels = [*WHEELS, *((name, "asked for (--add)") for name in extra)]
     entries = [dict(kind="wheel", name=n, version=installed_version(n), why=why) for n, why in wheels]
