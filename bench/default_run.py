@@ -3,10 +3,11 @@
     python bench/default_run.py            # runs it in a scratch folder (~2.5-7 min on 2 CPU cores), writes the JSON
     python bench/default_run.py --summarize OUTPUT_DIR --wall_seconds S   # a run already made, its wall time given
 
-Timed: the whole command, wall clock (``time.monotonic`` around the child process), the demo model cached or not as
-found. Read from the run's files: ``train_runtime`` (``train_results.json``), the model card's held-out evaluation
-before and after training (``eval_results.json``: mean reward, pass@1, pass@8), and the demo model's build time
-(its ``BUILD_COMPLETE`` marker). Writes ``bench/results/default_run.json``, where the README takes its numbers.
+Timed: the whole command, wall clock (``time.monotonic`` around the child process), on the demo model that ships with
+the package. Read from the run's files: ``train_runtime`` (``train_results.json``) and the model card's held-out
+evaluation before and after training (``eval_results.json``: mean reward, pass@1, pass@8); from the shipped model's
+``build.json``: the sha256 of its weights, so a result names the weights it was measured on. Writes
+``bench/results/default_run.json``, where the README takes its numbers.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ def readme_summary(result: dict) -> str:
         else f"{result['machine']} shared with other jobs"
     )
     return (
-        f"{result['wall_seconds']:.0f} s wall clock on {machine}, the demo model "
-        f"already built (its build: {result['demo_model_build_seconds']:.0f} s), "
+        f"{result['wall_seconds']:.0f} s wall clock on {machine}, "
         f"{result['train_runtime_seconds']:.0f} s "
         f"of it training; held-out pass@1 {before['pass@1']:.3f} → {after['pass@1']:.3f}, pass@8 "
         f"{before['pass@8']:.3f} → {after['pass@8']:.3f}"
@@ -48,12 +48,11 @@ RESULT = REPO / "bench" / "results" / "default_run.json"
 def summarize(output_dir: Path, wall_seconds: float, command: str) -> dict:
     """The JSON summary of a finished default run in ``output_dir``."""
     sys.path.insert(0, str(REPO))
-    from trl_envs.tiny_model import DEMO_MODEL_NAME, MARKER_FILE, default_tiny_model_path
+    from trl_envs.tiny_model import DEMO_MODEL_NAME, build_record
 
     evaluation = json.loads((output_dir / "eval_results.json").read_text())
     train = json.loads((output_dir / "train_results.json").read_text())
-    marker = Path(default_tiny_model_path(DEMO_MODEL_NAME)) / MARKER_FILE
-    build = json.loads(marker.read_text()) if marker.exists() else {}
+    build = build_record(DEMO_MODEL_NAME)
 
     def held_out(name: str) -> dict:
         r = evaluation[name]
@@ -66,7 +65,8 @@ def summarize(output_dir: Path, wall_seconds: float, command: str) -> dict:
         "command": command,
         "wall_seconds": round(wall_seconds, 1),
         "train_runtime_seconds": round(train["train_runtime"], 1),
-        "demo_model_build_seconds": build.get("build_seconds"),
+        "demo_model": DEMO_MODEL_NAME,
+        "demo_model_sha256": build["sha256"]["model.safetensors"],
         "held_out_before": held_out("before"),
         "held_out_after": held_out("after"),
         "card_eval": evaluation["settings"],
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--summarize", default=None, help="a finished default run's output_dir (no new run)")
     parser.add_argument("--wall_seconds", type=float, default=None, help="its measured wall time (with --summarize)")
     parser.add_argument("--output", default=str(RESULT))
+    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the run (default: as found)")
     args = parser.parse_args(argv)
     command = "accelerate launch scripts/train_grpo.py"
     if args.summarize:
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         work = Path(tempfile.mkdtemp(prefix="default_run-"))
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        if args.threads is not None:
+            env["OMP_NUM_THREADS"] = str(args.threads)
         load_at_start = os.getloadavg()[0]
         start = time.monotonic()
         subprocess.run(["accelerate", "launch", str(REPO / "scripts" / "train_grpo.py")], cwd=work, env=env, check=True)
@@ -97,6 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.summarize:
         result["load_average_at_start"] = round(load_at_start, 2)
         result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        result["omp_num_threads"] = env.get("OMP_NUM_THREADS")
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -13,11 +13,10 @@ bundle holds:
   here, so the GPU check runs the versions the CPU tests ran; DeepSpeed's dependencies; every one pinned to the version
   installed in the Python that runs this script (the environment the CPU tests pass in);
 * ``sdist/``: DeepSpeed's source archive (it publishes no wheel; ``gpu_check.sh`` installs it with ``DS_BUILD_OPS=0``,
-  its CUDA ops compiled on first use);
-* ``cache/trl_envs/``: the tiny chat models (``tiny-chat-v1`` for the tests, ``tiny-chat-v5`` for the scripts), built
-  here if missing, so the GPU machine need not build them (``TRL_ENVS_CACHE``).
+  its CUDA ops compiled on first use).
 
-trl_envs itself is not copied: the check runs from the repository (``PYTHONPATH``). Packages a PyTorch GPU image has
+trl_envs itself is not copied: the check runs from the repository (``PYTHONPATH``), and so do the tiny chat models,
+which ship in it (``trl_envs/assets/``): nothing is built on the GPU machine. Packages a PyTorch GPU image has
 (torch, numpy, pyarrow, pandas, xxhash, fsspec, aiohttp, requests, psutil, pytest, ...) are not carried; pyarrow alone
 would be 40 MB.
 """
@@ -56,7 +55,6 @@ WHEELS = [
     ("typing_extensions", "pydantic needs a recent one (>= 4.16)"),
 ]
 SDISTS = [("deepspeed", "ZeRO-2 / ZeRO-3 stages; no wheel is published")]
-TINY_MODELS = ["tiny-chat-v1", "tiny-chat-v5"]
 
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
 PLATFORMS += ["manylinux1_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_24_x86_64"]
@@ -77,12 +75,12 @@ def installed_version(package: str) -> str:
 
 
 def plan(extra: list[str] = ()) -> list[dict]:
-    """What the bundle holds: one entry per package (kind wheel / sdist, pinned version, reason) and model; ``extra``:
-    more packages to carry as wheels, at their versions here (what ``gpu_check.sh``'s versions stage found missing)."""
+    """What the bundle holds: one entry per package (kind wheel / sdist, pinned version, reason); ``extra``: more
+    packages to carry as wheels, at their versions here (what ``gpu_check.sh``'s versions stage found missing). The
+    tiny models are not carried: they ship in the repository (``trl_envs/assets/``)."""
     wheels = [*WHEELS, *((name, "asked for (--add)") for name in extra)]
     entries = [dict(kind="wheel", name=n, version=installed_version(n), why=why) for n, why in wheels]
     entries += [dict(kind="sdist", name=n, version=installed_version(n), why=why) for n, why in SDISTS]
-    entries += [dict(kind="model", name=m, version="", why="built tiny model (TRL_ENVS_CACHE)") for m in TINY_MODELS]
     return entries
 
 
@@ -101,19 +99,6 @@ def download_command(entry: dict, dest: Path) -> list[str]:
     ]
 
 
-def copy_model(name: str, dest: Path) -> None:
-    from trl_envs.tiny_model import build_tiny_model, default_tiny_model_path
-
-    source = Path(default_tiny_model_path(name))
-    if not (source / "BUILD_COMPLETE").exists():
-        print(f"  building {name} (about a minute)", flush=True)
-        source = Path(build_tiny_model(name=name))
-    target = dest / "cache" / "trl_envs" / name
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source, target)
-
-
 def folder_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
@@ -125,11 +110,8 @@ def gather(dest: Path, extra: list[str] = ()) -> None:
             shutil.rmtree(dest / kind)  # one version of each package: two stop the offline install
         (dest / kind).mkdir(parents=True)
     for entry in entries:
-        label = f"{entry['name']}=={entry['version']}" if entry["version"] else entry["name"]
+        label = f"{entry['name']}=={entry['version']}"
         print(f"{entry['kind']:<6} {label}", flush=True)
-        if entry["kind"] == "model":
-            copy_model(entry["name"], dest)
-            continue
         done = subprocess.run(download_command(entry, dest), capture_output=True, text=True)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -137,8 +119,6 @@ def gather(dest: Path, extra: list[str] = ()) -> None:
     print(f"\n{dest}:")
     for path in sorted(p for p in dest.rglob("*") if p.is_file() and p.parent.name in ("wheels", "sdist")):
         print(f"  {path.relative_to(dest)}  {path.stat().st_size / 2**20:.1f} MB")
-    for name in TINY_MODELS:
-        print(f"  cache/trl_envs/{name}/  {folder_mb(dest / 'cache' / 'trl_envs' / name):.1f} MB")
     total = folder_mb(dest)
     print(f"total: {total:.1f} MB")
     if total > SIZE_LIMIT_MB:
@@ -158,11 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.list:
             for entry in plan(args.add):
-                if entry["kind"] == "model":
-                    print(f"model  {entry['name']:<18} -> {args.dest / 'cache' / 'trl_envs' / entry['name']}")
-                else:
-                    print(f"{entry['kind']:<6} {entry['name']}=={entry['version']:<12} {entry['why']}")
-                    print("       " + " ".join(download_command(entry, args.dest)[1:]))
+                print(f"{entry['kind']:<6} {entry['name']}=={entry['version']:<12} {entry['why']}")
+                print("       " + " ".join(download_command(entry, args.dest)[1:]))
             return 0
         gather(args.dest, args.add)
     except BundleError as e:

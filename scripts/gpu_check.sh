@@ -54,7 +54,6 @@ if [ "$CPU" = 0 ] && [ -d "$BUNDLE/wheels" ]; then
     echo "installed in $(( $(date +%s) - start ))s"
   fi
   export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-  export TRL_ENVS_CACHE="${TRL_ENVS_CACHE:-$BUNDLE/cache/trl_envs}"
 elif [ "$CPU" = 0 ]; then
   echo "no bundle at $BUNDLE: using the packages installed here (python scripts/gpu_bundle.py gathers one)"
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

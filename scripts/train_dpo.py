@@ -11,7 +11,7 @@
 Preference data (offline DPO, exactly TRL's DPOTrainer): ``--dataset_name`` (a Hub id, a directory saved with
 ``datasets``' ``save_to_disk``, a dataset directory or a data file) or ``--data_files`` (json / jsonl / parquet / csv),
 with ``prompt`` / ``chosen`` / ``rejected`` columns as text or chat messages. With neither, the built-in arithmetic
-preference dataset (right vs wrong answers, built offline) is used.
+preference dataset (right vs wrong answers, shipped with trl_envs) is used.
 
 Env-driven DPO: ``--env NAME`` (a built-in, registered or installed env), ``--env package.module:factory`` (a function
 called as ``factory(renderer=..., **env_kwargs)``, plus ``group_size`` / ``batch_size`` / ``num_batches`` if it takes
@@ -179,7 +179,7 @@ def make_trainer(
 ) -> tuple[EnvDPOTrainer, str, list[str]]:
     """``(trainer, model path, env names)``: the model, the data and the ``EnvDPOTrainer`` of a run, ready to train
     (also used by bench/learning.py)."""
-    # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
+    # 1. The model: a hub id or a path; by default the offline tiny chat model (it ships with trl_envs).
     model_path, tokenizer = load_tokenizer(model_args, script_args.tiny_model)
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,

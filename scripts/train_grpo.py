@@ -99,7 +99,7 @@ def main(
     push = take_over_push(training_args)  # pushed once at the end, with our model card (step 5)
     checkpoint = resume_option(training_args)
 
-    # 1. The model: a hub id or a path; by default the offline tiny chat model (built once, then cached).
+    # 1. The model: a hub id or a path; by default the offline tiny chat model (it ships with trl_envs).
     model_path, tokenizer = load_tokenizer(model_args, script_args.tiny_model)
 
     # 2. The environment: an env by name (its dataset builder, groups of num_generations envs), or a dataset of env

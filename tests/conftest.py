@@ -1,4 +1,4 @@
-"""Shared fixtures: offline settings and the tiny chat model (built once per machine, then cached)."""
+"""Shared fixtures: offline settings and the tiny chat model (it ships with the package: nothing is built)."""
 
 import functools
 import os
@@ -25,7 +25,7 @@ SLOW = (
     "test_async_rollouts.py",
     "test_resume.py",
     "test_dpo.py",
-    "test_tiny_model.py",
+    "test_tiny_model.py::test_a_rebuild",
     "test_real_model_configs.py",
     "test_train_commands.py",
     "test_benches.py",
@@ -45,9 +45,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tiny_model_path() -> str:
-    from trl_envs.tiny_model import build_tiny_model
+    from trl_envs.tiny_model import tiny_model_path
 
-    return build_tiny_model()
+    return tiny_model_path()
 
 
 @pytest.fixture(scope="session")

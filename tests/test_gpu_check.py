@@ -58,8 +58,7 @@ def test_bundle_plan_pins_the_installed_versions_for_python_312_on_linux(tmp_pat
     )
     deepspeed = importlib.metadata.version("deepspeed")
     assert f"sdist  deepspeed=={deepspeed}" in out and f"--no-binary=:all: deepspeed=={deepspeed}" in out
-    for model in ("tiny-chat-v1", "tiny-chat-v5"):
-        assert f"-> {tmp_path / 'b' / 'cache' / 'trl_envs' / model}" in out
+    assert "tiny-chat" not in out  # the tiny models ship in the repository: nothing to carry or build
     assert "pyarrow" not in out and "torch==" not in out  # a GPU image has them; pyarrow alone is 40 MB
     assert not (tmp_path / "b").exists()  # --list downloads and writes nothing
 
@@ -95,10 +94,6 @@ def test_check_refuses_unknown_stages_and_a_missing_gpu(tmp_path):
 def test_cpu_mode_runs_the_stages_and_writes_the_summary(tmp_path, tiny_model_path):
     """versions, fsdp2 (skipped on a CPU, with its reason), the async run's clean exit, and gpu_rollouts when the tree
     has no bench for it (skipped with a notice)."""
-    from trl_envs.model_names import DEMO_MODEL_NAME
-    from trl_envs.tiny_model import build_tiny_model
-
-    build_tiny_model(name=DEMO_MODEL_NAME)  # the script's model, built once per machine
     stages = ["versions", "fsdp2", "async_exit"]
     has_bench = (REPO / "bench" / "gpu_rollouts.py").exists()
     if not has_bench:

@@ -36,16 +36,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tests/test_openenv.py", "_client"): "simulates a dropped connection (the fault under test) by closing the "
     "OpenEnv client's websocket under the session",
     ("tests/test_openenv.py", "_ws"): "(same line) the websocket of OpenEnv's own client",
-    ("tests/test_tiny_model.py", "_run_build_subprocess"): "simulates a slow, failing or interrupted tiny-model build "
-    "(the faults under test) without spending minutes building the model in a child process",
-    ("tests/test_demo_model.py", "_run_build_subprocess"): "drives the build child's progress output with a fake "
-    "Popen (the slow build under test) without building a model",
     ("tests/test_demo_model.py", "_base_model_text"): "the model card's base-model line for a local demo-model "
     "path; a card needs a trained output folder to render",
-    ("tests/test_warm_start.py", "_assistant_loss"): "checks the fast masked loss of warm-start training against a "
-    "reference computation on one batch; train() exposes only its result",
-    ("tests/test_warm_start.py", "_batch"): "(same test) the padded batch that loss is computed on",
-    ("tests/test_warm_start.py", "_encode"): "(same test) the token and mask encoding of one example",
 }
 """``(file, private name)`` -> why reaching that private name is the only way to test what the test tests."""
 

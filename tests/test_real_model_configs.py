@@ -80,7 +80,7 @@ def test_recipe_trains_one_step(recipe, shrunk_models, tmp_path, monkeypatch, ca
     script = _load("train_dpo" if dpo else "train_grpo")
     import trl_envs.tiny_model
 
-    monkeypatch.setattr(trl_envs.tiny_model, "build_tiny_model", lambda *a, **k: pytest.fail("demo model built"))
+    monkeypatch.setattr(trl_envs.tiny_model, "tiny_model_path", lambda *a, **k: pytest.fail("demo model used"))
     out = tmp_path / "run"
     argv = [
         "--config",

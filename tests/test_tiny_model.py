@@ -1,17 +1,15 @@
-"""Tests of trl_envs.tiny_model: the offline tiny chat model (build, cache, locking, tokenizer, template, warm start).
-
-The real model is built once per module (about half a minute on two CPU cores); the cache and locking tests that need
-many builds swap the warm-start subprocess for a fake one.
+"""Tests of trl_envs.tiny_model: the tiny chat models that ship with the package (their files, build record,
+tokenizer, template and warm start), copies of them, and the maintainers' rebuild (slow: minutes).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -21,30 +19,24 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_envs import tiny_model
+import trl_envs
 from trl_envs.envs.arithmetic import demonstrations as arithmetic_demos
-from trl_envs.tiny_model import IM_END, IM_START, MARKER_FILE, PAD, build_tiny_model, default_tiny_model_path
+from trl_envs.model_names import DEMO_MODEL_NAME, MODEL_NAME, MODEL_NAMES
+from trl_envs.tiny_model import BUILD_RECORD, build_record, build_tiny_model, tiny_model_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+BUILDER = REPO_ROOT / "scripts" / "tiny_models" / "build_tiny_models.py"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict:
-    """Build the real model once for this module; record the path and the wall time of the build."""
-    target = tmp_path_factory.mktemp("tiny") / "tiny-chat"
-    start = time.monotonic()
-    path = build_tiny_model(str(target))
-    return {"path": path, "seconds": time.monotonic() - start}
+def tokenizer():
+    return AutoTokenizer.from_pretrained(tiny_model_path())
 
 
 @pytest.fixture(scope="module")
-def tokenizer(built):
-    return AutoTokenizer.from_pretrained(built["path"])
-
-
-@pytest.fixture(scope="module")
-def model(built):
-    return AutoModelForCausalLM.from_pretrained(built["path"]).eval()
+def model():
+    return AutoModelForCausalLM.from_pretrained(tiny_model_path()).eval()
 
 
 def _sample(model, tokenizer, conversations, seed: int = 0, max_new_tokens: int = 8) -> list[list[int]]:
@@ -74,25 +66,60 @@ def _bare_integer(tokenizer, reply: list[int]) -> str | None:
 # -- the built directory -------------------------------------------------------------------------------------------
 
 
-def test_build_is_complete_and_loads(built, tokenizer, model):
-    path = Path(built["path"])
-    assert path.is_dir() and (path / MARKER_FILE).is_file()
-    marker = json.loads((path / MARKER_FILE).read_text())
-    assert marker["seed"] == 0
-    assert not [p.name for p in path.parent.iterdir() if ".building-" in p.name]  # staging dir was renamed away
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_shipped_model_is_package_data_and_loads(name):
+    path = Path(tiny_model_path(name))
+    assert path.parent == Path(trl_envs.__file__).parent / "assets"  # in the package: no cache, no build
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
     assert model.config.model_type == "qwen2"
     assert model.dtype == torch.float32
-    assert model.config.tie_word_embeddings
+    assert model.config.tie_word_embeddings == (name == MODEL_NAME)  # the demo model's output layer is untied
     assert model.config.vocab_size == len(tokenizer)
     assert 300 <= len(tokenizer) <= 1000
+    assert sum(f.stat().st_size for f in path.iterdir()) < 1_000_000
 
 
-def test_build_records_its_time(built):
-    """The marker records how long the build took (bench/default_run.py quotes it); how long that is depends on the
-    machine and its load, so it is printed, not asserted."""
-    marker = json.loads((Path(built["path"]) / MARKER_FILE).read_text())
-    print(f"tiny model build: {built['seconds']:.1f}s wall, {marker['build_seconds']}s in the builder")
-    assert 0 < marker["build_seconds"] <= built["seconds"] + 1
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_build_record_says_how_and_names_the_very_files(name):
+    """build.json: seed, recipe, build figures, and the sha256 of every file shipped next to it (so a changed file
+    without a rebuild shows)."""
+    record = build_record(name)
+    assert record["name"] == name and record["seed"] == 0
+    assert record["recipe"]["train_steps"] > 0 and record["build_seconds"] > 0
+    assert set(record["warm_start_eval"]) >= {"arithmetic_format", "arithmetic_correct", "guess_in_range"}
+    path = Path(tiny_model_path(name))
+    files = {f.name for f in path.iterdir() if f.name != BUILD_RECORD}
+    assert set(record["sha256"]) == files
+    for file in files:
+        assert hashlib.sha256((path / file).read_bytes()).hexdigest() == record["sha256"][file], file
+
+
+def test_every_shipped_file_is_package_data_in_the_wheel():
+    """pyproject's package-data patterns cover every file under trl_envs/assets (what setuptools puts in the wheel
+    and the editable install)."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11's TOML reader")
+    patterns = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = Path(trl_envs.__file__).parent
+    files = [p.relative_to(package).as_posix() for p in (package / "assets").rglob("*") if p.is_file()]
+    assert len(files) >= 3 * 4
+    missed = [f for f in files if not any(fnmatch.fnmatchcase(f, pat) for pat in patterns["trl_envs"])]
+    assert not missed, f"not package data (pyproject [tool.setuptools.package-data]): {missed}"
+    assert sum((package / f).stat().st_size for f in files) < 3_000_000
+
+
+def test_the_package_never_imports_the_builder():
+    """The builder is a maintainers' script: no module of the package imports it or its warm start."""
+    import ast
+
+    package = Path(trl_envs.__file__).parent
+    builder = {"warm_start", "build_tiny_models", "scripts"}
+    for module in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:  # relative imports stay in the package
+                names = [node.module or ""]
+            assert not {n.split(".")[0] for n in names} & builder, f"{module}:{node.lineno} imports the builder"
 
 
 def test_special_tokens(tokenizer, model):
@@ -169,9 +196,10 @@ def test_warm_start_answers_arithmetic_with_bare_integers(model, tokenizer):
     assert correct >= 3  # it has learned something beyond the format ...
 
 
-def test_warm_start_leaves_room_for_rl(built):
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_warm_start_leaves_room_for_rl(name):
     """... but not everything (the build's own evaluation: 100 questions sampled at temperature 1)."""
-    evaluation = json.loads((Path(built["path"]) / MARKER_FILE).read_text())["warm_start_eval"]
+    evaluation = build_record(name)["warm_start_eval"]
     assert evaluation["arithmetic_format"] >= 0.85
     assert 0.05 <= evaluation["arithmetic_correct"] <= 0.85
     assert evaluation["guess_in_range"] >= 0.85
@@ -192,120 +220,66 @@ def test_warm_start_guesses_numbers_in_range(model, tokenizer):
     assert len(in_range) >= 0.85 * len(replies)
 
 
-# -- caching, locking, CLI -----------------------------------------------------------------------------------------
+# -- copies, the command, the rebuild -------------------------------------------------------------------------------
 
 
-def test_second_call_reuses_the_build(built, monkeypatch):
-    marker = Path(built["path"]) / MARKER_FILE
-    mtime = marker.stat().st_mtime_ns
-
-    def no_rebuild(directory, seed, name):
-        raise AssertionError("a finished build must not be rebuilt")
-
-    monkeypatch.setattr(tiny_model, "_run_build_subprocess", no_rebuild)
-    start = time.monotonic()
-    assert build_tiny_model(built["path"]) == built["path"]
-    assert build_tiny_model(built["path"], seed=5) == built["path"]  # the seed only matters for a fresh build
-    assert time.monotonic() - start < 5
-    assert marker.stat().st_mtime_ns == mtime
+def test_build_tiny_model_returns_the_shipped_model_or_a_copy(tmp_path):
+    assert build_tiny_model() == tiny_model_path()
+    assert build_tiny_model(name=DEMO_MODEL_NAME) == tiny_model_path(DEMO_MODEL_NAME)
+    copy = build_tiny_model(str(tmp_path / "mine"))
+    assert copy == str(tmp_path / "mine")
+    shipped = Path(tiny_model_path())
+    assert sorted(p.name for p in Path(copy).iterdir()) == sorted(p.name for p in shipped.iterdir())
+    assert (Path(copy) / "model.safetensors").read_bytes() == (shipped / "model.safetensors").read_bytes()
+    assert build_tiny_model(copy) == copy  # a copy already there is reused
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no scratch folders left behind
 
 
-def test_cli_prints_only_the_path(built):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    result = subprocess.run(
-        [sys.executable, "-m", "trl_envs.tiny_model", "--output_dir", built["path"]],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    )
-    assert result.stdout == built["path"] + "\n"
-
-
-def test_default_path_honours_trl_envs_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("TRL_ENVS_CACHE", str(tmp_path))
-    assert default_tiny_model_path() == str(tmp_path / "tiny-chat-v1")
-    monkeypatch.delenv("TRL_ENVS_CACHE")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert default_tiny_model_path() == str(tmp_path / ".cache" / "trl_envs" / "tiny-chat-v1")
-
-
-class _FakeBuilder:
-    """Stands in for the warm-start subprocess: slow enough for callers to overlap, counts the builds."""
-
-    def __init__(self, seconds: float = 0.3):
-        self.seconds, self.calls, self._lock = seconds, 0, threading.Lock()
-
-    def __call__(self, directory: Path, seed: int, name: str = tiny_model.MODEL_NAME) -> None:
-        with self._lock:
-            self.calls += 1
-        time.sleep(self.seconds)
-        (directory / "weights.txt").write_text(f"seed {seed}\n")
-        (directory / MARKER_FILE).write_text("{}\n")
-
-
-def test_concurrent_callers_build_once(monkeypatch, tmp_path):
-    fake = _FakeBuilder()
-    monkeypatch.setattr(tiny_model, "_run_build_subprocess", fake)
-    target = tmp_path / "model"
-    results: list[str] = []
-    threads = [threading.Thread(target=lambda: results.append(build_tiny_model(str(target)))) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert results == [str(target)] * 4
-    assert fake.calls == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.lock", "model"]  # no staging dirs left behind
-
-
-def test_force_rebuilds_and_replaces(monkeypatch, tmp_path):
-    fake = _FakeBuilder(seconds=0)
-    monkeypatch.setattr(tiny_model, "_run_build_subprocess", fake)
-    target = tmp_path / "model"
-    build_tiny_model(str(target), seed=1)
-    (target / "stale.txt").write_text("left over\n")
-    assert build_tiny_model(str(target), force=True, seed=2) == str(target)
-    assert fake.calls == 2
-    assert (target / "weights.txt").read_text() == "seed 2\n"
-    assert not (target / "stale.txt").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.lock", "model"]
-
-
-def test_existing_empty_dir_is_used(monkeypatch, tmp_path):
-    monkeypatch.setattr(tiny_model, "_run_build_subprocess", _FakeBuilder(seconds=0))
-    target = tmp_path / "model"
-    target.mkdir()
-    assert build_tiny_model(str(target)) == str(target)
-    assert (target / MARKER_FILE).is_file()
-
-
-def test_foreign_directory_is_never_overwritten_without_force(monkeypatch, tmp_path):
-    monkeypatch.setattr(tiny_model, "_run_build_subprocess", _FakeBuilder(seconds=0))
+def test_a_foreign_directory_is_never_overwritten_without_force(tmp_path):
     target = tmp_path / "model"
     target.mkdir()
     (target / "precious.txt").write_text("mine\n")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileExistsError, match="holds no copy of tiny-chat-v1"):
         build_tiny_model(str(target))
     assert (target / "precious.txt").read_text() == "mine\n"
+    build_tiny_model(str(target), force=True)
+    assert not (target / "precious.txt").exists() and (target / BUILD_RECORD).is_file()
 
 
-def test_scratch_dirs_of_a_killed_builder_are_removed(monkeypatch, tmp_path):
-    monkeypatch.setattr(tiny_model, "_run_build_subprocess", _FakeBuilder(seconds=0))
-    (tmp_path / ".model.building-abc123").mkdir()
-    (tmp_path / ".model.building-abc123" / "model.safetensors").write_text("half written")
-    (tmp_path / ".model.old-def456").mkdir()
-    build_tiny_model(str(tmp_path / "model"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.lock", "model"]
+def test_another_seed_points_to_the_builder():
+    with pytest.raises(ValueError, match="built with seed 0, not 3.*build_tiny_models.py"):
+        build_tiny_model(seed=3)
 
 
-def test_failed_build_leaves_nothing_behind(monkeypatch, tmp_path):
-    def failing(directory, seed, name):
-        (directory / "half.bin").write_text("partial")
-        raise RuntimeError("boom")
+def test_cli_prints_only_the_path(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    for argv, expected in (
+        ([], tiny_model_path(DEMO_MODEL_NAME)),
+        (["--name", MODEL_NAME, "--output_dir", str(tmp_path / "m")], str(tmp_path / "m")),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "trl_envs.tiny_model", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=True,
+        )
+        assert result.stdout == expected + "\n"
 
-    monkeypatch.setattr(tiny_model, "_run_build_subprocess", failing)
-    with pytest.raises(RuntimeError, match="boom"):
-        build_tiny_model(str(tmp_path / "model"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.lock"]
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_a_rebuild_gives_a_model_of_the_same_quality(name):
+    """The maintainers' rebuild (minutes on 2 cores) gives a model whose warm-start figures are each within the
+    builder's tolerance of the shipped model's: the recipe still makes the model the package ships."""
+    result = subprocess.run(
+        [sys.executable, str(BUILDER), "--check", "--name", name],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert result.stdout, result.stderr[-2000:]
+    [comparison] = json.loads(result.stdout)
+    print(json.dumps(comparison, indent=2))
+    assert comparison["tolerance"] <= 0.12
+    assert comparison["same_quality"] and result.returncode == 0, comparison

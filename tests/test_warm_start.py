@@ -1,7 +1,9 @@
-"""The demo model's warm start (trl_envs.warm_start) and the arithmetic held-out split its recipe is measured on.
+"""The demo model's warm start (scripts/tiny_models/warm_start.py, the maintainers' builder) and the arithmetic
+held-out split its recipe is measured on.
 
-The demo model itself (tiny-chat-v5) takes minutes to build, so it is not built here: these tests check the pieces
-on the small test model's tokenizer and a two-layer random model, in seconds.
+The demo model itself (tiny-chat-v5) ships with the package and takes minutes to rebuild, so it is not built here
+(tests/test_tiny_model.py rebuilds it, marked slow): these tests check the pieces on the small test model's tokenizer
+and a two-layer random model, in seconds.
 """
 
 from __future__ import annotations
@@ -15,11 +17,21 @@ import torch
 import yaml
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from trl_envs.envs.arithmetic import ArithmeticDatasetBuilder, ArithmeticEnv, read_answer, split_problems
+from trl_envs.envs.arithmetic import (
+    ArithmeticDatasetBuilder,
+    ArithmeticEnv,
+    read_answer,
+    split_problems,
+    worked_sum,
+)
 from trl_envs.envs.guess_number import GuessNumberEnv
 from trl_envs.rollout.event_loop import run_sync
-from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model, default_tiny_model_path
-from trl_envs.warm_start import (
+from trl_envs.tiny_model import DEMO_MODEL_NAME, MODEL_NAME, build_tiny_model, tiny_model_path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts" / "tiny_models"))  # the builder is a maintainers' script, not in the package
+
+from warm_start import (  # noqa: E402
     HALVING_SHARE,
     QUICK_OFFSETS,
     QUICK_SHARE,
@@ -32,11 +44,8 @@ from trl_envs.warm_start import (
     halving_examples,
     halving_game,
     train,
-    worked_sum,
     worked_sum_examples,
 )
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_teacher_is_right_most_often_but_not_mostly(renderer):
@@ -191,9 +200,8 @@ def test_held_out_split_never_trains_on_test_questions(renderer):
         ArithmeticDatasetBuilder(renderer, held_out_fraction=1.5)
 
 
-def test_model_names(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRL_ENVS_CACHE", str(tmp_path))
-    assert default_tiny_model_path() == str(tmp_path / MODEL_NAME)
-    assert default_tiny_model_path(DEMO_MODEL_NAME) == str(tmp_path / "tiny-chat-v5")
+def test_model_names(tmp_path):
+    assert Path(tiny_model_path()).name == MODEL_NAME
+    assert Path(tiny_model_path(DEMO_MODEL_NAME)).name == "tiny-chat-v5"
     with pytest.raises(ValueError, match="unknown model name 'tiny-chat-v9'"):
         build_tiny_model(str(tmp_path / "x"), name="tiny-chat-v9")

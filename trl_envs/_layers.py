@@ -24,7 +24,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Episodes: the rollout engine, batching of sampler calls, evaluation.
     ("rollout", ("trl_envs.rollout",)),
     # Envs: the built-in envs and the adapters they are written with (Gymnasium, OpenEnv servers, agent programs,
-    # turn-based games), and the warm-start demonstrations drawn from the built-in envs.
+    # turn-based games).
     (
         "envs",
         (
@@ -33,7 +33,6 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "trl_envs.agents",
             "trl_envs.multiplayer",
             "trl_envs.envs",
-            "trl_envs.warm_start",
         ),
     ),
     # Envs by name and as dataset rows.
@@ -55,7 +54,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("training_data", ("trl_envs.training_data",)),
     # TRL trainers driven by envs.
     ("trainers", ("trl_envs.trainers",)),
-    # After and around training: the Hub, the command line, run defaults, the tiny-model builder, the public API.
+    # After and around training: the Hub, the command line, run defaults, the shipped tiny models, the public API.
     (
         "hub / cli",
         (

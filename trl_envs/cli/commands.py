@@ -139,15 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser(
         "build-tiny-model",
-        help="build (or find) the offline demo chat model; print its path",
-        description=f"Build the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
-        "default runs, `play` and `eval` (built once on a CPU, then cached), or reuse "
-        "the cached build; prints its directory.",
+        help="print the path of the offline demo chat model (it ships with trl_envs)",
+        description=f"Print the directory of the demo model {DEMO_MODEL_NAME}, the tiny ChatML chat model of the "
+        "default runs, `play` and `eval`, which ships with trl_envs (nothing is built or downloaded); with "
+        "--output_dir, copy it there first.",
     )
     p.add_argument(
         "--output_dir",
         default=None,
-        help="where to build it (default: ~/.cache/trl_envs/<name>, or $TRL_ENVS_CACHE/<name>)",
+        help="copy the model into this folder and print its path (default: print the shipped model's folder)",
     )
     p.add_argument(
         "--name",
@@ -155,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(MODEL_NAMES),
         help=f"{DEMO_MODEL_NAME}: the demo model; {MODEL_NAME}: the smaller model of the tests (default: %(default)s)",
     )
-    p.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace what is in --output_dir")
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # the shipped models' seed only
     p.set_defaults(run=_build_tiny_model)
     return parser
 
@@ -281,14 +281,14 @@ def _eval(args: argparse.Namespace) -> int:
     from ..errors.preflight import check_hub_model, check_model_path, check_pass_k, check_sampling
     from ..hub.model_eval import evaluate_model
     from ..registry.names import get_env
-    from ..tiny_model import build_tiny_model
+    from ..tiny_model import tiny_model_path
 
     check_model_path(args.model, "--model")  # every check that needs no model, before loading it
     check_hub_model(args.model, "--model", revision=getattr(args, "revision", None))
     get_env(args.env)
     check_sampling(args.temperature, args.top_p)
     check_pass_k(args.pass_k, args.samples_per_problem)
-    model = args.model or build_tiny_model(name=DEMO_MODEL_NAME)
+    model = args.model or tiny_model_path(DEMO_MODEL_NAME)
     result = evaluate_model(
         model,
         args.env,
@@ -345,7 +345,11 @@ def _show(args: argparse.Namespace) -> int:
 def _build_tiny_model(args: argparse.Namespace) -> int:
     from ..tiny_model import build_tiny_model
 
-    print(build_tiny_model(args.output_dir, force=args.force, seed=args.seed, name=args.name))
+    try:
+        print(build_tiny_model(args.output_dir, force=args.force, seed=args.seed, name=args.name))
+    except (FileExistsError, FileNotFoundError, ValueError) as e:
+        print(f"trl-envs build-tiny-model: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -130,9 +130,9 @@ def play(args: argparse.Namespace) -> TrajectoryGroup:
 
     from ..model_names import DEMO_MODEL_NAME
     from ..registry.names import make_env_dataset
-    from ..tiny_model import build_tiny_model
+    from ..tiny_model import tiny_model_path
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or build_tiny_model(name=DEMO_MODEL_NAME))
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or tiny_model_path(DEMO_MODEL_NAME))
     renderer = Renderer(tokenizer)
     envs = make_env_dataset(
         args.env,

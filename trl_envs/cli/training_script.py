@@ -32,7 +32,7 @@ class EnvArguments:
             folder of them) and its split.
         env_kwargs: options of the env by name, a JSON object (a mapping in YAML).
         num_env_batches: batches in the training ``RLDataset`` (env by name).
-        tiny_model: the offline model built and used when ``--model_name_or_path`` is not given.
+        tiny_model: the shipped offline model used when ``--model_name_or_path`` is not given.
     """
 
     env_name: str | None = field(
@@ -60,8 +60,8 @@ class EnvArguments:
     tiny_model: str = field(
         default=DEMO_MODEL_NAME,
         metadata={
-            "help": f"The offline model built and used when --model_name_or_path is not given: {DEMO_MODEL_NAME} (the "
-            f"demo model, bench/results/history.md) or {MODEL_NAME} (smaller, built faster; the tests' model)."
+            "help": f"The shipped offline model used when --model_name_or_path is not given: {DEMO_MODEL_NAME} (the "
+            f"demo model, bench/results/history.md) or {MODEL_NAME} (smaller and faster; the tests' model)."
         },
     )
 
@@ -201,12 +201,12 @@ def default_output_dir(algorithm: str, env: str, model: str | None) -> str:
 
 def load_tokenizer(model_args, tiny_model: str) -> tuple[str, Any]:
     """``(model path, tokenizer)``: ``--model_name_or_path`` (a Hub id or a path), by default the offline tiny chat
-    model ``tiny_model`` (built once, then cached)."""
+    model ``tiny_model`` (it ships with the package)."""
     from transformers import AutoTokenizer
 
-    from ..tiny_model import build_tiny_model
+    from ..tiny_model import tiny_model_path
 
-    model_path = model_args.model_name_or_path or build_tiny_model(name=tiny_model)
+    model_path = model_args.model_name_or_path or tiny_model_path(tiny_model)
     return model_path, AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
 
 

@@ -2,8 +2,8 @@
 
 The response must end with the answer: a bare integer (``7``), or any text ending with it (the worked sum
 ``Let's add: 3 + 4 = 7``); the number that counts is the last one, as in the Tinker cookbook's arithmetic env.
-Working the sum out is how the demo model gets it right reliably (:mod:`trl_envs.warm_start`): what GRPO learns on
-this env is to work it out every time.
+Working the sum out (:func:`worked_sum`) is how the demo model gets it right reliably (its warm start taught it both
+ways, :mod:`trl_envs.tiny_model`): what GRPO learns on this env is to work it out every time.
 """
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ class ArithmeticEnv(ProblemEnv):
 
 def question(a: int, b: int) -> str:
     return f"What is {a} + {b}?"
+
+
+def worked_sum(a: int, b: int) -> str:
+    """The worked answer to ``What is a + b?``: ``Let's add: 3 + 4 = 7``. It begins with words, not a digit, so a
+    model's choice between working the sum out and answering quickly is its first token."""
+    return f"Let's add: {a} + {b} = {a + b}"
 
 
 def sample_problem(rng: random.Random, max_operand: int) -> tuple[int, int]:

@@ -117,7 +117,7 @@ def _base_model_text(base_model: str) -> str:
     name = os.path.basename(os.path.normpath(base_model))
     if name in MODEL_NAMES:
         command = "trl-envs build-tiny-model" + ("" if name == DEMO_MODEL_NAME else f" --name {name}")
-        return f"trl_envs' offline tiny chat model `{name}` (built locally with `{command}`)"
+        return f"trl_envs' offline tiny chat model `{name}` (ships with trl_envs; `{command}` prints its path)"
     return f"the local model `{base_model}`"
 
 

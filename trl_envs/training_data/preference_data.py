@@ -8,7 +8,7 @@ Each row is a conversational DPO example, exactly the format TRL's ``DPOTrainer`
      "chosen_reward": 1.0, "rejected_reward": 0.0}
 
 The question is the env's own question; the answers are in the demo model's two styles
-(:mod:`trl_envs.warm_start`): the chosen one is the worked sum (always right), the rejected one a quick near miss (a
+(:mod:`trl_envs.tiny_model`): the chosen one is the worked sum (always right), the rejected one a quick near miss (a
 bare number, the sum plus or minus 1..2, never negative): chosen bare numbers would also reward the quick style,
 which is mostly wrong on new questions (docs/benchmarks.md). Both are checked with
 :class:`~trl_envs.envs.arithmetic.ArithmeticEnv` (``check_answer`` / ``check_format``), and the rewards columns are what
@@ -17,9 +17,12 @@ the env would pay for them. The questions are split as the arithmetic recipes sp
 training questions, the ``test`` split only held-out ones, so the arithmetic env's held-out test set measures questions
 offline DPO never saw.
 
-:func:`build_preference_dataset` saves a ``datasets.DatasetDict`` (``train`` / ``test``) with ``save_to_disk``, cached
-like the tiny model under ``$TRL_ENVS_CACHE`` (default ``~/.cache/trl_envs``); building takes well under a second and
-needs no network. ``python -m trl_envs.training_data.preference_data`` prints its path.
+The dataset ships with the package (``trl_envs/assets/arithmetic-preferences-v2``, a ``datasets.DatasetDict`` saved
+with ``save_to_disk``): :func:`load_preference_dataset` loads it from there, and
+``python -m trl_envs.training_data.preference_data`` prints its path. :func:`build_preference_dataset` builds it again
+(well under a second, no network; the same rows on every machine) into ``$TRL_ENVS_CACHE`` (default
+``~/.cache/trl_envs``) or a folder given, for other sizes or seeds: ``python -m trl_envs.training_data.preference_data
+--build [--num_train N] [--seed S] [--output_dir DIR]``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,14 @@ MARKER_FILE = "BUILD_COMPLETE"
 NUM_TRAIN, NUM_TEST = 512, 64
 
 
+def shipped_preference_dataset_path() -> str:
+    """The directory of the dataset that ships with the package (``trl_envs/assets/arithmetic-preferences-v2``)."""
+    path = Path(__file__).resolve().parent.parent / "assets" / DATASET_NAME
+    if not (path / MARKER_FILE).is_file():
+        raise FileNotFoundError(f"preference_data: the shipped dataset is missing from {path}; reinstall trl-envs")
+    return str(path)
+
+
 def default_preference_dataset_path() -> str:
     """``$TRL_ENVS_CACHE/arithmetic-preferences-v2`` (``TRL_ENVS_CACHE`` defaults to ``~/.cache/trl_envs``)."""
     cache = os.environ.get("TRL_ENVS_CACHE") or os.path.join("~", ".cache", "trl_envs")
@@ -60,8 +71,7 @@ def arithmetic_preference_rows(
 ) -> list[dict[str, Any]]:
     """``num`` preference rows (see the module docstring) on the training questions (``held_out``: on the held-out
     ones); fixed by ``seed``."""
-    from ..envs.arithmetic import ArithmeticEnv, question, split_problems
-    from ..warm_start import worked_sum
+    from ..envs.arithmetic import ArithmeticEnv, question, split_problems, worked_sum
 
     rng = random.Random(f"arithmetic-preferences/{seed}")
     problems = split_problems(max_operand, HELD_OUT_FRACTION)[int(held_out)]
@@ -129,22 +139,29 @@ def build_preference_dataset(
 
 
 def load_preference_dataset(path: str | None = None):
-    """The ``DatasetDict`` (``train``, ``test``) at ``path``, built first if ``path`` is not given."""
+    """The ``DatasetDict`` (``train``, ``test``) at ``path``, by default the shipped one
+    (:func:`shipped_preference_dataset_path`)."""
     from datasets import load_from_disk
 
-    return load_from_disk(path or build_preference_dataset())
+    return load_from_disk(path or shipped_preference_dataset_path())
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m trl_envs.training_data.preference_data", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--output_dir", default=None, help=f"default: {default_preference_dataset_path()}")
+    parser.add_argument("--build", action="store_true", help="build it (default: print the shipped dataset's path)")
+    parser.add_argument(
+        "--output_dir", default=None, help=f"with --build (default: {default_preference_dataset_path()})"
+    )
     parser.add_argument("--num_train", type=int, default=NUM_TRAIN)
     parser.add_argument("--num_test", type=int, default=NUM_TEST)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="rebuild even if a finished build is there")
     args = parser.parse_args(argv)
+    if not args.build:
+        print(shipped_preference_dataset_path())
+        return
     print(
         build_preference_dataset(
             args.output_dir, num_train=args.num_train, num_test=args.num_test, seed=args.seed, force=args.force

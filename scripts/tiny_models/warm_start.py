@@ -1,4 +1,4 @@
-"""The warm start of the demo model ``tiny-chat-v5`` (see :mod:`trl_envs.tiny_model`): what it is shown and how.
+"""The warm start of the demo model ``tiny-chat-v5`` (``build_tiny_models.py`` builds it): what it is shown and how.
 
 RL can only sharpen what a model already sometimes does. So the warm start teaches each env's *format* and an
 *approximate* skill, and leaves the exact skill to reinforcement learning:
@@ -30,10 +30,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .core.renderer import Message
-from .envs.arithmetic import question
-from .envs.guess_number import demonstrations as guess_number_demonstrations
-from .envs.guess_number import played_game
+from trl_envs.core.renderer import Message
+from trl_envs.envs.arithmetic import question, worked_sum
+from trl_envs.envs.guess_number import demonstrations as guess_number_demonstrations
+from trl_envs.envs.guess_number import played_game
 
 QUICK_SHARE = 0.82
 """How often the arithmetic teacher answers quickly (a bare number); the rest of the time it works the sum out."""
@@ -76,12 +76,6 @@ def arithmetic_examples(max_operand: int = 9) -> list[WeightedExample]:
                 for answer, weight in answers.items()
             ]
     return examples
-
-
-def worked_sum(a: int, b: int) -> str:
-    """The teacher's worked answer to ``What is a + b?``: ``Let's add: 3 + 4 = 7``. It begins with words, not a
-    digit, so the model's choice between working the sum out and answering quickly is its first token."""
-    return f"Let's add: {a} + {b} = {a + b}"
 
 
 def worked_sum_examples(max_operand: int = 9) -> list[WeightedExample]:
