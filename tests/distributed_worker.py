@@ -228,7 +228,7 @@ def row_advantages(trainer, out: dict) -> list[float]:
     importance ratio of the policy over the sampler copy (per-token advantages): the row's advantage is then recovered
     with the ratio computed here from the policy's logprobs, so a weight applied to the wrong rows or ranks shows."""
     advantages = out["advantages"].float()
-    if advantages.dim() == 1:
+    if advantages.dim() == 1 or not trainer.args.max_staleness:  # per-turn credit: per-token advantages of its own
         return advantages.tolist()
     from trl_envs.trainers.off_policy import importance_ratio, trained_mask
 
