@@ -369,9 +369,18 @@ class EnvGRPOTrainer(GRPOTrainer):
         """TRL's generation (``rollout_func``) and scoring of ``rows``; with asynchronous rollouts, the advantages
         weighted by the sampler's importance ratio (:mod:`~trl_envs.trainers.off_policy`)."""
         output = super()._generate_and_score_completions(rows)
-        if off_policy.correction_on(self.args, self.model.training):
+        if off_policy.correction_on(self.args, self.model.training) and not off_policy.ratio_in_loss(self.args):
             off_policy.correct_advantages(self, output)
         return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """``Trainer.compute_loss`` (TRL's GRPO loss); with asynchronous rollouts and one optimizer pass per
+        generation batch, the advantages are first weighted by the importance ratio taken from the loss's own
+        forward pass (:mod:`~trl_envs.trainers.off_policy`)."""
+        if off_policy.correction_on(self.args, self.model.training) and off_policy.ratio_in_loss(self.args):
+            with off_policy.ratio_from_loss(self, inputs):
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def _pad_to_common_shape(self, plan: RowPlan, mode: str) -> None:
         """Pad with unscorable blocks so every rank has as many rows (TRL gathers rewards across ranks) and, in

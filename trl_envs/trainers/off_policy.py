@@ -4,18 +4,24 @@ policy at training time over the sampler copy's logprobs.
 
 TRL's own loss does the same for vLLM (``vllm_importance_sampling_correction``): it multiplies the per-token policy loss
 by that ratio. Every GRPO loss is linear in the advantage with a non-negative weight, so weighting the advantage
-instead (:func:`correct_advantages`, on the batch TRL's scoring returns; TRL's loss takes per-token ``(B, T)``
-advantages) gives the same policy loss through TRL's public batch format, without touching TRL's private flags; the KL
-term (``beta``) is not weighted, as in TRL. The policy's logprobs are the ones TRL's scoring kept
-(``old_per_token_logps``, when several optimizer passes use the batch) or one forward pass of the policy
-(:func:`policy_logprobs`), as TRL's scoring makes for vLLM. With ``use_vllm`` and TRL's own correction on, TRL corrects
-and this module stays out. Modes (``async_importance_sampling``): per token or per sequence, truncated or masked
-outside ``[vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max]``; see docs/async.md. Each batch logs
+instead gives the same policy loss through TRL's batch format (TRL's loss takes per-token ``(B, T)`` advantages),
+without TRL's private vLLM flags; the KL term (``beta``) is not weighted, as in TRL. The policy's logprobs:
+
+* with one optimizer pass per generation batch (:func:`ratio_in_loss`, the default), those of the loss's own forward
+  pass (:func:`ratio_from_loss`, around the trainer's public ``compute_loss``): TRL keeps no scoring-time logprobs
+  then, and they would equal the loss forward's, so the correction costs no extra forward pass;
+* with several passes, the ones TRL's scoring keeps (``old_per_token_logps``; :func:`correct_advantages` on the scored
+  batch).
+
+With ``use_vllm`` and TRL's own correction on, TRL corrects and this module stays out. Modes
+(``async_importance_sampling``): per token or per sequence, truncated or masked outside
+``[vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max]``; see docs/async.md. Each batch logs
 ``async/importance_weight_mean`` and ``async/importance_weight_clip_fraction``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -30,16 +36,32 @@ def correction_on(args, training: bool) -> bool:
     return bool(args.max_staleness) and args.async_importance_sampling != "none" and training and not trl_corrects
 
 
+def ratio_in_loss(args) -> bool:
+    """One optimizer pass per generation batch: the ratio comes from the loss forward (:func:`ratio_from_loss`)."""
+    return args.gradient_accumulation_steps % (args.steps_per_generation * args.num_iterations) == 0
+
+
 def correct_advantages(trainer, batch: dict) -> None:
     """Weight the advantages of ``batch`` (TRL's scored batch, changed in place) by the importance ratio of the
-    policy over the sampler copy, and record the weights."""
+    policy (TRL's scoring-time logprobs, else one forward pass) over the sampler copy, and record the weights."""
+    policy = batch.get("old_per_token_logps")
+    if policy is None:
+        policy = policy_logprobs(trainer, batch, trainer.args.per_device_train_batch_size)
+    _weigh_advantages(trainer, batch, policy)
+
+
+def ratio_from_loss(trainer, inputs: dict) -> contextlib.AbstractContextManager:
+    """For the block (one call of the trainer's ``compute_loss`` on the micro-batch ``inputs``): weight
+    ``inputs['advantages']`` by the importance ratio computed from the logprobs of the loss's own policy forward pass
+    (detached), before the loss reads them."""
+    return trl_seam.on_loss_policy_logprobs(trainer, lambda logps: _weigh_advantages(trainer, inputs, logps.detach()))
+
+
+def _weigh_advantages(trainer, batch: dict, policy: torch.Tensor) -> None:
     args = trainer.args
     if "sampling_per_token_logps" not in batch:
         raise RuntimeError("EnvGRPOTrainer (max_staleness >= 1): the batch has no sampling logprobs to correct with")
     mask = trained_mask(batch)
-    policy = batch.get("old_per_token_logps")
-    if policy is None:
-        policy = policy_logprobs(trainer, batch, args.per_device_train_batch_size)
     ratio = importance_ratio(
         policy,
         batch["sampling_per_token_logps"],
@@ -129,6 +151,8 @@ __all__ = [
     "correction_on",
     "importance_ratio",
     "policy_logprobs",
+    "ratio_from_loss",
+    "ratio_in_loss",
     "record_importance_weights",
     "trained_mask",
 ]

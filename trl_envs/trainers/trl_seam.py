@@ -134,6 +134,15 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         trainer="grpo",
     ),
     PrivateName(
+        "_get_per_token_logps_and_entropies",
+        "trl.GRPOTrainer",
+        "(model, input_ids, attention_mask, logits_to_keep, ...) -> (per-token logprobs, entropies, aux loss): "
+        "GRPOTrainer._compute_loss calls it first, for the policy, and reads inputs['advantages'] only afterwards; "
+        "on_loss_policy_logprobs hands those logprobs to the async correction, which weights the advantages "
+        "without a second forward pass (no public door: the loss's logprobs are not exposed)",
+        trainer="grpo",
+    ),
+    PrivateName(
         "eos_token_ids",
         "trl.GRPOTrainer",
         "the token ids that end a completion: generation stops on them and scoring counts a completion whose last "
@@ -319,6 +328,28 @@ def continued_training_state(trainer) -> Iterator[None]:
         del trainer._init_training_state, trainer._finalize_training  # the class's methods again
 
 
+@contextlib.contextmanager
+def on_loss_policy_logprobs(trainer, callback) -> Iterator[None]:
+    """While active, ``callback(logps)`` gets the policy's per-token logprobs of the first forward pass of TRL's loss
+    (``_compute_loss``), before the loss reads the batch's advantages. Relies on: ``GRPOTrainer._compute_loss`` calls
+    ``self._get_per_token_logps_and_entropies`` for the policy first, then reads ``inputs['advantages']``."""
+    original = trainer._get_per_token_logps_and_entropies
+    called = []
+
+    def first_forward(*args, **kwargs):
+        logps, entropies, aux = original(*args, **kwargs)
+        if not called:
+            called.append(True)
+            callback(logps)
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = first_forward  # an instance attribute over the method
+    try:
+        yield
+    finally:
+        del trainer._get_per_token_logps_and_entropies
+
+
 def record_mean_metrics(trainer, mode: str, metrics: Mapping[str, Sequence[float]]) -> None:
     """Append, for each metric, the mean of its samples over all processes to the values TRL logs, with ONE
     gather for all metrics (TRL's own metric queue gathers once per metric name).
@@ -354,6 +385,7 @@ __all__ = [
     "grpo_reference_model",
     "logged_completions",
     "logged_metrics",
+    "on_loss_policy_logprobs",
     "record_mean_metrics",
     "score_generation_batch",
     "set_stop_token_ids",
