@@ -35,12 +35,41 @@ SLOW = (
     "test_training_consistency.py",
 )
 
+# The modules that take longest on 2 CPU cores (CPU seconds of the process and its children, measured with the
+# README's test line), longest first: under pytest-xdist they are handed out first (pytest_xdist_make_scheduler).
+HEAVY_FIRST = (
+    "test_benches.py",
+    "test_distributed.py",
+    "test_async_rollouts.py",
+    "test_resume.py",
+    "test_reliability_signals.py",
+    "test_tiny_model.py",
+)
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        name = item.nodeid.rsplit("/", 1)[-1]
-        if name.startswith(SLOW):
+        if f"{item.path.name}::{item.name}".startswith(SLOW):  # not the node id's last "/": a parameter may hold one
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the longest modules first (pytest_xdist_make_scheduler)
+        items.sort(
+            key=lambda item: HEAVY_FIRST.index(item.path.name) if item.path.name in HEAVY_FIRST else len(HEAVY_FIRST)
+        )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``-n 2``, the README's test line) each module runs whole on one worker, as with
+    ``--dist loadfile``: a module-scoped fixture (a launch, a built model its tests read) is made once, and a module's
+    tests keep their order. The modules go out in collection order with the longest first (HEAVY_FIRST), so that the
+    workers finish together rather than one waiting on the other's last long module. A ``--dist`` other than the
+    default ``load`` is used as given."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False  # keep the order above, not the scheduler's "most tests first"
+    return LoadFileScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
