@@ -33,6 +33,8 @@ SLOW = (
     "test_tinker_training.py",
     "test_hub.py",
     "test_training_consistency.py",
+    "test_ecosystem_games.py::test_a_game_without_a_move_list_trains_one_step_by_name",
+    "test_multi_node.py",
 )
 
 # The modules that take longest on 2 CPU cores (CPU seconds of the process and its children, measured with the
