@@ -40,11 +40,17 @@ SLOW = (
 # The modules that take longest on 2 CPU cores (CPU seconds of the process and its children, measured with the
 # README's test line), longest first: under pytest-xdist they are handed out first (pytest_xdist_make_scheduler).
 HEAVY_FIRST = (
+    "test_docs.py",
     "test_benches.py",
     "test_distributed.py",
     "test_async_rollouts.py",
+    "test_gpu_check.py",  # builds the demo model on a fresh machine
     "test_resume.py",
+    "test_openenv.py",
+    "test_run_safety.py",
     "test_reliability_signals.py",
+    "test_ecosystem_games.py",
+    "test_reliability_processes.py",
     "test_tiny_model.py",
 )
 
