@@ -44,7 +44,7 @@ HEAVY_FIRST = (
     "test_benches.py",
     "test_distributed.py",
     "test_async_rollouts.py",
-    "test_gpu_check.py",  # builds the demo model on a fresh machine
+    "test_gpu_check.py",
     "test_resume.py",
     "test_openenv.py",
     "test_run_safety.py",
