@@ -22,7 +22,7 @@ def test_ci_reads_both_lines_from_the_readme():
     lines = _readme_lines()((ROOT / "README.md").read_text(encoding="utf-8"))
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert lines["install"] == 'pip install torch==2.13.0 && pip install -e ".[test]"'
-    assert lines["test"].endswith("python3 -m pytest tests -q") and lines["test"] in readme
+    assert lines["test"].endswith("python3 -m pytest tests -q -n 2") and lines["test"] in readme
     for command in ("install", "test"):
         printed = subprocess.run(
             [sys.executable, str(ROOT / ".ci" / "readme_lines.py"), command], capture_output=True, text=True, check=True

@@ -146,7 +146,8 @@ def train_by_name(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("name", ["textarena/ConnectFour-v0", "pettingzoo/classic/connect_four_v3"])
 def test_a_game_without_a_move_list_trains_one_step_by_name(tmp_path, name):
-    proc = train_by_name(tmp_path, "--env", name)
+    # 2 groups of 2 games, not the demo recipe's 16 groups of 8 (a minute of CPU per game here): the step is the point
+    proc = train_by_name(tmp_path, "--env", name, "--num_generations", "2", "--per_device_train_batch_size", "4")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "out" / "model.safetensors").exists()
 

@@ -28,6 +28,7 @@ IMPORT_NAME = {
     "python-dotenv": "dotenv",
     "pytest": None,
     "pytest-timeout": None,
+    "pytest-xdist": None,  # a pytest plugin: the conftest hook that imports xdist is called only by pytest-xdist
     "ruff": None,
     "httptools": None,
 }
