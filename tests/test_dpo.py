@@ -419,7 +419,7 @@ def test_script_offline_default_and_env_yaml(tmp_path, tiny_model_path, monkeypa
     )
     assert "step    2 | loss" in stdout and "margin" in stdout, stdout
     assert (tmp_path / "offline" / "model.safetensors").exists()
-    assert (tmp_path / "cache" / "arithmetic-preferences-v2").is_dir()  # the default run's dataset
+    assert not (tmp_path / "cache" / "arithmetic-preferences-v2").exists()  # the shipped dataset: nothing built
     card_eval = json.loads((tmp_path / "offline" / "eval_results.json").read_text())
     assert card_eval["env"] == "arithmetic"  # scored on the questions the built-in data leaves out, not on seen ones
     assert card_eval["env_kwargs"] == {"max_operand": 9, "held_out_fraction": HELD_OUT_FRACTION}
