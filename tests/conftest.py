@@ -3,6 +3,7 @@
 import functools
 import os
 import signal
+import sys
 
 # A suite started in the background of a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and so would
 # every process a test starts: the tests that press Ctrl-C on a training run could not. Handled here (not ignored), it
@@ -88,6 +89,19 @@ def pytest_xdist_make_scheduler(config, log):
 
     config.option.loadscopereorder = False  # keep the order above, not the scheduler's "most tests first"
     return LoadFileScheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _env_registrations_stay_in_their_test():
+    """What a test (or a doc block it runs) adds with ``register_env`` is gone after it: the envs a later test on the
+    same worker lists are the ones it registered itself, whichever order the workers run the modules in."""
+    names = sys.modules.get("trl_envs.registry.names")
+    before = dict(names._REGISTERED) if names else {}
+    yield
+    names = sys.modules.get("trl_envs.registry.names")
+    if names is not None:
+        names._REGISTERED.clear()
+        names._REGISTERED.update(before)
 
 
 @pytest.fixture(scope="session")

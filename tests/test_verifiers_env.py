@@ -4,11 +4,11 @@ toolset) run their own episodes against the policy endpoint, scored by their own
 one GRPO step from the command line and ``trl-envs eval`` plays its held-out split; bad names and a missing package
 end in one line.
 
-Each scenario runs in a fresh interpreter: verifiers 0.4 needs mcp 2 (its built-in tasksets and tool servers import
-``mcp.server.mcpserver``), while OpenEnv's client in the same venv may need mcp < 2. Where the test interpreter's own
-mcp is older, mcp 2 is taken from the folder ``TRL_ENVS_TEST_VERIFIERS_PATH`` names (default ``.test-sites/mcp2`` in
-the repository, made by the README's test line from tests/requirements-mcp2.txt) and put first on those interpreters'
-``PYTHONPATH``.
+The rollout scenarios run together in one fresh interpreter, the commands each in their own: verifiers 0.4 needs
+mcp 2 (its built-in tasksets and tool servers import ``mcp.server.mcpserver``), while OpenEnv's client in the same
+venv may need mcp < 2. Where the test interpreter's own mcp is older, mcp 2 is taken from the folder
+``TRL_ENVS_TEST_VERIFIERS_PATH`` names (default ``.test-sites/mcp2`` in the repository, made by the README's test line
+from tests/requirements-mcp2.txt) and put first on those interpreters' ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -57,14 +57,44 @@ def run(args: list[str], *, with_fixtures: bool = True, extra_path: list[str] = 
     )
 
 
-def rollouts(env: str, policy: str, *options: str) -> dict:
-    out = run([str(REPO / "tests" / "verifiers_rollouts.py"), env, "--policy", policy, *options])
+SCENARIOS = {
+    "echo": ["vf_echo", "--policy", "echo", "--batch_size", "2", "--group_size", "3"],
+    "echo_wrong_as_object": ["vf_echo", "--policy", "wrong", "--batch_size", "1", "--group_size", "2", "--as_object"],
+    "guess": ["vf_guess", "--policy", "guess", "--batch_size", "2", "--group_size", "2"],
+    "guess_cut_at_2_turns": [
+        "vf_guess", "--policy", "guess", "--batch_size", "2", "--group_size", "2", "--max_turns", "2",
+    ],
+    "calc": ["vf_calc", "--policy", "calc", "--batch_size", "2", "--group_size", "2"],
+    "echo_test_split": [
+        "vf_echo", "--policy", "echo", "--batch_size", "2", "--group_size", "1", "--split", "test",
+        "--env_kwargs", '{"test_taskset": {"split": "test"}}',
+    ],
+    "split_counts": ["split_counts"],
+    "broken_rubric": ["vf_echo", "--policy", "echo", "--batch_size", "1", "--env_kwargs", '{"broken_rubric": true}'],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def scenarios() -> dict:
+    """Every scenario of SCENARIOS, played in one fresh interpreter (tests/verifiers_rollouts.py --scenarios)."""
+    out = run([str(REPO / "tests" / "verifiers_rollouts.py"), "--scenarios", json.dumps(SCENARIOS)], timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_single_turn_env_groups_and_rewards_come_from_its_rubric():
-    result = rollouts("vf_echo", "echo", "--batch_size", "2", "--group_size", "3")
+@pytest.fixture
+def rollouts(scenarios):
+    """The result of the scenario called ``name`` (it must have run without an error)."""
+
+    def result(name: str) -> dict:
+        assert "error" not in scenarios[name], scenarios[name]["error"][-3000:]
+        return scenarios[name]["result"]
+
+    return result
+
+
+def test_single_turn_env_groups_and_rewards_come_from_its_rubric(rollouts):
+    result = rollouts("echo")
     assert result["errors"] == {} and not result["test_split"]
     assert [g["tags"] for g in result["groups"]] == [["vf_echo"], ["vf_echo"]]
     groups = [g["trajectories"] for g in result["groups"]]
@@ -77,19 +107,15 @@ def test_single_turn_env_groups_and_rewards_come_from_its_rubric():
         assert trajectory["metrics"]["reply_chars"] == 5.0  # the env's @vf.metric
         assert trajectory["metrics"]["agent_calls"] == 1.0
 
-    wrong = rollouts("vf_echo", "wrong", "--batch_size", "1", "--group_size", "2", "--as_object")
+    wrong = rollouts("echo_wrong_as_object")
     assert [t["reward"] for t in wrong["groups"][0]["trajectories"]] == [0.0, 0.0]
     assert wrong["groups"][0]["trajectories"][0]["metrics"]["said_the_word"] == 0.0
 
 
-def test_a_failed_episode_is_a_rollout_error_naming_the_env_and_task():
-    out = run(
-        [str(REPO / "tests" / "verifiers_rollouts.py"), "vf_echo", "--policy", "echo", "--batch_size", "1"]
-        + ["--env_kwargs", '{"broken_rubric": true}']
-    )
-    assert out.returncode != 0
-    assert "verifiers env 'vf_echo': episode of task 'apple' failed" in out.stderr
-    assert "the rubric broke" in out.stderr
+def test_a_failed_episode_is_a_rollout_error_naming_the_env_and_task(scenarios):
+    error = scenarios["broken_rubric"].get("error", "")
+    assert "verifiers env 'vf_echo': episode of task 'apple' failed" in error
+    assert "the rubric broke" in error
 
 
 def test_importing_the_adapter_imports_no_verifiers():
@@ -98,8 +124,8 @@ def test_importing_the_adapter_imports_no_verifiers():
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
 
 
-def test_multi_turn_env_plays_the_user_and_scores_after_the_exchange():
-    result = rollouts("vf_guess", "guess", "--batch_size", "2", "--group_size", "2")
+def test_multi_turn_env_plays_the_user_and_scores_after_the_exchange(rollouts):
+    result = rollouts("guess")
     assert result["errors"] == {}
     for group in result["groups"]:
         for trajectory in group["trajectories"]:
@@ -114,9 +140,9 @@ def test_multi_turn_env_plays_the_user_and_scores_after_the_exchange():
     assert max(t["turns"] for g in result["groups"] for t in g["trajectories"]) > 1
 
 
-def test_episode_cut_by_max_turns_is_scored_by_its_rubric_and_marked_truncated():
+def test_episode_cut_by_max_turns_is_scored_by_its_rubric_and_marked_truncated(rollouts):
     # 4 guesses allowed by the env, 2 by the trainer: task guess-0 (secret 3) needs 3 guesses, guess-1 (secret 6) 2
-    result = rollouts("vf_guess", "guess", "--batch_size", "2", "--group_size", "2", "--max_turns", "2")
+    result = rollouts("guess_cut_at_2_turns")
     assert result["errors"] == {}
     cut, solved = ([t for t in group["trajectories"]] for group in result["groups"])
     for trajectory in cut:
@@ -131,8 +157,8 @@ def test_episode_cut_by_max_turns_is_scored_by_its_rubric_and_marked_truncated()
     assert result["processes_left"] == []
 
 
-def test_tool_env_calls_its_mcp_tool_through_the_endpoint():
-    result = rollouts("vf_calc", "calc", "--batch_size", "2", "--group_size", "2")
+def test_tool_env_calls_its_mcp_tool_through_the_endpoint(rollouts):
+    result = rollouts("calc")
     assert result["errors"] == {}
     for group in result["groups"]:
         for trajectory in group["trajectories"]:
@@ -196,11 +222,8 @@ def test_trl_envs_eval_plays_the_held_out_split(tiny_model_path, tmp_path):
     assert "no test split" in no_split.stderr and "Traceback" not in no_split.stderr
 
 
-def test_held_out_split_is_the_test_taskset():
-    result = rollouts(
-        "vf_echo", "echo", "--batch_size", "2", "--group_size", "1", "--split", "test",
-        "--env_kwargs", '{"test_taskset": {"split": "test"}}',
-    )  # fmt: skip
+def test_held_out_split_is_the_test_taskset(rollouts):
+    result = rollouts("echo_test_split")
     words = [g["trajectories"][0]["text"].split("Say the word ")[1].split(".")[0] for g in result["groups"]]
     assert sorted(words) == ["music", "paper"]  # the fixture's held-out words, never in its training split
 
@@ -224,38 +247,8 @@ def test_bad_names_options_and_a_missing_package_end_in_one_line(tmp_path):
     assert "pip install 'trl-envs[verifiers]'" in missing.stderr
 
 
-SPLIT_CODE = """
-import json, sys
-from transformers import AutoTokenizer
-from trl_envs import Renderer
-from trl_envs.registry import make_env_dataset
-from trl_envs.rollout.evaluation import evaluate
-from trl_envs.rollout.event_loop import run_sync
-from trl_envs.samplers.text_policy import TextPolicySampler
-from trl_envs.tiny_model import build_tiny_model
-
-renderer = Renderer(AutoTokenizer.from_pretrained(build_tiny_model()))
-out = {}
-for size in (1, 2, 3, 5, 7):
-    builder = make_env_dataset(
-        "verifiers/vf_echo", renderer, taskset={"num_tasks": 8}, num_test_tasks=size, groups_per_batch=4, group_size=2
-    )
-    _, test = run_sync(builder)
-    out[size] = [[b.task.data.word for b in test.get_batch(i)] for i in range(len(test))]
-_, test = run_sync(
-    make_env_dataset("verifiers/vf_echo", renderer, taskset={"num_tasks": 8}, num_test_tasks=3, groups_per_batch=2)
-)
-words = lambda prompt: prompt.rsplit("Say the word ", 1)[-1].split(".")[0]
-result = evaluate(TextPolicySampler(renderer, words), test)
-out["played"] = [result.num_problems, result.num_episodes, result.mean_reward]
-print(json.dumps(out))
-"""
-
-
-def test_test_split_plays_each_held_out_task_once_whatever_the_batch_size():
-    out = run(["-c", SPLIT_CODE])
-    assert out.returncode == 0, out.stderr[-3000:]
-    splits = json.loads(out.stdout.strip().splitlines()[-1])
+def test_test_split_plays_each_held_out_task_once_whatever_the_batch_size(rollouts):
+    splits = rollouts("split_counts")
     for size in (1, 2, 3, 5, 7):
         batches = splits[str(size)]
         words = [w for batch in batches for w in batch]

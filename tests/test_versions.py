@@ -136,12 +136,22 @@ def test_the_caught_error_is_catchable_as_import_error():
     assert done.stdout.strip() == "IncompatibleVersionError"
 
 
-def test_python_m_trl_envs_with_a_wrong_trl_is_one_line():
-    done = run_patched(
-        "import runpy, sys\nsys.argv = ['trl_envs/__main__.py', 'list']\n"
+def run_trl_envs_patched(*args: str) -> subprocess.CompletedProcess:
+    return run_patched(
+        f"import runpy, sys\nsys.argv = ['trl_envs/__main__.py', *{list(args)!r}]\n"
         "runpy.run_module('trl_envs', run_name='__main__', alter_sys=True)\n"
     )
-    assert_one_line(done, "trl-envs")
+
+
+def test_python_m_trl_envs_with_a_wrong_trl_is_one_line():
+    assert_one_line(run_trl_envs_patched("eval", "--env", "arithmetic", "--model", "none"), "trl-envs")
+
+
+def test_listing_envs_with_a_wrong_trl_warns_and_lists():
+    done = run_trl_envs_patched("list", "--kind", "builtin")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"trl-envs: warning: trl_envs works with {requirement_of('trl')}; found trl 1.17.0.")
+    assert "arithmetic" in done.stdout.split()
 
 
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_dpo.py"])

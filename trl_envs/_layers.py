@@ -17,8 +17,9 @@ from __future__ import annotations
 
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The env contract a user subclasses, and leaves that import nothing else of trl_envs: the tiny models' names,
-    # and the error vocabulary with the pre-load checks every stage and entry point shares (errors/).
-    ("core", ("trl_envs.core", "trl_envs._layers", "trl_envs.model_names", "trl_envs.errors")),
+    # the error vocabulary with the pre-load checks every stage and entry point shares (errors/), and whether a
+    # terminal watches (terminal.py).
+    ("core", ("trl_envs.core", "trl_envs._layers", "trl_envs.model_names", "trl_envs.errors", "trl_envs.terminal")),
     # Prompts -> sampled actions.
     ("samplers", ("trl_envs.samplers",)),
     # Episodes: the rollout engine, batching of sampler calls, evaluation.

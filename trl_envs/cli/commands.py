@@ -41,8 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             check_installed_versions()
         except IncompatibleVersionError as e:
-            print(f"trl-envs: error: {e}", file=sys.stderr)
-            return EXIT_STATUS
+            if not needs_the_training_stack(argv):  # listing envs or reading help: say it, and go on
+                print(f"trl-envs: warning: {e} (training, play and eval refuse until then)", file=sys.stderr)
+            else:
+                print(f"trl-envs: error: {e}", file=sys.stderr)
+                return EXIT_STATUS
     if argv and argv[0] in ("grpo", "dpo"):  # the training scripts parse their own (many) options
         from .train import run
 
@@ -60,6 +63,15 @@ def main(argv: list[str] | None = None) -> int:
 
     # A user mistake prints one line saying what to fix (no traceback); Ctrl-C and SIGTERM clean up and exit 130 / 143.
     return run_command(f"trl-envs {args.command}", lambda: args.run(args), lost=getattr(args, "lost", STOPPED_RUN))
+
+
+def needs_the_training_stack(argv: list[str]) -> bool:
+    """Whether the command ``argv`` names loads TRL or a model: training (``grpo``, ``dpo``, which parse their own
+    options), ``play``, ``eval`` and ``build-tiny-model``, but not ``list`` or a help message."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in ("grpo", "dpo"):
+        return True
+    return command not in (None, "list") and not {"-h", "--help"} & set(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import warnings
 
-from ..trainers.progress import on_terminal
+from ..terminal import on_terminal
 
 DROPPED_WARNINGS = (r"`is_gradient_checkpointing` is deprecated",)
 """Python warnings (message regexes) dropped."""

@@ -349,7 +349,7 @@ def _evaluate_before_after(
 
 def show_progress(asked: bool | None) -> bool:
     """Whether to draw progress bars: as ``asked``, else (``None``) when stderr or stdout is a terminal."""
-    from ..trainers.progress import on_terminal
+    from ..terminal import on_terminal
 
     return asked if asked is not None else on_terminal()
 

@@ -10,27 +10,10 @@ from typing import TextIO
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
+from ..terminal import terminal_stream
+
 STEP_BAR_FORMAT = "step {n_fmt}/{total_fmt} · {elapsed} elapsed · ETA {remaining}"
 """The step counter: ``step 12/150 · 00:21 elapsed · ETA 02:30``."""
-
-
-def terminal_stream() -> TextIO | None:
-    """The standard stream on a terminal, ``sys.stderr`` first, else ``sys.stdout``; ``None`` when neither is one.
-
-    Under ``accelerate launch`` the script's stderr is a pipe (accelerate copies it through) while stdout is still the
-    terminal: the progress goes to stdout there."""
-    for stream in (sys.stderr, sys.stdout):
-        try:
-            if stream is not None and stream.isatty():
-                return stream
-        except (AttributeError, ValueError):  # replaced or closed streams
-            continue
-    return None
-
-
-def on_terminal() -> bool:
-    """Whether the user watches this process on a terminal (:func:`terminal_stream`)."""
-    return terminal_stream() is not None
 
 
 class StepProgressCallback(TrainerCallback):
