@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -177,6 +179,17 @@ def test_builtin_preference_dataset(tmp_path):
         assert (row["chosen_reward"], row["rejected_reward"]) == (1.0, 0.0)
     assert arithmetic_preference_rows(4, seed=1) == arithmetic_preference_rows(4, seed=1)  # deterministic
     assert data["test"]["prompt"] != data["train"]["prompt"][:8]  # another seed
+
+
+def test_mapping_the_shipped_preference_dataset_writes_nothing_into_the_package():
+    from trl_envs.training_data.preference_data import load_preference_dataset, shipped_preference_dataset_path
+
+    folder = Path(shipped_preference_dataset_path())
+    before = sorted(p for p in folder.rglob("*") if p.is_file())
+    data = load_preference_dataset()
+    mapped = data["train"].map(lambda row: {"n": len(row["prompt"])})  # as TRL's tokenization maps it
+    assert len(mapped) == len(data["train"]) and mapped.cache_files == []
+    assert sorted(p for p in folder.rglob("*") if p.is_file()) == before
 
 
 # -- where the prompt comes from -------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def test_an_unparked_wait_on_a_sibling_needs_no_valve_but_a_thread_at_work_is_wa
             return [TokensWithLogprobs([1, 2]) for _ in requests]
 
     async def go(how):
-        batcher = BatchingPolicy(Sampler(), max_wait_s=0.3)
+        batcher = BatchingPolicy(Sampler(), max_wait_s=1.5)  # a valve no busy machine reaches by chance
         moved = asyncio.Event()
 
         async def first():
@@ -148,7 +148,7 @@ def test_an_unparked_wait_on_a_sibling_needs_no_valve_but_a_thread_at_work_is_wa
                 elif how == "plain":
                     await moved.wait()
                 else:  # busy in a worker thread, longer than the valve
-                    await asyncio.to_thread(time.sleep, 0.6)
+                    await asyncio.to_thread(time.sleep, 2.0)
                 await batcher.sample([1], [2], 4)
 
         await asyncio.wait_for(asyncio.gather(second(), first()), 10)  # second is live before first samples

@@ -140,10 +140,15 @@ def build_preference_dataset(
 
 def load_preference_dataset(path: str | None = None):
     """The ``DatasetDict`` (``train``, ``test``) at ``path``, by default the shipped one
-    (:func:`shipped_preference_dataset_path`)."""
+    (:func:`shipped_preference_dataset_path`).
+
+    The shipped one is read into memory: a ``map`` on it (TRL's tokenization) then writes no cache files into the
+    installed package, which may be read-only and is never the user's to fill."""
     from datasets import load_from_disk
 
-    return load_from_disk(path or shipped_preference_dataset_path())
+    if path is None:
+        return load_from_disk(shipped_preference_dataset_path(), keep_in_memory=True)
+    return load_from_disk(path)
 
 
 def main(argv: list[str] | None = None) -> None:
