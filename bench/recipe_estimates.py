@@ -62,17 +62,22 @@ ASSUMPTIONS = {
 }
 
 
-def save_random_qwen(model_id: str, tokenizer, out: Path, layers: int = 0) -> str:
+def save_random_qwen(model_id: str, tokenizer, out: Path, layers: int = 0, vocab_size: int = 0) -> str:
     """A randomly initialised ``Qwen2ForCausalLM`` of ``model_id``'s published architecture (:data:`ARCHITECTURES`)
-    with ``layers`` decoder layers (0: all of them) and ``tokenizer``, saved in bfloat16 under ``out``. No weights are
-    downloaded anywhere: recipes are checked on such models. The weights are tiled from one small normal draw
-    (drawing ~500M numbers one by one is most of the build time otherwise); norms are 1."""
+    with ``layers`` decoder layers (0: all of them), ``vocab_size`` rows in the embedding and output layer (0: the
+    published vocabulary; below ``len(tokenizer)``: ``ValueError``) and ``tokenizer``, saved in bfloat16 under ``out``.
+    No weights are downloaded anywhere: recipes are checked on such models. The weights are tiled from one small normal
+    draw (drawing ~500M numbers one by one is most of the build time otherwise); norms are 1."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     arch = dict(ARCHITECTURES[model_id])
     if layers:
         arch["num_hidden_layers"] = layers
+    if vocab_size:
+        if vocab_size < len(tokenizer):
+            raise ValueError(f"vocab_size {vocab_size} is below the tokenizer's {len(tokenizer)} tokens")
+        arch["vocab_size"] = vocab_size
     config = Qwen2Config(
         **arch,
         eos_token_id=tokenizer.eos_token_id,

@@ -1,10 +1,19 @@
 """Every real-model recipe in ``scripts/configs/qwen2.5-*/`` loads through its script and trains one step.
 
 No weights can be downloaded here, so each recipe runs on a randomly initialised ``Qwen2ForCausalLM`` built locally
-from the model's published architecture (``bench/recipe_estimates.py``: widths, heads and the 151,936-token vocabulary
-kept) with **one decoder layer instead of 24 / 28**, and the tiny model's ChatML tokenizer. To take seconds on a CPU
-the test also overrides, on the command line as a user would: ``max_steps=1``, one small group
-(``num_generations=2``, 2 rows, no accumulation), 4 tokens per turn and at most 2 turns, fp32 on the CPU
+from the model's published architecture (``bench/recipe_estimates.py``: every width, head count, intermediate size,
+RoPE and norm setting kept) with **one decoder layer instead of 24 / 28**, the tiny model's 512-token ChatML tokenizer,
+and **a vocabulary of** :data:`VOCAB_SIZE` **(576) rows instead of 151,936**. The vocabulary cut does not weaken the
+check: with this tokenizer no id at or above 512 ever appears in a prompt or a reference answer, so rows 512..151,935
+only ever mattered as ids a random model could sample (each decoding to nothing); the model still has more rows than the
+tokenizer has tokens, as the real one does (151,936 rows for 151,665 tokens), so it can still sample ids the tokenizer
+lacks, within the rollout's ``vocab_size`` bound (read from the model's config); and the vocabulary is no setting of
+any recipe (LoRA's ``all-linear`` targets the decoder's linear layers, whose shapes are all the real ones). What it
+removes is the 151,936-row fp32 output layer: its matmuls in TRL's chunked log-prob forward and backward, AdamW over it
+and saving it after training were most of each run on a CPU (11-34 s a recipe on 2 cores; 3-7 s with 576 rows).
+
+To take seconds on a CPU the test also overrides, on the command line as a user would: ``max_steps=1``, one small
+group (``num_generations=2``, 2 rows, no accumulation), 4 tokens per turn and at most 2 turns, fp32 on the CPU
 (``use_cpu``, no bf16, ``dtype float32``), no gradient checkpointing, no card evaluation, no checkpoints. Everything
 else (learning rate, scheduler, LoRA, env options, reward scaling, ...) is the recipe's own.
 """
@@ -22,6 +31,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "scripts" / "configs").glob("qwen2.5-*/*.yaml"))
+# The shrunk models' vocabulary: the tiny tokenizer's 512 tokens padded to the next multiple of 64, so there are rows
+# beyond the tokenizer as in the real model (the module docstring says why this keeps the check).
+VOCAB_SIZE = 576
 
 
 def _load(name: str):
@@ -36,14 +48,33 @@ def _load(name: str):
 
 @pytest.fixture(scope="module")
 def shrunk_models(tmp_path_factory, tokenizer):
-    """model id -> a directory with a random one-layer model of that architecture and the tiny tokenizer."""
+    """model id -> a directory with a random one-layer model of that architecture, :data:`VOCAB_SIZE` vocabulary rows
+    (more than the tokenizer's tokens) and the tiny tokenizer."""
+    assert len(tokenizer) < VOCAB_SIZE  # every id the tokenizer makes has its own row, and some rows are beyond it
     estimates = _load("recipe_estimates")
     return {
         model_id: estimates.save_random_qwen(
-            model_id, tokenizer, tmp_path_factory.mktemp("real") / model_id.split("/")[-1].lower(), layers=1
+            model_id,
+            tokenizer,
+            tmp_path_factory.mktemp("real") / model_id.split("/")[-1].lower(),
+            layers=1,
+            vocab_size=VOCAB_SIZE,
         )
         for model_id in estimates.ARCHITECTURES
     }
+
+
+def test_shrunk_models_keep_the_real_architecture(shrunk_models):
+    """The models the recipes train on differ from the published ones in the layer count and the vocabulary only."""
+    estimates = _load("recipe_estimates")
+    for model_id, path in shrunk_models.items():
+        config = json.loads((Path(path) / "config.json").read_text())
+        assert config["architectures"] == ["Qwen2ForCausalLM"]
+        assert config["num_hidden_layers"] == 1 and config["vocab_size"] == VOCAB_SIZE
+        for key, value in estimates.ARCHITECTURES[model_id].items():
+            if key not in ("num_hidden_layers", "vocab_size"):
+                saved = config["rope_parameters"][key] if key == "rope_theta" else config[key]  # transformers 5
+                assert saved == value, (model_id, key)
 
 
 def test_there_is_a_recipe_per_model_and_task():
