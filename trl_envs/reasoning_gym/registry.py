@@ -107,6 +107,7 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
         """The held-out split: entries of another seed whose questions the training split does not have."""
         train = procedural_dataset(self.task, self._config(self.train_seed))
         seen = {entry["question"] for entry in train}
+        trained = len(seen)
         wanted = self.num_test_batches * self.batch_size
         config = self._config(self.test_seed + TEST_SEED_OFFSET, max(wanted * 2, self.config.get("size", 0) or 0))
         test = procedural_dataset(self.task, config)
@@ -118,8 +119,8 @@ class ReasoningGymDatasetBuilder(BuiltinDatasetBuilder):
         if len(indices) < wanted:
             raise ValueError(
                 f"env {self.env_name!r}: only {len(indices)} of the {wanted} test problems asked for are "
-                f"held out: the training split's {len(train)} entries already ask {len(seen)} distinct "
-                "questions, and the config allows few more. Lower the training 'size' (or ask fewer test "
+                f"held out: the training split's {len(train)} entries ask {trained} distinct questions, and the "
+                f"config allows only {len(seen) - trained} others. Lower the training 'size' (or ask fewer test "
                 "problems) so that some questions are never trained on"
             )
         return ReasoningGymDataset(
