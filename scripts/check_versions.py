@@ -4,7 +4,7 @@ the quick tests and one short training run there, and print what passed.
 
     python scripts/check_versions.py --lowest      # every dependency at its floor (pyproject's >= bound)
     python scripts/check_versions.py --newest      # every dependency at the newest version the index serves
-    python scripts/check_versions.py --lowest --pin transformers==5.3.0 --tests none   # try one candidate floor
+    python scripts/check_versions.py --lowest --pin transformers==5.4.0 --tests none   # try one candidate floor
     python scripts/check_versions.py --newest --venv /tmp/newest --keep              # keep the venv for a look
 
 ``--lowest`` pins each dependency of ``[project] dependencies`` that has a lower bound to exactly that bound
