@@ -616,9 +616,10 @@ def compare(rebuilt: dict, shipped: dict, tolerance: float = TOLERANCE) -> dict:
 
 def quick_check(name: str, seed: int, shipped: dict) -> dict:
     """The cheap part of a rebuild of model ``name`` compared with ``shipped`` (its ``build.json`` record): the
-    demonstrations (fingerprint, exactly), the files the recipe determines apart from the weights (tokenizer, chat
-    template, configs: the same content, apart from what only records the library's state, :data:`_LIBRARY_STATE`)
-    and the first :data:`QUICK_CHECK_STEPS` warm-start steps (each source's loss at each recorded step within
+    demonstrations (fingerprint, exactly), the recipe's settings (:func:`recipe`, exactly), the files the recipe
+    determines apart from the weights (tokenizer, chat template, configs: the same content as the shipped files, apart
+    from what only records the libraries' version or state, :data:`_LIBRARY_STATE`) and the first
+    :data:`QUICK_CHECK_STEPS` warm-start steps (each source's loss at each step of :data:`RECORDED_LOSS_STEPS` within
     :data:`LOSS_TOLERANCE`, relative). ``same_recipe`` is true when all of them match; a figure the shipped record
     lacks (a build older than the figure) is a mismatch. Seconds, not minutes: the full rebuild is ``--check``."""
     start = time.monotonic()
