@@ -26,7 +26,7 @@ SLOW = (
     "test_async_rollouts.py",
     "test_resume.py",
     "test_dpo.py",
-    "test_tiny_model.py::test_a_rebuild",
+    "test_tiny_model.py::test_the_recipe_still_makes",
     "test_real_model_configs.py",
     "test_train_commands.py",
     "test_benches.py",

@@ -6,6 +6,7 @@ were made and how they are remade when a recipe changes. It is not part of the i
     python scripts/tiny_models/build_tiny_models.py                    # rebuild all three into trl_envs/assets/
     python scripts/tiny_models/build_tiny_models.py --name tiny-chat-v5 --output_dir /tmp/v5   # one, elsewhere
     python scripts/tiny_models/build_tiny_models.py --check --name tiny-chat-v5   # rebuild aside and compare
+    python scripts/tiny_models/build_tiny_models.py --quick_check      # the recipe's start, compared (seconds)
 
 Two model recipes, by name:
 
@@ -19,10 +20,22 @@ Both get a byte-level BPE tokenizer trained on the spot (every digit is its own 
 build runs on the CPU with a fixed seed and thread count: two builds on one machine give the same bytes, builds on
 different machines (other CPUs, other library versions) may round differently, which is why the weights ship rather
 than being built on each machine. Next to the weights, ``build.json`` records the build: name, seed, recipe, build
-time, the warm start's evaluation (:func:`evaluate_warm_start`: 100 samples per figure at temperature 1), library
-versions, machine, and the sha256 of every file. ``--check`` rebuilds into a scratch folder and compares that
-evaluation with the shipped one: a rebuild is the same model, for RL's purposes, when every figure is within
-:data:`TOLERANCE`.
+time, the warm start's evaluation (:func:`evaluate_warm_start`: 100 samples per figure at temperature 1), each
+source's training loss at a few early steps (:data:`RECORDED_LOSS_STEPS`), a fingerprint of the demonstrations,
+library versions, machine, and the sha256 of every file.
+
+Two checks that the recipe here still makes the model that ships:
+
+* ``--check``, the maintainers' check before shipping a change (minutes: the demo model's build takes 2.5 to 8
+  minutes on 2 cores, by load), rebuilds into a scratch folder and compares the warm start's evaluation with the
+  shipped one: a rebuild is the same model, for RL's purposes, when every figure is within :data:`TOLERANCE` (on the
+  machine that built the shipped models it is the same bytes, ``same_weights``);
+* ``--quick_check``, what the test suite runs (seconds, :func:`quick_check`), compares exactly what involves no
+  floating-point rounding (the demonstrations' fingerprint, the recipe's settings, the tokenizer, chat template and
+  configs) and runs the first :data:`QUICK_CHECK_STEPS` warm-start steps, whose losses must be the recorded ones
+  within :data:`LOSS_TOLERANCE` (which absorbs another CPU's rounding, not a changed learning rate, data mix,
+  initialisation or seed). It does not evaluate a model: a recipe that starts the same but ends differently (its
+  later steps, the evaluation) is ``--check``'s to find.
 
 ``arithmetic-preferences-v2``, the built-in preference dataset of offline DPO, is built by
 ``trl_envs.training_data.preference_data`` (pure Python, the same bytes on every machine) and saved here too.
@@ -37,6 +50,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
@@ -45,6 +59,7 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,6 +75,32 @@ TOLERANCE = 0.12
 """How far (absolute) each warm-start evaluation figure of a rebuild may be from the shipped model's for the rebuild to
 count as the same model: each figure is a fraction of 100 samples, whose sampling error alone is up to 0.05 (one
 standard deviation at 0.5), and a rebuild that rounds differently is a different sample of the recipe."""
+
+QUICK_CHECK_STEPS = 30
+"""How many warm-start steps ``--quick_check`` runs (of 500 for the demo model, 250 for the tests' model): a few
+seconds. Not more: past step ~32 the demo model's warm start amplifies rounding differences quickly (see
+:data:`LOSS_TOLERANCE`)."""
+
+RECORDED_LOSS_STEPS = (1, 10, 20, QUICK_CHECK_STEPS)
+"""The steps whose per-source training loss (on that step's batch) a build records in ``build.json``
+(``train_loss_at_step``) for ``--quick_check`` to compare: step 1's loss is the untrained model's (initialisation,
+tokenizer, first batches); the later ones follow the learning rate, its warmup and the data mix."""
+
+LOSS_TOLERANCE = 1e-3
+"""How far (relative) each of a quick check's losses may be from the one the build recorded: far above another CPU's
+rounding within :data:`QUICK_CHECK_STEPS` steps, far below what a change of the recipe does. Measured on the shipped
+recipes (seed 0, torch 2.13.0, an AMD EPYC with AVX-512), as the largest relative change of a recorded loss:
+
+* other CPUs, emulated (``MKL_CBWR=COMPATIBLE``; ``ATEN_CPU_CAPABILITY=default`` or ``avx2``; all of these with
+  ``ONEDNN_MAX_CPU_ISA=SSE41``): at most 5e-7 (tiny-chat-v1: 0); 1, 2 or 4 torch threads give the same bytes. Past
+  step 32 the demo model's differences grow fast: 1e-5 by step 35, 1.3e-4 by 40, 7e-4 by 50, 1.8e-2 by 60 (v1: 3e-5
+  by 50, 3e-4 by 60), hence 30 steps;
+* recipe changes: learning rate -10% 9.5e-2 (v1 1.0e-1), +10% 9.0e-2; 55 warmup steps instead of 50 8.5e-2; seed 1
+  4.8e-2 (v1 5.8e-2); 60 arithmetic examples a step instead of 64 4.5e-2; initializer_range 0.022 instead of 0.02
+  4.0e-2 (v1 2.2e-2); the teacher's QUICK_SHARE 0.80 instead of 0.82 1.7e-2; v1 with 1,900 arithmetic demonstrations
+  instead of 2,000 4.8e-3. The total number of steps barely shows this early (450 instead of 500: 9.6e-4, the cosine
+  decay has barely begun; v1 warms up flat until step 50: 0); the quick check catches it, as it catches a changed
+  data mix or seed, in the recipe's settings and the demonstrations' fingerprint, which it compares exactly."""
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 
@@ -133,14 +174,66 @@ def build_model(directory: Path, seed: int, name: str = MODEL_NAME) -> dict:
     """Build tokenizer and warm-started model (recipe ``name``) into the existing empty ``directory``, its
     ``build.json`` last, and return that record."""
     start, load_at_start = time.monotonic(), os.getloadavg()[0]
+    demonstrations, tokenizer, model = _start_build(name, seed)
+    _log(f"trained a {len(tokenizer)}-token tokenizer ({time.monotonic() - start:.0f}s)")
+    losses, losses_at_step = _warm_start_recipe(name, demonstrations, tokenizer, model, directory, seed)
+    model.config.use_cache = True  # the trainer turns the KV cache off for training
+    evaluation = evaluate_warm_start(model, tokenizer, seed=seed + 10_000)
+    _log(
+        "sampled at temperature 1: "
+        + ", ".join(f"{key} {value:.0%}" for key, value in evaluation.items())
+        + f" ({time.monotonic() - start:.0f}s)"
+    )
+
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    record = {
+        "name": name,
+        "seed": seed,
+        "recipe": recipe(name),
+        "build_seconds": round(time.monotonic() - start, 1),
+        "train_loss_tail": {key: round(value, 4) for key, value in losses.items()},
+        "train_loss_at_step": losses_at_step,
+        "demonstrations_sha256": demonstrations_sha256(demonstrations),
+        "warm_start_eval": evaluation,
+        "built_with": {**_libraries(), "load_average_at_start": round(load_at_start, 2)},
+        "command": f"python scripts/tiny_models/build_tiny_models.py --name {name} --seed {seed}",
+        "sha256": sha256_of_files(directory),
+    }
+    (directory / BUILD_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    _log(f"built {name} in {record['build_seconds']:.0f}s")
+    return record
+
+
+def _libraries() -> dict:
+    """The Python, library versions, torch thread count and machine of this process (``built_with`` of the record)."""
+    import tokenizers
+    import torch
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+    }
+
+
+def _start_build(name: str, seed: int) -> tuple[list, object, object]:
+    """The deterministic start of recipe ``name``'s build: its demonstrations (``warm_start.Source`` list for the demo
+    model, conversations for the tests' model), the tokenizer trained on them, and the randomly initialised model.
+    Sets the seed and torch's thread count as the recipe says."""
     _quiet_libraries()
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM, set_seed
 
-    torch.set_num_threads(V2_TORCH_THREADS if name == DEMO_MODEL_NAME else TORCH_THREADS)
+    demo = name == DEMO_MODEL_NAME
+    torch.set_num_threads(V2_TORCH_THREADS if demo else TORCH_THREADS)
     set_seed(seed)
-    if name == DEMO_MODEL_NAME:
-        sources = [
+    if demo:
+        demonstrations = [
             warm_start.Source("arithmetic", warm_start.arithmetic_examples(), V2_ARITHMETIC_PER_STEP),
             warm_start.Source("worked_sums", warm_start.worked_sum_examples(), V2_WORKED_PER_STEP),
             warm_start.Source(
@@ -148,13 +241,11 @@ def build_model(directory: Path, seed: int, name: str = MODEL_NAME) -> dict:
             ),
             warm_start.Source("halving", warm_start.halving_examples(), V2_HALVING_PER_STEP),
         ]
-        conversations = [example.messages for source in sources for example in source.examples]
+        conversations = [example.messages for source in demonstrations for example in source.examples]
     else:
-        conversations = _demonstrations(seed)
+        demonstrations = conversations = _demonstrations(seed)
     tokenizer = _train_tokenizer(conversations)
-    _log(f"trained a {len(tokenizer)}-token tokenizer ({time.monotonic() - start:.0f}s)")
 
-    demo = name == DEMO_MODEL_NAME
     # v2 unties the output layer from the input embeddings: RL then sharpens the answer distribution without moving
     # the embeddings of the digits it reads in the question (tied, the tiny model's arithmetic collapses under GRPO).
     config = Qwen2Config(
@@ -170,56 +261,54 @@ def build_model(directory: Path, seed: int, name: str = MODEL_NAME) -> dict:
     model.generation_config.bos_token_id = None
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return demonstrations, tokenizer, model
+
+
+def _warm_start_recipe(
+    name: str, demonstrations: list, tokenizer, model, directory: Path, seed: int, stop_after: int | None = None
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Warm-start ``model`` as recipe ``name`` says (``stop_after``: only the first that many of its steps, which are
+    the full build's first steps). Returns the trainer's loss summary (``train_loss_tail`` of the record; empty or
+    partial when stopped early) and, for each step of :data:`RECORDED_LOSS_STEPS` that was run, each source's
+    training loss on that step (``train_loss_at_step`` of the record, what :func:`quick_check` compares)."""
+    losses_at_step: dict[str, dict[str, float]] = {}
+
+    def record(step: int, losses: dict[str, float]) -> None:
+        if step in RECORDED_LOSS_STEPS:
+            losses_at_step[str(step)] = {key: round(value, 6) for key, value in losses.items()}
 
     if name == DEMO_MODEL_NAME:
-        _log(f"warm-starting on {len(conversations)} weighted demonstrations ({V2_TRAIN_STEPS} steps)")
+        _log(
+            f"warm-starting on {sum(len(s.examples) for s in demonstrations)} weighted demonstrations "
+            f"({stop_after or V2_TRAIN_STEPS} of {V2_TRAIN_STEPS} steps)"
+        )
         losses = warm_start.train(
             model,
             tokenizer,
-            sources,
+            demonstrations,
             steps=V2_TRAIN_STEPS,
             learning_rate=V2_LEARNING_RATE,
             warmup_steps=V2_WARMUP_STEPS,
             seed=seed,
+            stop_after=stop_after,
+            on_step=record,
         )
     else:
-        _log(f"warm-starting on {len(conversations)} demonstrations ({TRAIN_STEPS} steps)")
-        losses = _warm_start(model, tokenizer, conversations, directory, seed)
-    model.config.use_cache = True  # the trainer turns the KV cache off for training
-    evaluation = evaluate_warm_start(model, tokenizer, seed=seed + 10_000)
-    _log(
-        "sampled at temperature 1: "
-        + ", ".join(f"{key} {value:.0%}" for key, value in evaluation.items())
-        + f" ({time.monotonic() - start:.0f}s)"
-    )
+        _log(
+            f"warm-starting on {len(demonstrations)} demonstrations "
+            f"({stop_after or TRAIN_STEPS} of {TRAIN_STEPS} steps)"
+        )
+        losses = _warm_start(model, tokenizer, demonstrations, directory, seed, stop_after=stop_after, on_step=record)
+    return losses, losses_at_step
 
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    import tokenizers
-    import transformers
 
-    record = {
-        "name": name,
-        "seed": seed,
-        "recipe": recipe(name),
-        "build_seconds": round(time.monotonic() - start, 1),
-        "train_loss_tail": {key: round(value, 4) for key, value in losses.items()},
-        "warm_start_eval": evaluation,
-        "built_with": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-            "load_average_at_start": round(load_at_start, 2),
-        },
-        "command": f"python scripts/tiny_models/build_tiny_models.py --name {name} --seed {seed}",
-        "sha256": sha256_of_files(directory),
-    }
-    (directory / BUILD_RECORD).write_text(json.dumps(record, indent=2) + "\n")
-    _log(f"built {name} in {record['build_seconds']:.0f}s")
-    return record
+def demonstrations_sha256(demonstrations: list) -> str:
+    """A fingerprint of the demonstrations as the recipe trains on them: the sha256 of their canonical JSON (sources
+    with their names, per-step counts and every example's messages, weight and skipped tokens; or the conversations).
+    They are pure Python, so the fingerprint is the same on every machine."""
+    plain = [dataclasses.asdict(d) if dataclasses.is_dataclass(d) else d for d in demonstrations]
+    canonical = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def sha256_of_files(directory: Path) -> dict[str, str]:
@@ -328,12 +417,33 @@ def _train_tokenizer(conversations: list[list[dict[str, str]]]):
     return tokenizer
 
 
-def _warm_start(model, tokenizer, conversations, directory: Path, seed: int) -> dict[str, float]:
+def _warm_start(
+    model,
+    tokenizer,
+    conversations,
+    directory: Path,
+    seed: int,
+    *,
+    stop_after: int | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, float]:
     """Supervised fine-tuning on the demonstrations with TRL: loss on assistant turns only, on the CPU, no
-    checkpoints (the trainer's scratch directory inside ``directory`` is removed). Returns the mean training loss."""
+    checkpoints (the trainer's scratch directory inside ``directory`` is removed). Returns the mean training loss
+    (over the steps run). ``stop_after``: stop after that many of the ``TRAIN_STEPS`` steps (same batches, same
+    schedule: the full run's first steps). ``on_step(step, {"sft": loss})`` is called after each step with the
+    trainer's loss of that step (the trainer logs every step for it; logging does not change the training)."""
     from datasets import Dataset
-    from transformers import PrinterCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
+
+    class StepLosses(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if stop_after is not None and state.global_step >= stop_after:
+                control.should_training_stop = True
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if on_step is not None and logs and "loss" in logs:
+                on_step(state.global_step, {"sft": logs["loss"]})
 
     args = SFTConfig(
         output_dir=str(directory / "_sft"),
@@ -352,14 +462,17 @@ def _warm_start(model, tokenizer, conversations, directory: Path, seed: int) -> 
         gradient_checkpointing=False,
         report_to="none",
         save_strategy="no",
-        logging_strategy="no",
+        logging_strategy="steps",  # every step's loss to StepLosses
+        logging_steps=1,
         disable_tqdm=True,
         dataloader_num_workers=0,
         seed=seed,
         data_seed=seed,
     )
     dataset = Dataset.from_dict({"messages": conversations})
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[StepLosses()]
+    )
     trainer.remove_callback(PrinterCallback)  # it would print the final metrics dict
     output = trainer.train()
     shutil.rmtree(directory / "_sft", ignore_errors=True)
@@ -501,6 +614,85 @@ def compare(rebuilt: dict, shipped: dict, tolerance: float = TOLERANCE) -> dict:
     }
 
 
+def quick_check(name: str, seed: int, shipped: dict) -> dict:
+    """The cheap part of a rebuild of model ``name`` compared with ``shipped`` (its ``build.json`` record): the
+    demonstrations (fingerprint, exactly), the recipe's settings (:func:`recipe`, exactly), the files the recipe
+    determines apart from the weights (tokenizer, chat template, configs: the same content as the shipped files, apart
+    from what only records the libraries' version or state, :data:`_LIBRARY_STATE`) and the first
+    :data:`QUICK_CHECK_STEPS` warm-start steps (each source's loss at each step of :data:`RECORDED_LOSS_STEPS` within
+    :data:`LOSS_TOLERANCE`, relative). ``same_recipe`` is true when all of them match; a figure the shipped record
+    lacks (a build older than the figure) is a mismatch. Seconds, not minutes: the full rebuild is ``--check``."""
+    start = time.monotonic()
+    demonstrations, tokenizer, model = _start_build(name, seed)
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        _, losses_at_step = _warm_start_recipe(
+            name, demonstrations, tokenizer, model, directory, seed, stop_after=QUICK_CHECK_STEPS
+        )
+        model.config.use_cache = True  # as the full build saves it
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        files = {
+            file: _recipe_content(directory / file) == _recipe_content(ASSETS / name / file)
+            for file in sorted(shipped["sha256"])
+            if file != "model.safetensors"
+        }
+    settings = json.loads(json.dumps(recipe(name)))  # as build.json holds them
+    recorded = shipped.get("train_loss_at_step", {})
+    losses = {
+        step: {
+            source: {"shipped": recorded.get(step, {}).get(source), "rebuilt": value}
+            for source, value in step_losses.items()
+        }
+        for step, step_losses in losses_at_step.items()
+    }
+    differences = [
+        abs(pair["rebuilt"] - pair["shipped"]) / abs(pair["shipped"]) if pair["shipped"] else float("inf")
+        for step_losses in losses.values()
+        for pair in step_losses.values()
+    ]
+    largest = max(differences)
+    demonstrations_fingerprint = demonstrations_sha256(demonstrations)
+    return {
+        "name": name,
+        "steps": QUICK_CHECK_STEPS,
+        "demonstrations_sha256": {
+            "shipped": shipped.get("demonstrations_sha256"),
+            "rebuilt": demonstrations_fingerprint,
+            "same": shipped.get("demonstrations_sha256") == demonstrations_fingerprint,
+        },
+        "same_recipe_settings": settings == shipped["recipe"],
+        "same_files": files,
+        "train_loss_at_step": losses,
+        "largest_relative_difference": largest if largest == float("inf") else float(f"{largest:.3g}"),
+        "loss_tolerance": LOSS_TOLERANCE,
+        "same_recipe": shipped.get("demonstrations_sha256") == demonstrations_fingerprint
+        and settings == shipped["recipe"]
+        and all(files.values())
+        and largest <= LOSS_TOLERANCE,
+        "seconds": round(time.monotonic() - start, 1),
+        "built_with": {"shipped": shipped.get("built_with"), "here": _libraries()},
+    }
+
+
+_LIBRARY_STATE = {
+    "config.json": {"transformers_version"},
+    "generation_config.json": {"transformers_version"},
+    "tokenizer.json": {"padding", "truncation"},  # the backend's last padding call (the evaluation pads left)
+}
+"""Keys of the saved JSON files that record the libraries' version or state rather than the recipe."""
+
+
+def _recipe_content(path: Path) -> object:
+    """What of the file ``path`` the recipe determines: a JSON file's content without its :data:`_LIBRARY_STATE`
+    keys, any other file's bytes (``None`` if there is no such file)."""
+    if not path.is_file():
+        return None
+    if path.name not in _LIBRARY_STATE:
+        return path.read_bytes()
+    return {key: value for key, value in json.loads(path.read_text()).items() if key not in _LIBRARY_STATE[path.name]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python scripts/tiny_models/build_tiny_models.py", description=__doc__.split("\n\n")[0]
@@ -515,10 +707,27 @@ def main(argv: list[str] | None = None) -> int:
         help=f"rebuild each model into a scratch folder and compare with the shipped one (within {TOLERANCE}); "
         "prints the comparison as JSON, exit status 1 if a model is off",
     )
+    parser.add_argument(
+        "--quick_check",
+        action="store_true",
+        help=f"compare the demonstrations, tokenizer and configs of each model's recipe and its first "
+        f"{QUICK_CHECK_STEPS} warm-start steps with the shipped build's record (seconds); prints the comparison as "
+        "JSON, exit status 1 if a model is off",
+    )
     args = parser.parse_args(argv)
     names = args.name or list(targets)
     if args.output_dir and len(names) != 1:
         parser.error("--output_dir needs exactly one --name")
+    if args.check and args.quick_check:
+        parser.error("--check or --quick_check, not both")
+    if args.quick_check:
+        results = [
+            quick_check(name, args.seed, json.loads((ASSETS / name / BUILD_RECORD).read_text()))
+            for name in names
+            if name != DATASET_NAME
+        ]
+        print(json.dumps(results, indent=2))
+        return 0 if all(r["same_recipe"] for r in results) else 1
     if args.check:
         results = []
         for name in names:

@@ -27,7 +27,7 @@ faster than TRL's ``SFTTrainer`` on a model this small (whose steps are all over
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trl_envs.core.renderer import Message
@@ -135,11 +135,26 @@ class Source:
 
 
 def train(
-    model, tokenizer, sources: Sequence[Source], *, steps: int, learning_rate: float, warmup_steps: int, seed: int
+    model,
+    tokenizer,
+    sources: Sequence[Source],
+    *,
+    steps: int,
+    learning_rate: float,
+    warmup_steps: int,
+    seed: int,
+    stop_after: int | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
     """Supervised fine-tuning of ``model`` on ``sources``: AdamW, linear warmup then cosine decay, gradient norm
     clipped to 1; every step one batch per source (separate forward passes, so short examples are not padded to long
-    ones). Returns each source's mean loss over the last 10% of steps."""
+    ones). Returns each source's mean loss over the last 10% of ``steps``.
+
+    ``stop_after``: train only the first ``stop_after`` steps of the ``steps``-step run (same batches, same learning
+    rate schedule), so the model and losses are those of the full run at that step; the return value then covers only
+    the steps of that last 10% that were run (empty if none). ``on_step(step, losses)``, if given, is called after
+    each step (``step`` counted from 1) with each source's loss on that step's batch (before the update), for the
+    build record; it does not change the training."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -159,21 +174,25 @@ def train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     tail = {source.name: [] for source in sources}
     model.train()
-    for step in range(steps):
+    for step in range(steps if stop_after is None else min(steps, stop_after)):
+        step_losses = {}
         for source in sources:
             rows = torch.multinomial(weights[source.name], source.per_step, replacement=True, generator=generator)
             loss = _assistant_loss(
                 model, _batch([encoded[source.name][i] for i in rows.tolist()], tokenizer.pad_token_id)
             )
             (loss * source.per_step / sum(s.per_step for s in sources)).backward()
+            step_losses[source.name] = loss.item()
             if step >= steps - max(1, steps // 10):
-                tail[source.name].append(loss.item())
+                tail[source.name].append(step_losses[source.name])
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        if on_step is not None:
+            on_step(step + 1, step_losses)
     model.eval()
-    return {name: sum(losses) / len(losses) for name, losses in tail.items()}
+    return {name: sum(losses) / len(losses) for name, losses in tail.items() if losses}
 
 
 def _assistant_loss(model, batch: dict):
