@@ -38,7 +38,7 @@ SLOW = (
     "test_multi_node.py",
 )
 
-# The modules that take longest (wall seconds on 2 CPU cores under `-n 2`, from 150 s down to 20 s), longest first:
+# The modules that take longest (wall seconds on 2 CPU cores under `-n 2`, from ~160 s down to ~20 s), longest first:
 # under pytest-xdist they are handed out first (pytest_xdist_make_scheduler). The rest take under 20 s each.
 HEAVY_FIRST = (
     "test_docs.py",
