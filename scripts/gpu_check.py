@@ -8,7 +8,8 @@ written to ``OUT/summary.json`` and ``OUT/summary.txt``.
 Stages, in order (GPU / ``--cpu``):
 
 * ``versions``: torch, CUDA, the GPU's name, transformers, trl, accelerate, deepspeed, peft, and the settings that
-  matter offline (``USE_HUB_KERNELS``, ``HF_HUB_OFFLINE``);
+  matter offline (``USE_HUB_KERNELS``, ``HF_HUB_OFFLINE``); a missing package fails it (deepspeed only when ``zero2``
+  or ``zero3`` runs);
 * ``zero2``, ``zero3``, ``fsdp2``: tests/test_gpu.py's runs of accelerate_configs/zero2.yaml (with a
   ``max_staleness 1`` run, its sampler process on the GPU), zero3.yaml and fsdp2.yaml on one GPU; on the CPU the
   2-process ZeRO-2 / ZeRO-3 tests of tests/test_distributed.py (DeepSpeed's CPU accelerator) and no FSDP2
@@ -44,6 +45,9 @@ OPT_IN = ["vllm_colocate", "ddp", "vllm_server"]  # need vllm (not carried: far 
 RECIPE = "scripts/configs/qwen2.5-0.5b/arithmetic.yaml"
 RECIPE_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 PACKAGES = ["torch", "transformers", "trl", "accelerate", "deepspeed", "peft", "datasets", "huggingface_hub"]
+# Packages of PACKAGES that only some stages use (an optional extra): missing, they fail the versions stage only when
+# one of those stages runs.
+NEEDED_BY = {"deepspeed": ("zero2", "zero3")}
 
 # pytest node ids per stage: (GPU, CPU); None: not on that device (the reason is the SKIP line)
 TESTS = {
@@ -94,8 +98,9 @@ class Stage:
 
 
 class Check:
-    def __init__(self, out: Path, cpu: bool, stage_timeout: float):
+    def __init__(self, out: Path, cpu: bool, stage_timeout: float, stages: list[str] | None = None):
         self.out, self.cpu, self.stage_timeout = out, cpu, stage_timeout
+        self.stages = STAGES + OPT_IN if stages is None else stages
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -148,13 +153,16 @@ class Check:
         for key, value in {**stage.details.pop("packages"), **stage.details}.items():
             print(f"  {key}: {value}")
         stage.details["packages"] = found
-        missing = [n for n, v in found.items() if v.startswith("not available")]
+        absent = [n for n, v in found.items() if v.startswith("not available")]
+        unused = [n for n in absent if n in NEEDED_BY and not set(NEEDED_BY[n]) & set(self.stages)]
+        missing = [n for n in absent if n not in unused]
         unmet = unmet_requirements(CARRIED)
         stage.details["unmet_requirements"] = unmet
         for line in unmet:
             print(f"  unmet: {line}")
         stage.verdict = "FAIL" if missing else "PASS"  # an unmet pin alone is reported: it may not matter here
         problems = [f"missing: {', '.join(missing)}"] if missing else []
+        problems += [f"no {n} (only {', '.join(NEEDED_BY[n])} need it; not run)" for n in unused]
         if unmet:
             names = " ".join(sorted({re.match(r"\S+ needs ([\w.-]+)", u).group(1) for u in unmet}))
             problems.append(
@@ -473,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: no CUDA GPU visible; run with --cpu for the CPU version of the stages", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    check = Check(args.out, args.cpu, args.stage_timeout)
+    check = Check(args.out, args.cpu, args.stage_timeout, args.stages)
     runners = dict(
         versions=check.versions,
         zero2=check.pytest_stage,

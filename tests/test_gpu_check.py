@@ -168,3 +168,20 @@ def test_bundle_carries_an_added_package_at_its_version_here(capsys):
     bundle = _load("gpu_bundle")
     assert bundle.main(["--list", "--add", "regex"]) == 0
     assert f"wheel  regex=={importlib.metadata.version('regex')}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("stages", "verdict"), [(["versions", "async_exit"], "PASS"), (["versions", "zero2"], "FAIL")])
+def test_versions_fails_for_a_missing_optional_package_only_when_a_stage_needs_it(
+    tmp_path, monkeypatch, stages, verdict
+):
+    check_module = _load("gpu_check")
+    monkeypatch.setattr(check_module, "PACKAGES", ["torch", "no_such_optional_pkg"])
+    monkeypatch.setattr(check_module, "NEEDED_BY", {"no_such_optional_pkg": ("zero2", "zero3")})
+    monkeypatch.setattr(check_module, "CARRIED", [])
+    stage = check_module.Stage("versions")
+    check_module.Check(tmp_path, cpu=True, stage_timeout=60, stages=stages).versions(stage)
+    assert stage.details["packages"]["no_such_optional_pkg"].startswith("not available")
+    if verdict == "FAIL":
+        assert stage.verdict == "FAIL" and stage.note == "missing: no_such_optional_pkg", stage.note
+    else:
+        assert stage.verdict == "PASS" and stage.note == "no no_such_optional_pkg (only zero2, zero3 need it; not run)"
