@@ -264,7 +264,7 @@ def load_env_dataset(
         if ext not in DATA_FILE_BUILDERS:
             raise ValueError(f"env dataset {source!r}: unknown file type {ext!r}; known: {sorted(DATA_FILE_BUILDERS)}")
         try:
-            data = _load_data_file(DATA_FILE_BUILDERS[ext], source, split, streaming)
+            data = load_dataset(DATA_FILE_BUILDERS[ext], data_files={split: [source]}, split=split, streaming=streaming)
         except StopIteration:  # what `datasets` raises for a json/jsonl file without a single row
             raise _no_rows(source) from None
         except ValueError as e:  # a csv with a header only: "Instruction 'train' corresponds to no data!"
@@ -277,29 +277,6 @@ def load_env_dataset(
     except StopIteration:
         raise _no_rows(source) from None
     return _with_rows(data, source)
-
-
-def _json_prescan_breaks() -> bool:
-    """Whether the installed ``datasets`` has the json loader's mixed-types pre-scan of datasets 4.7.x (fixed in 4.8.4):
-    it raises ``KeyError`` for a row lacking a field of the first row (fixed in 4.8.0) and ``ValueError`` ("Expected
-    object or value") for a blank line, instead of reading them."""
-    import datasets
-    from packaging.version import Version
-
-    return Version(datasets.__version__) < Version("4.8.4")
-
-
-def _load_data_file(builder: str, source: str, split: str, streaming: bool):
-    """``load_dataset`` of one data file; at the ``datasets`` releases whose json pre-scan breaks on rows with different
-    fields or on blank lines (:func:`_json_prescan_breaks`), such a file is read again without the pre-scan
-    (``on_mixed_types=None``, how ``datasets`` < 4.7 read JSON Lines: a missing field is null)."""
-    kwargs = dict(data_files={split: [source]}, split=split, streaming=streaming)
-    try:
-        return load_dataset(builder, **kwargs)
-    except (KeyError, ValueError):
-        if builder != "json" or not _json_prescan_breaks():
-            raise
-    return load_dataset(builder, on_mixed_types=None, **kwargs)
 
 
 def _no_rows(source: str) -> ValueError:
