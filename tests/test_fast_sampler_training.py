@@ -7,12 +7,15 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
+import transformers
 from cpu_configs import cpu_grpo_config
+from packaging.version import Version
 
 from trl_envs import EnvGRPOTrainer, make_env_dataset
 from trl_envs.samplers.continuous import ContinuousBatchingSampler
 from trl_envs.samplers.static_cache import StaticCacheSampler
 from trl_envs.trainers.async_rollouts import SamplerProcess
+from trl_envs.trainers.env_setup import TRL_CONTINUOUS_BATCHING_TRANSFORMERS, check_trl_continuous_batching_flag
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -30,7 +33,16 @@ def logged(trainer, name: str) -> list[float]:
     [
         (dict(sampler_backend="static_cache"), StaticCacheSampler),
         (dict(sampler_backend="continuous_batching"), ContinuousBatchingSampler),
-        (dict(use_transformers_continuous_batching=True), ContinuousBatchingSampler),
+        pytest.param(
+            dict(use_transformers_continuous_batching=True),
+            ContinuousBatchingSampler,
+            marks=pytest.mark.skipif(
+                Version(transformers.__version__).release < Version(TRL_CONTINUOUS_BATCHING_TRANSFORMERS).release,
+                reason=f"TRL's use_transformers_continuous_batching needs transformers>="
+                f"{TRL_CONTINUOUS_BATCHING_TRANSFORMERS}; found {transformers.__version__} (sampler_backend="
+                "'continuous_batching' is tested instead)",
+            ),
+        ),
     ],
 )
 def test_sync_training_uses_the_chosen_backend(
@@ -76,3 +88,12 @@ def test_async_sampler_process_uses_the_chosen_backend(tmp_path, tiny_model_path
     weights = logged(trainer, "async/importance_weight_mean")
     assert len(weights) == 3 and weights[0] == pytest.approx(1.0, abs=1e-4)
     assert not multiprocessing.active_children()  # the child and its continuous-batching loop ended with the run
+
+
+def test_trls_continuous_batching_flag_on_too_old_a_transformers_is_one_line(tmp_path):
+    args = cpu_grpo_config(tmp_path, use_transformers_continuous_batching=True)
+    with pytest.raises(ValueError, match=r"needs transformers>=5.8 .* found transformers 5.4.0\. Set sampler_backend="):
+        check_trl_continuous_batching_flag(args, "EnvGRPOTrainer", version="5.4.0")
+    check_trl_continuous_batching_flag(args, "EnvGRPOTrainer", version="5.8.0")
+    plain = cpu_grpo_config(tmp_path, sampler_backend="continuous_batching")
+    check_trl_continuous_batching_flag(plain, "EnvGRPOTrainer", version="5.4.0")

@@ -157,6 +157,19 @@ def test_lora_policy(backend, tiny_model_path, tokenizer, requests):
     assert_logprobs_match_forward(policy, requests, got, 1.0)
 
 
+def test_cache_fields_fit_the_installed_transformers():
+    """CPU_CACHE_DEFAULTS' page_size reaches transformers under its name there (5.17 and older: block_size)."""
+    from transformers.generation import ContinuousBatchingConfig
+
+    from trl_envs.samplers.continuous import CPU_CACHE_DEFAULTS, block_sharing_is_broken, config_for_this_transformers
+
+    config = ContinuousBatchingConfig(**config_for_this_transformers(dict(CPU_CACHE_DEFAULTS)))
+    assert getattr(config, "page_size", None) == 32 or getattr(config, "block_size", None) == 32
+    assert config.allow_block_sharing is not block_sharing_is_broken()
+    kept = config_for_this_transformers({"allow_block_sharing": True})
+    assert kept["allow_block_sharing"] is True  # a config that sets it is followed
+
+
 @pytest.mark.timeout(300)
 def test_continuous_batching_restores_the_model(tiny_model_path, tokenizer, requests):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)

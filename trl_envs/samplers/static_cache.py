@@ -15,10 +15,25 @@ optimizer that updates them in place (every ``torch.optim`` optimizer does) is s
 
 from __future__ import annotations
 
+import torch
+
 from .base import SampleRequest
 from .hf import HFSampler
 
 DEFAULT_CACHE_MULTIPLE = 256
+
+
+def let_dynamo_trace_output_capturing() -> None:
+    """Give ``transformers.utils.output_capturing`` the ``torch`` its annotations name. Before transformers 5.25 that
+    module imports ``torch`` only for type checking, and torch 2.6's dynamo, tracing a compiled decoding step through
+    its ``capture_outputs`` wrapper, fails with ``NameError: name 'torch' is not defined`` (transformers 5.4 to 5.24;
+    5.25 traces without it: docs/versions.md)."""
+    try:
+        from transformers.utils import output_capturing
+    except ImportError:  # a transformers without the module: nothing to trace through
+        return
+    if not hasattr(output_capturing, "torch"):
+        output_capturing.torch = torch
 
 
 class StaticCacheSampler(HFSampler):
@@ -44,6 +59,7 @@ class StaticCacheSampler(HFSampler):
         if cache_multiple < 1:
             raise ValueError(f"StaticCacheSampler: cache_multiple must be >= 1, got {cache_multiple}")
         super().__init__(model, tokenizer, cache_implementation="static", **settings)
+        let_dynamo_trace_output_capturing()
         self.cache_multiple = cache_multiple
         self.compile_config = compile_config
         self.num_padding_rows = 0

@@ -133,6 +133,33 @@ def check_env_launch(trainer, owner: str, custom_sampler: Sampler | None, *, cha
         require_chat_template(text_tokenizer(trainer.processing_class), owner)
 
 
+TRL_CONTINUOUS_BATCHING_TRANSFORMERS = "5.8"
+"""The transformers version TRL 1.16's ``GRPOTrainer`` requires for ``use_transformers_continuous_batching=True``
+(it raises an ``ImportError`` below it). ``sampler_backend='continuous_batching'`` is the same sampler without TRL's
+check, and works from the transformers floor (docs/versions.md)."""
+
+
+def check_trl_continuous_batching_flag(args, owner: str, version: str | None = None) -> None:
+    """Refuse, before any model loads, TRL's ``use_transformers_continuous_batching=True`` on a transformers older
+    than :data:`TRL_CONTINUOUS_BATCHING_TRANSFORMERS` (``version``: the installed one), naming the version found, the
+    version needed and ``sampler_backend='continuous_batching'``, which works there."""
+    if not getattr(args, "use_transformers_continuous_batching", False):
+        return
+    from packaging.version import Version
+
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    needed = TRL_CONTINUOUS_BATCHING_TRANSFORMERS
+    if Version(version).release < Version(needed).release:
+        raise ValueError(
+            f"{owner}: use_transformers_continuous_batching=True needs transformers>={needed} (TRL checks it); found "
+            f"transformers {version}. Set sampler_backend='continuous_batching' instead (the same sampler, which "
+            f'works with this transformers), or pip install "transformers>={needed}".'
+        )
+
+
 def check_sampler_backend(trainer, owner: str, custom_sampler: Sampler | None = None) -> None:
     """Refuse, naming the config field, an in-process backend other than ``generate`` where ``trainer``'s policy
     parameters are sharded (DeepSpeed ZeRO-3, FSDP): every decoding step would need them gathered. Warn where

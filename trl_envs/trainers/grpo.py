@@ -44,7 +44,13 @@ from ..training_data.row_layout import RowPlan, check_group_size
 from ..training_data.rows_step import RowsStep
 from . import off_policy, trl_seam
 from .async_rollouts import PipelinedRolloutSource
-from .env_setup import check_env_launch, frozen_reference, load_env_datasets, text_tokenizer
+from .env_setup import (
+    check_env_launch,
+    check_trl_continuous_batching_flag,
+    frozen_reference,
+    load_env_datasets,
+    text_tokenizer,
+)
 from .group_index import GroupIndex, GroupKey, keys_of_rows
 from .grpo_config import EnvGRPOConfig
 from .health import TrainingHealthCallback, check_finite_rewards
@@ -139,6 +145,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         if not isinstance(args, EnvGRPOConfig):
             raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
         trl_seam.check_trl_compatibility(trainer="grpo")  # an incompatible TRL fails here, not in a training step
+        check_trl_continuous_batching_flag(args, "EnvGRPOTrainer")
         train_envs, eval_envs, processing_class = load_env_datasets(
             env_dataset,
             eval_env_dataset,
