@@ -12,12 +12,17 @@ from cpu_configs import cpu_grpo_config
 from packaging.version import Version
 
 from trl_envs import EnvGRPOTrainer, make_env_dataset
-from trl_envs.samplers.continuous import ContinuousBatchingSampler
+from trl_envs.samplers.continuous import NEEDS_TRANSFORMERS, ContinuousBatchingSampler
 from trl_envs.samplers.static_cache import StaticCacheSampler
 from trl_envs.trainers.async_rollouts import SamplerProcess
-from trl_envs.trainers.env_setup import TRL_CONTINUOUS_BATCHING_TRANSFORMERS, check_trl_continuous_batching_flag
+from trl_envs.trainers.env_setup import check_continuous_batching_version
 
 pytestmark = pytest.mark.timeout(400)
+OLD_TRANSFORMERS = pytest.mark.skipif(
+    Version(transformers.__version__).release < Version(NEEDS_TRANSFORMERS).release,
+    reason=f"continuous batching needs transformers>={NEEDS_TRANSFORMERS}; found {transformers.__version__} (the "
+    "refusal is tested instead)",
+)
 
 
 def guess_number(renderer):
@@ -32,16 +37,9 @@ def logged(trainer, name: str) -> list[float]:
     "overrides, sampler_class",
     [
         (dict(sampler_backend="static_cache"), StaticCacheSampler),
-        (dict(sampler_backend="continuous_batching"), ContinuousBatchingSampler),
+        pytest.param(dict(sampler_backend="continuous_batching"), ContinuousBatchingSampler, marks=OLD_TRANSFORMERS),
         pytest.param(
-            dict(use_transformers_continuous_batching=True),
-            ContinuousBatchingSampler,
-            marks=pytest.mark.skipif(
-                Version(transformers.__version__).release < Version(TRL_CONTINUOUS_BATCHING_TRANSFORMERS).release,
-                reason=f"TRL's use_transformers_continuous_batching needs transformers>="
-                f"{TRL_CONTINUOUS_BATCHING_TRANSFORMERS}; found {transformers.__version__} (sampler_backend="
-                "'continuous_batching' is tested instead)",
-            ),
+            dict(use_transformers_continuous_batching=True), ContinuousBatchingSampler, marks=OLD_TRANSFORMERS
         ),
     ],
 )
@@ -64,6 +62,7 @@ def test_sync_training_uses_the_chosen_backend(
         assert all(size & (size - 1) == 0 for size in sampler.batch_sizes)  # bucketed to powers of two
 
 
+@OLD_TRANSFORMERS
 def test_async_sampler_process_uses_the_chosen_backend(tmp_path, tiny_model_path, tokenizer, renderer, monkeypatch):
     made: list[SamplerProcess] = []
     original = SamplerProcess.__init__
@@ -90,10 +89,12 @@ def test_async_sampler_process_uses_the_chosen_backend(tmp_path, tiny_model_path
     assert not multiprocessing.active_children()  # the child and its continuous-batching loop ended with the run
 
 
-def test_trls_continuous_batching_flag_on_too_old_a_transformers_is_one_line(tmp_path):
-    args = cpu_grpo_config(tmp_path, use_transformers_continuous_batching=True)
-    with pytest.raises(ValueError, match=r"needs transformers>=5.8 .* found transformers 5.4.0\. Set sampler_backend="):
-        check_trl_continuous_batching_flag(args, "EnvGRPOTrainer", version="5.4.0")
-    check_trl_continuous_batching_flag(args, "EnvGRPOTrainer", version="5.8.0")
-    plain = cpu_grpo_config(tmp_path, sampler_backend="continuous_batching")
-    check_trl_continuous_batching_flag(plain, "EnvGRPOTrainer", version="5.4.0")
+def test_continuous_batching_on_too_old_a_transformers_is_one_line(tmp_path):
+    flag = cpu_grpo_config(tmp_path, use_transformers_continuous_batching=True)
+    with pytest.raises(ValueError, match=r"^EnvGRPOTrainer: use_transformers_continuous_batching=True needs "):
+        check_continuous_batching_version(flag, "EnvGRPOTrainer", version="5.5.4")
+    backend = cpu_grpo_config(tmp_path, sampler_backend="continuous_batching")
+    with pytest.raises(ValueError, match=r"found transformers 5\.17\.0\. Use sampler_backend='static_cache' or"):
+        check_continuous_batching_version(backend, "EnvGRPOTrainer", version="5.17.0")
+    check_continuous_batching_version(backend, "EnvGRPOTrainer", version=NEEDS_TRANSFORMERS)
+    check_continuous_batching_version(cpu_grpo_config(tmp_path), "EnvGRPOTrainer", version="5.4.0")  # not asked for

@@ -5,6 +5,7 @@ it asks). Their speed is a GPU matter (bench/gpu_rollouts.py); here their logic 
 
 import asyncio
 import copy
+import sys
 import threading
 import types
 import warnings
@@ -12,6 +13,8 @@ from concurrent.futures import Future
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 from transformers import AutoModelForCausalLM, CompileConfig
 
 from trl_envs import (
@@ -27,12 +30,17 @@ from trl_envs import (
 )
 from trl_envs.envs.guess_number import GuessNumberGroupBuilder
 from trl_envs.samplers.choice import build_sampler
-from trl_envs.samplers.continuous import ContinuousBatchingSampler
+from trl_envs.samplers.continuous import NEEDS_TRANSFORMERS, ContinuousBatchingSampler
 from trl_envs.samplers.static_cache import StaticCacheSampler
 from trl_envs.trainers.env_setup import check_sampler_backend
 from trl_envs.trainers.grpo_config import EnvGRPOConfig
 
-FAST = ("static_cache", "continuous_batching")
+OLD_TRANSFORMERS = pytest.mark.skipif(
+    Version(transformers.__version__).release < Version(NEEDS_TRANSFORMERS).release,
+    reason=f"continuous batching needs transformers>={NEEDS_TRANSFORMERS}; found {transformers.__version__} (the "
+    "refusal is tested instead)",
+)
+FAST = ("static_cache", pytest.param("continuous_batching", marks=OLD_TRANSFORMERS))
 
 
 @pytest.fixture(scope="module")
@@ -157,19 +165,7 @@ def test_lora_policy(backend, tiny_model_path, tokenizer, requests):
     assert_logprobs_match_forward(policy, requests, got, 1.0)
 
 
-def test_cache_fields_fit_the_installed_transformers():
-    """CPU_CACHE_DEFAULTS' page_size reaches transformers under its name there (5.17 and older: block_size)."""
-    from transformers.generation import ContinuousBatchingConfig
-
-    from trl_envs.samplers.continuous import CPU_CACHE_DEFAULTS, block_sharing_is_broken, config_for_this_transformers
-
-    config = ContinuousBatchingConfig(**config_for_this_transformers(dict(CPU_CACHE_DEFAULTS)))
-    assert getattr(config, "page_size", None) == 32 or getattr(config, "block_size", None) == 32
-    assert config.allow_block_sharing is not block_sharing_is_broken()
-    kept = config_for_this_transformers({"allow_block_sharing": True})
-    assert kept["allow_block_sharing"] is True  # a config that sets it is followed
-
-
+@OLD_TRANSFORMERS
 @pytest.mark.timeout(300)
 def test_continuous_batching_restores_the_model(tiny_model_path, tokenizer, requests):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
@@ -199,6 +195,16 @@ def contextlib_nullcontext(value):
     return contextlib.nullcontext(value)
 
 
+def test_continuous_batching_on_too_old_a_transformers_is_one_line(model, tokenizer, monkeypatch):
+    # the module the sampler imports now (an import of the test session may have put another object there)
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "5.5.4")
+    with pytest.raises(
+        ValueError, match=r"^ContinuousBatchingSampler needs transformers>=5\.18 .* found transformers 5\.5\.4"
+    ):
+        ContinuousBatchingSampler(model, tokenizer)
+
+
+@OLD_TRANSFORMERS
 def test_settings_the_backends_cannot_honour_are_refused(model, tokenizer):
     with pytest.raises(ValueError, match="top_p"):
         ContinuousBatchingSampler(model, tokenizer, top_p=0.9)
@@ -268,6 +274,7 @@ def test_continuous_batching_warns_when_it_cannot_follow_the_trainers_autocast()
 
 
 @pytest.mark.timeout(300)
+@OLD_TRANSFORMERS
 def test_multi_turn_rollout_through_continuous_batching(model, tokenizer, renderer):
     """guess_number rolled out by the engine: each turn's request streamed on its own; every training row's sampled
     tokens carry the logprobs of a teacher-forced pass over the whole row (env tokens 0)."""

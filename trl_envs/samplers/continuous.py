@@ -24,12 +24,10 @@ exit stops it, frees the cache and restores the model's attention implementation
 from __future__ import annotations
 
 import contextlib
-import inspect
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
-import transformers
 from transformers import GenerationConfig
 from transformers.generation import ContinuousBatchingConfig
 
@@ -46,40 +44,27 @@ GPU_MEMORY_DEFAULT = 0.5
 POLL_S = 0.05
 
 
-BLOCK_SHARING_FIXED = "5.7"
-"""Before this transformers version, sharing paged-cache blocks between requests with a common prefix (the default,
-``allow_block_sharing=True``) sometimes gives a multi-turn request logprobs that are not the model's (found on
-transformers 5.4 to 5.6 by tests/test_fast_samplers.py): there the sampler turns it off unless the config sets it."""
+NEEDS_TRANSFORMERS = "5.18"
+"""The oldest transformers whose continuous batching this sampler drives as written: ``ContinuousBatchingConfig``'s
+``page_size``, the manager's ``destroy`` and the model's attention implementation restored on ``stop`` (5.17 and
+older differ in each; 5.4 to 5.6 also gave multi-turn requests that share cache blocks logprobs that are not the
+model's). docs/versions.md says what was tried."""
 
 
-def config_for_this_transformers(fields: dict) -> dict:
-    """``fields`` of a ``ContinuousBatchingConfig`` for the installed transformers: 5.17 and older call ``page_size``
-    ``block_size`` (5.18 renamed it, and still reads ``block_size`` with a deprecation warning), so there
-    ``page_size`` is passed as ``block_size``; before :data:`BLOCK_SHARING_FIXED`, ``allow_block_sharing`` is off
-    unless ``fields`` set it."""
-    accepted = inspect.signature(ContinuousBatchingConfig.__init__).parameters
-    if "allow_block_sharing" in accepted and "allow_block_sharing" not in fields and block_sharing_is_broken():
-        fields = {**fields, "allow_block_sharing": False}
-    if "page_size" in fields and "page_size" not in accepted and "block_size" in accepted:
-        fields = dict(fields)
-        page_size = fields.pop("page_size")
-        if fields.get("block_size") is None:
-            fields["block_size"] = page_size
-    return fields
-
-
-def block_sharing_is_broken() -> bool:
-    """Whether the installed transformers predates :data:`BLOCK_SHARING_FIXED`."""
+def check_transformers_version(owner: str, version: str | None = None) -> None:
+    """Raise a one-line ``ValueError`` when the installed transformers (or ``version``) is older than
+    :data:`NEEDS_TRANSFORMERS`, naming ``owner`` (what asked for continuous batching), the version found, the version
+    needed and the backends that work there."""
+    import transformers
     from packaging.version import Version
 
-    return Version(transformers.__version__).release < Version(BLOCK_SHARING_FIXED).release
-
-
-def restore_attention(model, attention: str | None) -> None:
-    """Give ``model`` back the attention implementation it had before a session (transformers 5.25 restores it itself
-    on ``stop``; 5.4 leaves the paged one, with which the model would train)."""
-    if attention is not None and getattr(model.config, "_attn_implementation", None) != attention:
-        model.set_attn_implementation(attention)
+    version = version or transformers.__version__
+    if Version(version).release < Version(NEEDS_TRANSFORMERS).release:
+        raise ValueError(
+            f"{owner} needs transformers>={NEEDS_TRANSFORMERS} (the continuous batching API it drives); found "
+            f"transformers {version}. Use sampler_backend='static_cache' or 'generate', or pip install "
+            f'"transformers>={NEEDS_TRANSFORMERS}".'
+        )
 
 
 class ContinuousBatchingSampler:
@@ -123,6 +108,7 @@ class ContinuousBatchingSampler:
             "repetition_penalty": repetition_penalty not in (None, 1.0),
             "generation_kwargs": bool(generation_kwargs),
         }
+        check_transformers_version("ContinuousBatchingSampler")
         refused = [name for name, set_ in reshaping.items() if set_]
         if refused:
             raise ValueError(
@@ -198,14 +184,11 @@ class ContinuousBatchingSampler:
                 fields.update(CPU_CACHE_DEFAULTS)
             elif device.type != "cpu":
                 fields.setdefault("max_memory_percent", GPU_MEMORY_DEFAULT)
-            attention = getattr(model.config, "_attn_implementation", None)
             manager = model.init_continuous_batching(
                 generation_config=self.generation_config,
-                continuous_batching_config=ContinuousBatchingConfig(**config_for_this_transformers(fields)),
+                continuous_batching_config=ContinuousBatchingConfig(**fields),
             )
-            stack.callback(restore_attention, model, attention)
-            if hasattr(manager, "destroy"):  # transformers 5.4: none (stop frees all)
-                stack.callback(manager.destroy)
+            stack.callback(manager.destroy)
             stack.callback(manager.stop, block=True, keep_for_next_session=False)
             manager.start()
         except BaseException:
@@ -284,8 +267,7 @@ class ContinuousBatchingSampler:
             if result is None:
                 if stopping.is_set():
                     return
-                status = getattr(manager, "background_thread_status", None)  # older transformers fail each request
-                error = status.fatal_error if status is not None else None
+                error = manager.background_thread_status.fatal_error
                 if error is not None:
                     self._fail_all(RuntimeError(f"ContinuousBatchingSampler: the generation loop failed: {error}"))
                 continue

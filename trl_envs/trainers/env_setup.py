@@ -133,31 +133,21 @@ def check_env_launch(trainer, owner: str, custom_sampler: Sampler | None, *, cha
         require_chat_template(text_tokenizer(trainer.processing_class), owner)
 
 
-TRL_CONTINUOUS_BATCHING_TRANSFORMERS = "5.8"
-"""The transformers version TRL 1.16's ``GRPOTrainer`` requires for ``use_transformers_continuous_batching=True``
-(it raises an ``ImportError`` below it). ``sampler_backend='continuous_batching'`` is the same sampler without TRL's
-check, and works from the transformers floor (docs/versions.md)."""
-
-
-def check_trl_continuous_batching_flag(args, owner: str, version: str | None = None) -> None:
-    """Refuse, before any model loads, TRL's ``use_transformers_continuous_batching=True`` on a transformers older
-    than :data:`TRL_CONTINUOUS_BATCHING_TRANSFORMERS` (``version``: the installed one), naming the version found, the
-    version needed and ``sampler_backend='continuous_batching'``, which works there."""
-    if not getattr(args, "use_transformers_continuous_batching", False):
+def check_continuous_batching_version(args, owner: str, version: str | None = None) -> None:
+    """Refuse, before any model loads, continuous batching (``sampler_backend='continuous_batching'`` or TRL's
+    ``use_transformers_continuous_batching=True``) on a transformers older than the sampler needs
+    (:data:`~trl_envs.samplers.continuous.NEEDS_TRANSFORMERS`; ``version``: the installed one), in one line naming
+    the setting, the version found and needed, and the backends that work there."""
+    if args.resolved_sampler_backend() != "continuous_batching":
         return
-    from packaging.version import Version
+    from ..samplers.continuous import check_transformers_version
 
-    if version is None:
-        import transformers
-
-        version = transformers.__version__
-    needed = TRL_CONTINUOUS_BATCHING_TRANSFORMERS
-    if Version(version).release < Version(needed).release:
-        raise ValueError(
-            f"{owner}: use_transformers_continuous_batching=True needs transformers>={needed} (TRL checks it); found "
-            f"transformers {version}. Set sampler_backend='continuous_batching' instead (the same sampler, which "
-            f'works with this transformers), or pip install "transformers>={needed}".'
-        )
+    setting = (
+        "use_transformers_continuous_batching=True"
+        if getattr(args, "use_transformers_continuous_batching", False)
+        else "sampler_backend='continuous_batching'"
+    )
+    check_transformers_version(f"{owner}: {setting}", version)
 
 
 def check_sampler_backend(trainer, owner: str, custom_sampler: Sampler | None = None) -> None:

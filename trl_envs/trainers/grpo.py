@@ -45,8 +45,8 @@ from ..training_data.rows_step import RowsStep
 from . import off_policy, trl_seam
 from .async_rollouts import PipelinedRolloutSource
 from .env_setup import (
+    check_continuous_batching_version,
     check_env_launch,
-    check_trl_continuous_batching_flag,
     frozen_reference,
     load_env_datasets,
     text_tokenizer,
@@ -145,7 +145,7 @@ class EnvGRPOTrainer(GRPOTrainer):
         if not isinstance(args, EnvGRPOConfig):
             raise TypeError(f"EnvGRPOTrainer: args must be an EnvGRPOConfig, got {type(args).__name__}")
         trl_seam.check_trl_compatibility(trainer="grpo")  # an incompatible TRL fails here, not in a training step
-        check_trl_continuous_batching_flag(args, "EnvGRPOTrainer")
+        check_continuous_batching_version(args, "EnvGRPOTrainer")
         train_envs, eval_envs, processing_class = load_env_datasets(
             env_dataset,
             eval_env_dataset,
