@@ -233,6 +233,15 @@ def test_build_tiny_model_returns_the_shipped_model_or_a_copy(tmp_path):
     assert sorted(p.name for p in Path(copy).iterdir()) == sorted(p.name for p in shipped.iterdir())
     assert (Path(copy) / "model.safetensors").read_bytes() == (shipped / "model.safetensors").read_bytes()
     assert build_tiny_model(copy) == copy  # a copy already there is reused
+    record = Path(copy) / BUILD_RECORD  # a copy made when the build record said less: reused, its record refreshed
+    record.write_text(
+        json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "train_loss_at_step"})
+    )
+    assert build_tiny_model(copy) == copy and record.read_text() == (shipped / BUILD_RECORD).read_text()
+    (Path(copy) / "model.safetensors").write_bytes(b"other weights")
+    record.write_text("{}")
+    with pytest.raises(FileExistsError, match="holds no copy"):  # other files: not a copy, never overwritten
+        build_tiny_model(copy)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no scratch folders left behind
 
 
