@@ -7,9 +7,8 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
-import transformers
 from cpu_configs import cpu_grpo_config
-from packaging.version import Version
+from test_fast_samplers import OLD_TRANSFORMERS  # continuous batching's transformers floor
 
 from trl_envs import EnvGRPOTrainer, make_env_dataset
 from trl_envs.samplers.continuous import NEEDS_TRANSFORMERS, ContinuousBatchingSampler
@@ -18,11 +17,6 @@ from trl_envs.trainers.async_rollouts import SamplerProcess
 from trl_envs.trainers.env_setup import check_continuous_batching_version
 
 pytestmark = pytest.mark.timeout(400)
-OLD_TRANSFORMERS = pytest.mark.skipif(
-    Version(transformers.__version__).release < Version(NEEDS_TRANSFORMERS).release,
-    reason=f"continuous batching needs transformers>={NEEDS_TRANSFORMERS}; found {transformers.__version__} (the "
-    "refusal is tested instead)",
-)
 
 
 def guess_number(renderer):

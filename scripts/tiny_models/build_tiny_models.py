@@ -652,24 +652,23 @@ def quick_check(name: str, seed: int, shipped: dict) -> dict:
         for pair in step_losses.values()
     ]
     largest = max(differences)
-    demonstrations_fingerprint = demonstrations_sha256(demonstrations)
+    fingerprint = demonstrations_sha256(demonstrations)
+    same_demonstrations = shipped.get("demonstrations_sha256") == fingerprint
+    same_settings = settings == shipped["recipe"]
     return {
         "name": name,
         "steps": QUICK_CHECK_STEPS,
         "demonstrations_sha256": {
             "shipped": shipped.get("demonstrations_sha256"),
-            "rebuilt": demonstrations_fingerprint,
-            "same": shipped.get("demonstrations_sha256") == demonstrations_fingerprint,
+            "rebuilt": fingerprint,
+            "same": same_demonstrations,
         },
-        "same_recipe_settings": settings == shipped["recipe"],
+        "same_recipe_settings": same_settings,
         "same_files": files,
         "train_loss_at_step": losses,
         "largest_relative_difference": largest if largest == float("inf") else float(f"{largest:.3g}"),
         "loss_tolerance": LOSS_TOLERANCE,
-        "same_recipe": shipped.get("demonstrations_sha256") == demonstrations_fingerprint
-        and settings == shipped["recipe"]
-        and all(files.values())
-        and largest <= LOSS_TOLERANCE,
+        "same_recipe": same_demonstrations and same_settings and all(files.values()) and largest <= LOSS_TOLERANCE,
         "seconds": round(time.monotonic() - start, 1),
         "built_with": {"shipped": shipped.get("built_with"), "here": _libraries()},
     }
